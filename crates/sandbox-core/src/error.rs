@@ -1,0 +1,83 @@
+//! Stable error codes: the one vocabulary every front door (CLI, HTTP, MCP) maps failures to.
+
+use serde::{Deserialize, Serialize};
+
+/// A caller-visible failure, stable across releases. Serialized in `snake_case`
+/// (`"invalid_file_name"`); the CLI exits with [`ErrorCode::exit_code`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request is malformed (bad JSON shape, contradictory fields).
+    InvalidRequest,
+    /// No profile of that name is configured.
+    ProfileNotFound,
+    /// The language is unknown or not the one the profile runs.
+    UnsupportedLanguage,
+    /// The harness is unknown or not available for the profile.
+    UnsupportedHarness,
+    /// The code is empty or only whitespace.
+    EmptyCode,
+    /// The code is larger than the profile allows.
+    CodeTooLarge,
+    /// An input file name is absolute, empty, contains `..`, a backslash, NUL or a control character.
+    InvalidFileName,
+    /// An input file's content is not valid (bad base64).
+    InvalidFileContent,
+    /// The input files are larger in total than the workspace, or more than allowed.
+    InputTooLarge,
+    /// The requested timeout is above the profile's maximum.
+    TimeoutTooLarge,
+    /// The requested timeout is zero.
+    InvalidTimeout,
+    /// An environment variable name or value is not allowed.
+    InvalidEnv,
+    /// An `outputs` glob does not parse.
+    InvalidOutputPattern,
+    /// The host lacks a feature the profile needs (a cgroup controller, landlock, a runtime binary).
+    RuntimeUnavailable,
+    /// The configuration file is invalid.
+    InvalidConfig,
+    /// The service failed; the message names the execution id, the log has the cause.
+    InternalError,
+}
+
+impl ErrorCode {
+    /// The code as it appears on the wire, e.g. `"invalid_file_name"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidRequest => "invalid_request",
+            Self::ProfileNotFound => "profile_not_found",
+            Self::UnsupportedLanguage => "unsupported_language",
+            Self::UnsupportedHarness => "unsupported_harness",
+            Self::EmptyCode => "empty_code",
+            Self::CodeTooLarge => "code_too_large",
+            Self::InvalidFileName => "invalid_file_name",
+            Self::InvalidFileContent => "invalid_file_content",
+            Self::InputTooLarge => "input_too_large",
+            Self::TimeoutTooLarge => "timeout_too_large",
+            Self::InvalidTimeout => "invalid_timeout",
+            Self::InvalidEnv => "invalid_env",
+            Self::InvalidOutputPattern => "invalid_output_pattern",
+            Self::RuntimeUnavailable => "runtime_unavailable",
+            Self::InvalidConfig => "invalid_config",
+            Self::InternalError => "internal_error",
+        }
+    }
+
+    /// Exit code of the `sandbox` CLI when it fails with this code before the program ran:
+    /// 2 for a rejected request or bad configuration, 3 when the host cannot run the
+    /// profile, 4 for an internal error. (A program that ran exits with its own code.)
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Self::RuntimeUnavailable => 3,
+            Self::InternalError => 4,
+            _ => 2,
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,345 @@
+//! Profiles and the configuration file that declares them (TOML), parsed once into
+//! validated values. The built-in profiles are themselves TOML (`defaults.toml`), parsed by
+//! the same code, so `sandbox profiles show` prints exactly what runs.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Harness, Language};
+
+/// The built-in configuration: runtimes and the `python-default` / `typescript-default` profiles.
+pub const DEFAULTS_TOML: &str = include_str!("defaults.toml");
+
+/// A whole configuration: runtime settings and the profiles by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Host-side runtime settings.
+    #[serde(default)]
+    pub runtime: RuntimeConfig,
+    /// Profiles by name (`[profiles.NAME]`).
+    #[serde(default)]
+    pub profiles: BTreeMap<String, Profile>,
+}
+
+/// Host-side runtime settings (`[runtime]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// First host uid (and gid) of the 65536 ids the sandbox's user namespace maps; inside,
+    /// uid 0 is host `uid_base` and the program's uid 1000 is host `uid_base + 1000`.
+    /// Never 0: no identity inside maps to host root.
+    pub uid_base: u32,
+    /// Python interpreter (host path, must lie under a directory bound into the sandbox).
+    pub python: PathBuf,
+    /// Node.js binary for TypeScript (host path, same rule).
+    pub node: PathBuf,
+    /// Host directories bound read-only as the sandbox's system root (each at the same path).
+    pub system_dirs: Vec<PathBuf>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            uid_base: 200_000,
+            python: "/usr/bin/python3".into(),
+            node: "/usr/bin/node".into(),
+            system_dirs: ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"]
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
+        }
+    }
+}
+
+/// A named policy: language, harness, limits, filesystem, output caps, network, environment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// The language this profile runs.
+    pub language: Language,
+    /// One line for humans and models.
+    #[serde(default)]
+    pub description: String,
+    /// Harness used when the request names none.
+    #[serde(default)]
+    pub harness: Harness,
+    /// Resource limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Filesystem permissions.
+    #[serde(default)]
+    pub filesystem: Filesystem,
+    /// Output caps.
+    #[serde(default)]
+    pub output: OutputCaps,
+    /// Network policy; only `none` (an empty network namespace, loopback only) for now.
+    #[serde(default)]
+    pub network: Network,
+    /// Environment variables set for the program, on top of the fixed base set.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// Resource limits of a profile (`[profiles.NAME.limits]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Memory cap of the whole sandbox in bytes (cgroup `memory.max` / `memory.limit_in_bytes`),
+    /// swap off; tmpfs contents (/workspace, /tmp) count toward it.
+    pub memory_max_bytes: u64,
+    /// CPU cap in cores, e.g. `0.5` (cgroup `cpu.max` / `cpu.cfs_quota_us`).
+    pub cpu_max: f64,
+    /// Most processes and threads at once (cgroup `pids.max`).
+    pub pids_max: u32,
+    /// Wall-clock timeout when the request names none, in ms.
+    pub timeout_ms: u64,
+    /// Largest timeout a request may ask for, in ms.
+    pub timeout_max_ms: u64,
+    /// Time between SIGTERM and SIGKILL at timeout, in ms.
+    pub grace_ms: u64,
+    /// Most open files per process (`RLIMIT_NOFILE`).
+    pub nofile: u64,
+    /// Largest accepted code, in bytes.
+    pub code_max_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_max_bytes: 512 << 20,
+            cpu_max: 1.0,
+            pids_max: 128,
+            timeout_ms: 30_000,
+            timeout_max_ms: 300_000,
+            grace_ms: 1_000,
+            nofile: 1024,
+            code_max_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Filesystem permissions of a profile (`[profiles.NAME.filesystem]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Filesystem {
+    /// Size of the writable /workspace tmpfs, in bytes (input files included).
+    pub workspace_max_bytes: u64,
+    /// Size of the writable /tmp tmpfs, in bytes (also HOME).
+    pub tmp_max_bytes: u64,
+    /// Input files are owned by the sandbox's root and mode 0444, so the program cannot change them.
+    pub inputs_read_only: bool,
+    /// Extra host directories an administrator exposes.
+    pub mounts: Vec<Mount>,
+}
+
+impl Default for Filesystem {
+    fn default() -> Self {
+        Self {
+            workspace_max_bytes: 64 << 20,
+            tmp_max_bytes: 64 << 20,
+            inputs_read_only: false,
+            mounts: Vec::new(),
+        }
+    }
+}
+
+/// One extra host directory bound into the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mount {
+    /// Absolute host path of an existing directory.
+    pub host: PathBuf,
+    /// Absolute path inside the sandbox, outside the reserved /proc, /dev, /etc, /tmp, /workspace and system dirs.
+    pub sandbox: PathBuf,
+    /// Read-only (the default) or read-write.
+    #[serde(default = "yes")]
+    pub read_only: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Output caps of a profile (`[profiles.NAME.output]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutputCaps {
+    /// Stdout kept, in bytes; the rest is discarded and `stdoutTruncated` set.
+    pub stdout_max_bytes: u64,
+    /// Stderr kept, in bytes.
+    pub stderr_max_bytes: u64,
+    /// When a stream passes its cap: `true` stops the program (status `output_limit`),
+    /// `false` discards the rest and lets it run on.
+    pub stop_at_limit: bool,
+    /// Most output files returned.
+    pub files_max_count: u32,
+    /// Most bytes of output files returned, in total.
+    pub files_max_bytes: u64,
+}
+
+impl Default for OutputCaps {
+    fn default() -> Self {
+        Self {
+            stdout_max_bytes: 1 << 20,
+            stderr_max_bytes: 1 << 20,
+            stop_at_limit: true,
+            files_max_count: 100,
+            files_max_bytes: 32 << 20,
+        }
+    }
+}
+
+/// Network policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// An empty network namespace: loopback only.
+    #[default]
+    None,
+}
+
+/// A configuration error naming the file, the field and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {field}: {message}")]
+pub struct ConfigError {
+    /// The file (or `<built-in>`).
+    pub file: String,
+    /// Dotted path of the field, e.g. `profiles.py.limits.memory_max_bytes`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Config {
+    /// The built-in configuration alone.
+    pub fn builtin() -> Self {
+        Self::parse(DEFAULTS_TOML, "<built-in>").expect("the built-in defaults.toml is valid (tested)")
+    }
+
+    /// Parses and validates one TOML file's `text`; `file` names it in errors.
+    /// Errors: [`ConfigError`] with the field path, for syntax, unknown fields, wrong types and
+    /// values out of range.
+    pub fn parse(text: &str, file: &str) -> Result<Self, ConfigError> {
+        let de = toml::Deserializer::parse(text).map_err(|e| ConfigError {
+            file: file.to_owned(),
+            field: "<syntax>".to_owned(),
+            message: e.message().to_owned() + &line_of(text, e.span()),
+        })?;
+        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| ConfigError {
+            file: file.to_owned(),
+            field: e.path().to_string(),
+            message: e.inner().message().to_owned() + &line_of(text, e.inner().span()),
+        })?;
+        config.validate(file)?;
+        Ok(config)
+    }
+
+    /// The built-in configuration with `other`'s runtime settings and profiles laid over it
+    /// (a profile of the same name replaces the built-in one).
+    pub fn layered(mut self, other: Config) -> Self {
+        self.runtime = other.runtime;
+        self.profiles.extend(other.profiles);
+        self
+    }
+
+    fn validate(&self, file: &str) -> Result<(), ConfigError> {
+        let err = |field: String, message: String| ConfigError { file: file.to_owned(), field, message };
+        let rt = &self.runtime;
+        if rt.uid_base == 0 || rt.uid_base.checked_add(65_536).is_none() {
+            return Err(err("runtime.uid_base".into(), "must be above 0 and leave room for 65536 ids; host root is never mapped".into()));
+        }
+        for (field, path) in [("runtime.python", &rt.python), ("runtime.node", &rt.node)] {
+            if !path.is_absolute() {
+                return Err(err(field.into(), format!("{} is not an absolute path", path.display())));
+            }
+        }
+        for (name, p) in &self.profiles {
+            let at = |f: &str| format!("profiles.{name}.{f}");
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                return Err(err(format!("profiles.{name}"), "profile names use letters, digits, '-' and '_'".into()));
+            }
+            let l = &p.limits;
+            check_range(l.memory_max_bytes, 16 << 20, 1 << 40, "bytes").map_err(|m| err(at("limits.memory_max_bytes"), m))?;
+            if !(l.cpu_max >= 0.01 && l.cpu_max <= 1024.0) {
+                return Err(err(at("limits.cpu_max"), format!("{} is outside 0.01..=1024 cores", l.cpu_max)));
+            }
+            check_range(l.pids_max.into(), 4, 1 << 22, "").map_err(|m| err(at("limits.pids_max"), m))?;
+            check_range(l.timeout_max_ms, 1, 24 * 3_600_000, "ms").map_err(|m| err(at("limits.timeout_max_ms"), m))?;
+            check_range(l.timeout_ms, 1, l.timeout_max_ms, "ms (timeout_max_ms)").map_err(|m| err(at("limits.timeout_ms"), m))?;
+            check_range(l.grace_ms, 0, 60_000, "ms").map_err(|m| err(at("limits.grace_ms"), m))?;
+            check_range(l.nofile, 16, 1 << 20, "").map_err(|m| err(at("limits.nofile"), m))?;
+            check_range(l.code_max_bytes, 1, 64 << 20, "bytes").map_err(|m| err(at("limits.code_max_bytes"), m))?;
+            let fs = &p.filesystem;
+            check_range(fs.workspace_max_bytes, 1 << 20, 1 << 40, "bytes").map_err(|m| err(at("filesystem.workspace_max_bytes"), m))?;
+            check_range(fs.tmp_max_bytes, 1 << 20, 1 << 40, "bytes").map_err(|m| err(at("filesystem.tmp_max_bytes"), m))?;
+            for (i, m) in fs.mounts.iter().enumerate() {
+                let field = at(&format!("filesystem.mounts[{i}]"));
+                validate_mount(m).map_err(|msg| err(field, msg))?;
+            }
+            let o = &p.output;
+            check_range(o.stdout_max_bytes, 1, 1 << 30, "bytes").map_err(|m| err(at("output.stdout_max_bytes"), m))?;
+            check_range(o.stderr_max_bytes, 1, 1 << 30, "bytes").map_err(|m| err(at("output.stderr_max_bytes"), m))?;
+            check_range(o.files_max_count.into(), 0, 100_000, "").map_err(|m| err(at("output.files_max_count"), m))?;
+            check_range(o.files_max_bytes, 0, 1 << 32, "bytes").map_err(|m| err(at("output.files_max_bytes"), m))?;
+            for (k, v) in &p.env {
+                validate_env(k, v).map_err(|m| err(at(&format!("env.{k}")), m))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Paths inside the sandbox that a [`Mount`] may not cover or sit under.
+pub const RESERVED_SANDBOX_PATHS: &[&str] =
+    &["/", "/proc", "/dev", "/etc", "/tmp", "/workspace", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/sys", "/run"];
+
+fn validate_mount(m: &Mount) -> Result<(), String> {
+    use std::path::Component;
+    for (what, p) in [("host", &m.host), ("sandbox", &m.sandbox)] {
+        if !p.is_absolute() {
+            return Err(format!("{what} path {} is not absolute", p.display()));
+        }
+        if p.components().any(|c| matches!(c, Component::ParentDir | Component::CurDir)) {
+            return Err(format!("{what} path {} has a '.' or '..' component", p.display()));
+        }
+    }
+    let first = m.sandbox.components().nth(1).map(|c| format!("/{}", c.as_os_str().to_string_lossy()));
+    if RESERVED_SANDBOX_PATHS.iter().any(|r| first.as_deref() == Some(*r)) || m.sandbox == std::path::Path::new("/") {
+        return Err(format!("sandbox path {} is reserved (use a path such as /data or /mnt/NAME)", m.sandbox.display()));
+    }
+    Ok(())
+}
+
+/// Checks an environment variable: name `[A-Za-z_][A-Za-z0-9_]*` up to 256 bytes, value without NUL, up to 32 KiB.
+/// Errors: the reason, as text.
+pub fn validate_env(name: &str, value: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') || name.len() > 256 {
+        return Err(format!("invalid variable name {name:?}: use [A-Za-z_][A-Za-z0-9_]*, at most 256 bytes"));
+    }
+    if value.contains('\0') || value.len() > 32 << 10 {
+        return Err(format!("value of {name} contains NUL or is longer than 32 KiB"));
+    }
+    Ok(())
+}
+
+fn check_range(v: u64, lo: u64, hi: u64, unit: &str) -> Result<(), String> {
+    if v < lo || v > hi {
+        return Err(format!("{v} is outside {lo}..={hi} {unit}").trim_end().to_owned());
+    }
+    Ok(())
+}
+
+fn line_of(text: &str, span: Option<std::ops::Range<usize>>) -> String {
+    match span {
+        Some(s) if s.start <= text.len() => format!(" (line {})", text[..s.start].matches('\n').count() + 1),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

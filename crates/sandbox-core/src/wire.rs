@@ -1,0 +1,293 @@
+//! Wire types: the execution request and result as callers see them (JSON, camelCase),
+//! shared by the CLI's `--json`, the HTTP API and MCP.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ErrorCode;
+
+/// A language the service runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    /// CPython 3 (the host's `python3` by default).
+    Python,
+    /// TypeScript, transpiled in-process and run on Node.js as an ES module.
+    Typescript,
+}
+
+impl Language {
+    /// Parses `python` / `typescript` (also `py`, `ts`), case-insensitive.
+    /// Errors: [`ErrorCode::UnsupportedLanguage`] naming the accepted values.
+    pub fn parse(s: &str) -> Result<Self, (ErrorCode, String)> {
+        match s.to_ascii_lowercase().as_str() {
+            "python" | "py" | "python3" => Ok(Self::Python),
+            "typescript" | "ts" => Ok(Self::Typescript),
+            _ => Err((
+                ErrorCode::UnsupportedLanguage,
+                format!("unknown language {s:?}; expected \"python\" or \"typescript\""),
+            )),
+        }
+    }
+
+    /// `python` or `typescript`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Python => "python",
+            Self::Typescript => "typescript",
+        }
+    }
+}
+
+/// How code is invoked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Harness {
+    /// Run the file as a program; stdout is the output.
+    #[default]
+    Script,
+    /// Call `main(input)` and return its JSON value as `returnData` (not built yet).
+    Function,
+}
+
+/// Content of one input file: UTF-8 text, or bytes as `{ "base64": "..." }` (RFC 4648 standard alphabet, padded).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FileContent {
+    /// The file's text, written as UTF-8.
+    Text(String),
+    /// The file's bytes, base64-encoded.
+    Base64 {
+        /// RFC 4648 base64 of the bytes.
+        base64: String,
+    },
+}
+
+/// One execution request (DESIGN.md "Interfaces").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecutionRequest {
+    /// Name of the profile to run under, e.g. `python-default`.
+    pub profile: String,
+    /// Language of `code`; defaults to the profile's language and must match it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
+    /// The program's source.
+    pub code: String,
+    /// `script` (default) or `function`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness: Option<String>,
+    /// Wall-clock timeout in ms; defaults to the profile's, may not exceed its maximum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    /// Input files by workspace-relative name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, FileContent>,
+    /// Globs selecting which new or changed workspace files come back, e.g. `["*.png", "results/**"]`;
+    /// empty means all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
+    /// Bytes fed to the program's standard input (text, or `{ "base64": ... }`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<FileContent>,
+    /// Input value for the `function` harness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Value>,
+    /// Extra environment variables, added to the profile's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The program exited with code 0.
+    Ok,
+    /// The program exited non-zero or was killed by a signal of its own making.
+    Error,
+    /// The wall-clock timeout ended it.
+    Timeout,
+    /// The cgroup memory limit (or the runtime's heap limit derived from it) ended it.
+    MemoryLimit,
+    /// Output passed the profile's cap and the profile stops programs at the cap.
+    OutputLimit,
+    /// The request was refused before anything ran.
+    Rejected,
+    /// The service failed.
+    InternalError,
+}
+
+impl Status {
+    /// The status as it appears on the wire, e.g. `memory_limit`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Error => "error",
+            Self::Timeout => "timeout",
+            Self::MemoryLimit => "memory_limit",
+            Self::OutputLimit => "output_limit",
+            Self::Rejected => "rejected",
+            Self::InternalError => "internal_error",
+        }
+    }
+}
+
+/// One returned output file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputFile {
+    /// The bytes, RFC 4648 base64.
+    pub base64: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Lowercase hex SHA-256 of the bytes.
+    pub sha256: String,
+    /// MIME type guessed from the extension, `application/octet-stream` when unknown.
+    pub mime_type: String,
+}
+
+/// A workspace entry that was not returned, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SkippedFile {
+    /// Workspace-relative name (lossy UTF-8 if the name was not UTF-8).
+    pub name: String,
+    /// `symlink`, `not_regular_file`, `too_large`, `count_cap`, `bytes_cap` or `non_utf8_name`.
+    pub reason: String,
+    /// Size in bytes, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+/// Resources the execution used, read from its cgroup.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceUsage {
+    /// User plus system CPU time of every process of the execution, in ms.
+    pub cpu_time_ms: u64,
+    /// Peak memory of the cgroup (anonymous, page cache and tmpfs), in bytes.
+    pub peak_memory_bytes: u64,
+}
+
+/// Where the wall time went, in ms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Timing {
+    /// Waiting for admission (0 without a queue).
+    pub queue_ms: u64,
+    /// Validation, transpiling, workspace, cgroup and container set-up, up to the program's exec.
+    pub setup_ms: u64,
+    /// From the program's exec to the end of its last process.
+    pub run_ms: u64,
+    /// Reading output files, resource usage and tearing down.
+    pub collect_ms: u64,
+}
+
+/// A structured error: a rejection, a service failure, or (later) a program's exception.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecError {
+    /// For rejections and service failures, the stable [`ErrorCode`]; for programs, the exception type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Human-readable message.
+    pub message: String,
+    /// The request field at fault, e.g. `files["../x"]`, where one applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// Line and column in the caller's code, where one applies (1-based).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// Column in the caller's code (1-based), with `line`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<u32>,
+    /// Traceback text, where one applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceback: Option<String>,
+}
+
+/// What isolation was actually enforced for this execution (never silently weaker).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Enforcement {
+    /// `v1` or `v2`.
+    pub cgroup: String,
+    /// The landlock ABI version enforced.
+    pub landlock_abi: u32,
+    /// Whether the seccomp filter was installed.
+    pub seccomp: bool,
+    /// `none` for an empty network namespace.
+    pub network: String,
+}
+
+/// The result of one execution (DESIGN.md "Interfaces").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionResult {
+    /// Unique id (UUIDv7, time-ordered).
+    pub execution_id: String,
+    /// How it ended.
+    pub status: Status,
+    /// Profile it ran under.
+    pub profile: String,
+    /// Language it ran as, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<Language>,
+    /// Captured standard output, lossy UTF-8 (invalid bytes become U+FFFD).
+    pub stdout: String,
+    /// Captured standard error, lossy UTF-8.
+    pub stderr: String,
+    /// The exact stdout bytes, base64, present only when stdout was not valid UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_base64: Option<String>,
+    /// The exact stderr bytes, base64, present only when stderr was not valid UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_base64: Option<String>,
+    /// Exit code of the program (128+signal when a signal ended it); absent if it never ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Number of the signal that ended the program, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// Name of that signal, e.g. `SIGKILL`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal_name: Option<String>,
+    /// Wall time from receipt to result, in ms.
+    pub duration_ms: u64,
+    /// The wall-clock timeout ended it.
+    pub timed_out: bool,
+    /// The cgroup OOM killer (or the runtime's heap limit) ended it.
+    pub oom_killed: bool,
+    /// Stdout passed the cap; the rest was discarded.
+    pub stdout_truncated: bool,
+    /// Stderr passed the cap; the rest was discarded.
+    pub stderr_truncated: bool,
+    /// New or changed workspace files, by workspace-relative name.
+    pub files: BTreeMap<String, OutputFile>,
+    /// Workspace entries not returned, with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_files: Vec<SkippedFile>,
+    /// Processes still alive when the program's main process ended, killed at teardown.
+    pub killed_at_teardown: u32,
+    /// The `function` harness's return value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub return_data: Option<serde_json::Value>,
+    /// CPU time and peak memory.
+    pub resource_usage: ResourceUsage,
+    /// Latency breakdown.
+    pub timing: Timing,
+    /// Isolation actually enforced (absent for rejected requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<Enforcement>,
+    /// Why it was rejected or failed, or the program's error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ExecError>,
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Self::InternalError
+    }
+}

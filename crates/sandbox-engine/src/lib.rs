@@ -1,0 +1,249 @@
+//! The execution lifecycle (DESIGN.md steps 1-5 and 7): admit → prepare → spawn → supervise →
+//! collect → clean up. Step 6 (record) is the [`Recorder`] seam the audit log plugs into.
+//!
+//! One [`Engine`] serves many concurrent executions; each gets its own workspace tmpfs, cgroup
+//! and helper process. Dropping an execution's future (a client that went away) still tears
+//! everything down: the per-execution state cleans up in `Drop`.
+
+mod collect;
+mod command;
+mod prepare;
+mod supervise;
+pub mod typescript;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sandbox_core::wire::{Enforcement, ExecError, Timing};
+use sandbox_core::{admit, Admitted, Config, ErrorCode, ExecutionRequest, ExecutionResult, Language, Rejection, Status};
+use sandbox_runtime::probe::HostReport;
+use tokio::sync::mpsc;
+
+pub use command::program_command;
+pub use supervise::{Chunk, StreamKind};
+
+/// Where the engine keeps state and how it reaches the helper.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// Profiles and runtime settings.
+    pub config: Config,
+    /// State directory; executions live in `<data_dir>/executions/<id>` while they run.
+    /// Every ancestor must be searchable by others (mode o+x): the container's init, an
+    /// unprivileged host uid, walks it to mount the workspace.
+    pub data_dir: PathBuf,
+    /// The `sandbox` binary, re-executed as the helper (normally `std::env::current_exe()`).
+    pub helper: PathBuf,
+    /// Name of the parent cgroup, below each hierarchy's root, e.g. `sandbox`.
+    pub cgroup_parent: String,
+}
+
+/// Step 6 of the lifecycle: durable records. `begin` runs before anything is prepared and
+/// `finish` after clean-up; an error from either fails the execution (it never runs unrecorded).
+pub trait Recorder: Send + Sync {
+    /// Called once admission is decided, with the execution id and the request.
+    /// Errors: a message; the execution then ends as `internal_error` without running.
+    fn begin(&self, execution_id: &str, request: &ExecutionRequest) -> Result<(), String>;
+    /// Called with the final result (rejections included).
+    /// Errors: a message; the caller sees `internal_error`.
+    fn finish(&self, result: &ExecutionResult) -> Result<(), String>;
+}
+
+/// A [`Recorder`] that keeps nothing (the audit log is not built yet).
+pub struct NoRecorder;
+
+impl Recorder for NoRecorder {
+    fn begin(&self, _: &str, _: &ExecutionRequest) -> Result<(), String> {
+        Ok(())
+    }
+    fn finish(&self, _: &ExecutionResult) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// The execution engine.
+pub struct Engine {
+    opts: EngineOptions,
+    host: HostReport,
+    recorder: Arc<dyn Recorder>,
+}
+
+impl Engine {
+    /// Probes the host once and keeps the options. Never fails: a host that lacks a feature
+    /// makes each execution fail with `runtime_unavailable` and the reason.
+    pub fn new(opts: EngineOptions, recorder: Arc<dyn Recorder>) -> Self {
+        Self { opts, host: sandbox_runtime::probe::probe(), recorder }
+    }
+
+    /// What the host offers (for `sandbox doctor`).
+    pub fn host(&self) -> &HostReport {
+        &self.host
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.opts.config
+    }
+
+    /// Why `profile` cannot run on this host, if it cannot (a failed host check, a missing runtime binary).
+    pub fn unavailable(&self, profile: &str) -> Option<String> {
+        if let Some(f) = self.host.first_failure() {
+            return Some(f);
+        }
+        let p = self.opts.config.profiles.get(profile)?;
+        let bin = match p.language {
+            Language::Python => &self.opts.config.runtime.python,
+            Language::Typescript => &self.opts.config.runtime.node,
+        };
+        if !bin.is_file() {
+            return Some(format!("{} runtime {} not found", p.language.as_str(), bin.display()));
+        }
+        None
+    }
+
+    /// Runs one request to its end and returns the result; never panics on what the caller sent.
+    /// `output`, when given, receives stdout/stderr chunks as they arrive (within the caps).
+    pub async fn execute(&self, request: ExecutionRequest, output: Option<mpsc::UnboundedSender<Chunk>>) -> ExecutionResult {
+        let received = Instant::now();
+        let id = uuid::Uuid::now_v7().to_string();
+        let span = tracing::info_span!("execution", execution_id = %id, profile = %request.profile);
+        let _enter = span.enter();
+        let mut result = match self.recorder.begin(&id, &request) {
+            Err(e) => internal(&id, &request, format!("audit record could not be written: {e}")),
+            Ok(()) => match admit(&request, &self.opts.config) {
+                Err(rejection) => rejected(&id, &request, rejection),
+                Ok(admitted) => match self.unavailable(&admitted.profile_name) {
+                    Some(reason) => rejected(&id, &request, Rejection::new(ErrorCode::RuntimeUnavailable, reason, None)),
+                    None => self.run_admitted(&id, admitted, received, output).await,
+                },
+            },
+        };
+        result.duration_ms = ms(received.elapsed());
+        if let Err(e) = self.recorder.finish(&result) {
+            tracing::error!(error = %e, "audit record could not be completed");
+            result = internal(&id, &request, format!("audit record could not be written: {e}"));
+            result.duration_ms = ms(received.elapsed());
+        }
+        tracing::info!(status = result.status.as_str(), duration_ms = result.duration_ms, "execution finished");
+        result
+    }
+
+    async fn run_admitted(
+        &self,
+        id: &str,
+        admitted: Admitted,
+        received: Instant,
+        output: Option<mpsc::UnboundedSender<Chunk>>,
+    ) -> ExecutionResult {
+        let mut result = ExecutionResult {
+            execution_id: id.to_owned(),
+            profile: admitted.profile_name.clone(),
+            language: Some(admitted.language),
+            ..Default::default()
+        };
+        let code = match admitted.language {
+            Language::Python => admitted.code.clone(),
+            Language::Typescript => match typescript::transpile(&admitted.code, "main.ts") {
+                Ok(js) => js,
+                Err(e) => {
+                    result.status = Status::Error;
+                    result.stderr = e.to_string();
+                    result.error = Some(ExecError {
+                        kind: "SyntaxError".into(),
+                        message: e.message().to_owned(),
+                        field: Some("code".into()),
+                        line: e.line(),
+                        column: e.column(),
+                        traceback: None,
+                    });
+                    return result;
+                }
+            },
+        };
+        let layout = self.host.cgroup.clone().expect("host checks passed, so a cgroup layout exists");
+        let mut prepared = match prepare::Prepared::new(&self.opts, &layout, id, &admitted, &code) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "prepare failed");
+                result.status = Status::InternalError;
+                result.error = Some(internal_error(id, format!("preparing the sandbox failed: {e}")));
+                return result;
+            }
+        };
+        result.enforcement = Some(Enforcement {
+            cgroup: layout.version().into(),
+            landlock_abi: 0,
+            seccomp: true,
+            network: "none".into(),
+        });
+        let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output).await;
+        let collect_start = Instant::now();
+        prepared.stop_everything();
+        let usage = prepared.usage();
+        let files = prepared.collect_files(&admitted);
+        let teardown = prepared.teardown();
+        supervise::fill_result(&mut result, &admitted, run, usage);
+        match files {
+            Ok((files, skipped)) => {
+                result.files = files;
+                result.skipped_files = skipped;
+            }
+            Err(e) => {
+                result.status = Status::InternalError;
+                result.error = Some(internal_error(id, format!("collecting output files failed: {e}")));
+            }
+        }
+        if let Err(e) = teardown {
+            tracing::error!(error = %e, "teardown failed");
+            result.status = Status::InternalError;
+            result.error = Some(internal_error(id, format!("tearing the sandbox down failed: {e}")));
+        }
+        result.timing.collect_ms = ms(collect_start.elapsed());
+        result
+    }
+}
+
+fn internal_error(id: &str, message: String) -> ExecError {
+    ExecError {
+        kind: ErrorCode::InternalError.as_str().into(),
+        message: format!("{message} (execution {id})"),
+        field: None,
+        line: None,
+        column: None,
+        traceback: None,
+    }
+}
+
+fn internal(id: &str, request: &ExecutionRequest, message: String) -> ExecutionResult {
+    ExecutionResult {
+        execution_id: id.to_owned(),
+        status: Status::InternalError,
+        profile: request.profile.clone(),
+        error: Some(internal_error(id, message)),
+        ..Default::default()
+    }
+}
+
+fn rejected(id: &str, request: &ExecutionRequest, r: Rejection) -> ExecutionResult {
+    tracing::info!(code = r.code.as_str(), "request rejected");
+    ExecutionResult {
+        execution_id: id.to_owned(),
+        status: Status::Rejected,
+        profile: request.profile.clone(),
+        error: Some(ExecError {
+            kind: r.code.as_str().into(),
+            message: r.message,
+            field: r.field,
+            line: None,
+            column: None,
+            traceback: None,
+        }),
+        timing: Timing::default(),
+        ..Default::default()
+    }
+}
+
+/// Whole milliseconds of `d`, saturating.
+pub(crate) fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

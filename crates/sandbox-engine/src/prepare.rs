@@ -1,0 +1,261 @@
+//! Prepare and clean up one execution's host state: `<data_dir>/executions/<id>/` with an empty
+//! `root/` (init mounts the container root there) and `workspace/` (a size-capped tmpfs holding
+//! the input files, owned by the sandbox user), and the cgroup. [`Prepared`] undoes all of it in
+//! [`Prepared::teardown`], or in `Drop` when an execution is abandoned half way.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::{chown, Gid, Pid, Uid};
+use sandbox_core::wire::{OutputFile, SkippedFile};
+use sandbox_core::{Admitted, Language};
+use sandbox_runtime::cgroup::{self, Cgroup, Layout, Usage};
+use sandbox_runtime::spec::{BindMount, RootFile, Rlimits, SpawnSpec, SANDBOX_UID};
+
+use crate::command::{code_file, program_command, CODE_DIR};
+use crate::EngineOptions;
+
+/// A host-side failure while preparing or tearing down.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// A directory or file operation failed.
+    #[error("{op} {path}")]
+    Io {
+        /// What was attempted.
+        op: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The data directory cannot be walked by the container's unprivileged init.
+    #[error("{0} is not searchable by others (mode o+x is needed on every ancestor of the data directory)")]
+    NotSearchable(PathBuf),
+    /// Mounting or unmounting the workspace tmpfs failed.
+    #[error("{op} workspace tmpfs at {path}")]
+    Mount {
+        /// `mount` or `unmount`.
+        op: &'static str,
+        /// The mount point.
+        path: PathBuf,
+        /// The kernel's errno.
+        #[source]
+        source: nix::Error,
+    },
+    /// A cgroup operation failed.
+    #[error(transparent)]
+    Cgroup(#[from] cgroup::CgroupError),
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> PrepareError + 'a {
+    move |source| PrepareError::Io { op, path: path.to_owned(), source }
+}
+
+/// One execution's host state.
+pub(crate) struct Prepared {
+    pub(crate) dir: PathBuf,
+    pub(crate) workspace: PathBuf,
+    workspace_mounted: bool,
+    pub(crate) cgroup: Option<Cgroup>,
+    /// Host pid of the container's init, once known.
+    pub(crate) init_pid: Option<i32>,
+    /// SHA-256 of each input file, to tell changed outputs from untouched inputs.
+    inputs: Vec<(String, [u8; 32])>,
+    pub(crate) spec: SpawnSpec,
+    torn_down: bool,
+}
+
+impl Prepared {
+    /// Creates the directories, mounts and fills the workspace, creates the cgroup, and builds the spawn spec.
+    /// Errors: [`PrepareError`]; whatever was made is undone by `Drop`.
+    pub(crate) fn new(opts: &EngineOptions, layout: &Layout, id: &str, a: &Admitted, code: &str) -> Result<Self, PrepareError> {
+        let rt = &opts.config.runtime;
+        let executions = opts.data_dir.join("executions");
+        fs::DirBuilder::new().recursive(true).mode(0o711).create(&executions).map_err(io_err("create", &executions))?;
+        check_searchable(&executions)?;
+        let dir = executions.join(id);
+        fs::DirBuilder::new().mode(0o711).create(&dir).map_err(io_err("create", &dir))?;
+        let mut p = Self {
+            workspace: dir.join("workspace"),
+            dir,
+            workspace_mounted: false,
+            cgroup: None,
+            init_pid: None,
+            inputs: Vec::new(),
+            spec: SpawnSpec::default(),
+            torn_down: false,
+        };
+        let root = p.dir.join("root");
+        fs::DirBuilder::new().mode(0o755).create(&root).map_err(io_err("create", &root))?;
+        fs::DirBuilder::new().mode(0o755).create(&p.workspace).map_err(io_err("create", &p.workspace))?;
+        let user = rt.uid_base + SANDBOX_UID;
+        let fs_policy = &a.profile.filesystem;
+        let options = format!("size={},mode=0755,uid={user},gid={user}", fs_policy.workspace_max_bytes);
+        mount(Some("tmpfs"), &p.workspace, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(options.as_str()))
+            .map_err(|source| PrepareError::Mount { op: "mount", path: p.workspace.clone(), source })?;
+        p.workspace_mounted = true;
+        p.write_inputs(a, rt.uid_base)?;
+        let limits = cgroup::Limits {
+            memory_max_bytes: a.profile.limits.memory_max_bytes,
+            cpu_max: a.profile.limits.cpu_max,
+            pids_max: a.profile.limits.pids_max,
+        };
+        p.cgroup = Some(Cgroup::create(layout, &opts.cgroup_parent, id, limits)?);
+        let (argv, env) = program_command(a, rt);
+        p.spec = SpawnSpec {
+            execution_id: id.to_owned(),
+            uid_base: rt.uid_base,
+            cgroup_dirs: p.cgroup.as_ref().map(|c| c.dirs().to_vec()).unwrap_or_default(),
+            root_dir: root,
+            workspace_dir: p.workspace.clone(),
+            system_dirs: rt.system_dirs.clone(),
+            etc_binds: ["/etc/ld.so.cache", "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives", "/etc/mime.types"]
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
+            root_files: root_files(a.language, code),
+            tmp_bytes: fs_policy.tmp_max_bytes,
+            mounts: fs_policy
+                .mounts
+                .iter()
+                .map(|m| BindMount { host: m.host.clone(), sandbox_path: m.sandbox.display().to_string(), read_only: m.read_only })
+                .collect(),
+            hostname: "sandbox".into(),
+            argv,
+            env,
+            cwd: "/workspace".into(),
+            rlimits: Rlimits {
+                nofile: a.profile.limits.nofile,
+                fsize_bytes: fs_policy.workspace_max_bytes.max(fs_policy.tmp_max_bytes),
+            },
+        };
+        Ok(p)
+    }
+
+    fn write_inputs(&mut self, a: &Admitted, uid_base: u32) -> Result<(), PrepareError> {
+        use sha2::Digest;
+        let user = Uid::from_raw(uid_base + SANDBOX_UID);
+        let group = Gid::from_raw(uid_base + SANDBOX_UID);
+        let (root_uid, root_gid) = (Uid::from_raw(uid_base), Gid::from_raw(uid_base));
+        for f in &a.files {
+            let path = f.path.components().fold(self.workspace.clone(), |p, c| p.join(c));
+            // Parent directories belong to the sandbox user, so the program may add files beside inputs.
+            let mut dir = self.workspace.clone();
+            let comps: Vec<&str> = f.path.components().collect();
+            for c in &comps[..comps.len() - 1] {
+                dir.push(c);
+                if !dir.exists() {
+                    fs::DirBuilder::new().mode(0o755).create(&dir).map_err(io_err("create", &dir))?;
+                    chown(&dir, Some(user), Some(group)).map_err(|e| PrepareError::Io { op: "chown", path: dir.clone(), source: e.into() })?;
+                }
+            }
+            fs::write(&path, &f.bytes).map_err(io_err("write", &path))?;
+            let (owner, mode) = if a.profile.filesystem.inputs_read_only { ((root_uid, root_gid), 0o444) } else { ((user, group), 0o644) };
+            chown(&path, Some(owner.0), Some(owner.1)).map_err(|e| PrepareError::Io { op: "chown", path: path.clone(), source: e.into() })?;
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(io_err("chmod", &path))?;
+            self.inputs.push((f.path.as_str().to_owned(), sha2::Sha256::digest(&f.bytes).into()));
+        }
+        Ok(())
+    }
+
+    /// Ends every process of the execution: SIGKILL to init (which takes its pid namespace
+    /// down), then to whatever the cgroup still holds (the helper, a process mid-fork).
+    pub(crate) fn stop_everything(&mut self) {
+        if let Some(pid) = self.init_pid {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        if let Some(cg) = &self.cgroup {
+            if let Err(e) = cg.kill_all(Duration::from_secs(5)) {
+                tracing::error!(error = %e, "processes survived the cgroup kill");
+            }
+        }
+    }
+
+    /// Resource usage from the cgroup (zeros if it cannot be read).
+    pub(crate) fn usage(&self) -> Usage {
+        self.cgroup.as_ref().and_then(|c| c.usage().ok()).unwrap_or_default()
+    }
+
+    /// Reads the new or changed workspace files (see [`crate::collect`]).
+    pub(crate) fn collect_files(
+        &self,
+        a: &Admitted,
+    ) -> io::Result<(std::collections::BTreeMap<String, OutputFile>, Vec<SkippedFile>)> {
+        crate::collect::collect(&self.workspace, &self.inputs, a)
+    }
+
+    /// Removes the cgroup, the workspace mount and the execution directory.
+    /// Errors: the first failure; the remaining steps are still attempted.
+    pub(crate) fn teardown(&mut self) -> Result<(), PrepareError> {
+        self.torn_down = true;
+        let mut first: Option<PrepareError> = None;
+        let mut keep = |r: Result<(), PrepareError>| {
+            if let Err(e) = r {
+                first.get_or_insert(e);
+            }
+        };
+        self.stop_everything();
+        if let Some(cg) = self.cgroup.take() {
+            keep(cg.remove().map_err(PrepareError::from));
+        }
+        if self.workspace_mounted {
+            keep(
+                umount2(&self.workspace, MntFlags::MNT_DETACH)
+                    .map_err(|source| PrepareError::Mount { op: "unmount", path: self.workspace.clone(), source }),
+            );
+            self.workspace_mounted = false;
+        }
+        keep(fs::remove_dir_all(&self.dir).or_else(ignore_not_found).map_err(io_err("remove", &self.dir)));
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if !self.torn_down {
+            if let Err(e) = self.teardown() {
+                tracing::error!(error = %e, "teardown of an abandoned execution failed");
+            }
+        }
+    }
+}
+
+fn ignore_not_found(e: io::Error) -> io::Result<()> {
+    if e.kind() == io::ErrorKind::NotFound {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}
+
+/// Every ancestor of `dir` must have o+x for the container's unprivileged init to reach it.
+fn check_searchable(dir: &Path) -> Result<(), PrepareError> {
+    for a in dir.ancestors() {
+        let meta = fs::metadata(a).map_err(io_err("stat", a))?;
+        if meta.permissions().mode() & 0o001 == 0 {
+            return Err(PrepareError::NotSearchable(a.to_owned()));
+        }
+    }
+    Ok(())
+}
+
+/// The synthesized /etc and the code file.
+fn root_files(language: Language, code: &str) -> Vec<RootFile> {
+    let f = |path: &str, content: &str, mode: u32| RootFile { sandbox_path: path.into(), content: content.into(), mode };
+    vec![
+        f("/etc/passwd", "root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:1000:1000:sandbox:/tmp:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", 0o444),
+        f("/etc/group", "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n", 0o444),
+        f("/etc/hostname", "sandbox\n", 0o444),
+        f("/etc/hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n", 0o444),
+        // No resolver: the network namespace is empty.
+        f("/etc/resolv.conf", "", 0o444),
+        f("/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", 0o444),
+        f(&format!("{CODE_DIR}/{}", code_file(language)), code, 0o444),
+    ]
+}

@@ -1,0 +1,324 @@
+//! Spawn and supervise: start the helper, feed it the spec and stdin, stream stdout/stderr within
+//! their caps, enforce the wall-clock timeout (SIGTERM to everything via init, a grace period,
+//! then SIGKILL of the pid namespace), and turn what happened into the result's fields.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use command_fds::{CommandFdExt, FdMapping};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use sandbox_core::wire::{ExecError, ResourceUsage};
+use sandbox_core::{Admitted, ExecutionResult, Language, Status};
+use sandbox_runtime::cgroup::Usage;
+use sandbox_runtime::spec::{Event, CONTROL_FD};
+use sandbox_runtime::HELPER_ARGV0;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, Notify};
+
+use crate::prepare::Prepared;
+use crate::{ms, EngineOptions};
+
+/// Which stream a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamKind {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// A piece of the program's output, streamed as it arrives (only bytes within the cap).
+#[derive(Debug, Clone)]
+pub struct Chunk {
+    /// The stream.
+    pub stream: StreamKind,
+    /// The bytes, as the program wrote them.
+    pub data: Vec<u8>,
+}
+
+/// What supervision observed.
+#[derive(Debug, Default)]
+pub(crate) struct RunOutcome {
+    exit: Option<(Option<i32>, Option<i32>)>,
+    killed_at_teardown: u32,
+    timed_out: bool,
+    output_stopped: bool,
+    failure: Option<String>,
+    stdout: Captured,
+    stderr: Captured,
+    setup_ms: u64,
+    run_ms: u64,
+    landlock_abi: u32,
+}
+
+#[derive(Debug, Default)]
+struct Captured {
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
+/// How long to wait for the output pipes to close once the sandbox has ended; every process
+/// holding them is dead by then, so this only bounds a kernel that is slow to tear down.
+const DRAIN_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Runs the prepared execution to its end.
+pub(crate) async fn run(
+    opts: &EngineOptions,
+    prepared: &mut Prepared,
+    a: &Admitted,
+    received: Instant,
+    output: Option<mpsc::UnboundedSender<Chunk>>,
+) -> RunOutcome {
+    let mut out = RunOutcome::default();
+    let (engine_end, helper_end) = match std::os::unix::net::UnixStream::pair() {
+        Ok(p) => p,
+        Err(e) => {
+            out.failure = Some(format!("socketpair: {e}"));
+            return out;
+        }
+    };
+    let mut cmd = tokio::process::Command::new(&opts.helper);
+    cmd.arg0(HELPER_ARGV0)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Err(e) = cmd.fd_mappings(vec![FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD }]) {
+        out.failure = Some(format!("fd mapping: {e}"));
+        return out;
+    }
+    let spawned_at = Instant::now();
+    let spawned = cmd.spawn();
+    // The command holds the helper's end of the control socket; drop it so that end's only
+    // copies live in the helper and init, and EOF means both have exited.
+    drop(cmd);
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            out.failure = Some(format!("spawning the helper {}: {e}", opts.helper.display()));
+            return out;
+        }
+    };
+    let ctl = match engine_end.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(engine_end)) {
+        Ok(s) => s,
+        Err(e) => {
+            out.failure = Some(format!("control socket: {e}"));
+            return out;
+        }
+    };
+    let (ctl_read, mut ctl_write) = ctl.into_split();
+    let mut spec_line = serde_json::to_vec(&prepared.spec).expect("the spawn spec always serializes");
+    spec_line.push(b'\n');
+    if let Err(e) = ctl_write.write_all(&spec_line).await {
+        out.failure = Some(format!("sending the spec: {e}"));
+        return out;
+    }
+
+    let stdin_task = child.stdin.take().map(|mut pipe| {
+        let data = a.stdin.clone();
+        tokio::spawn(async move {
+            // A program that exits without reading its input closes the pipe: not an error.
+            let _ = pipe.write_all(&data).await;
+        })
+    });
+    let limit_hit = Arc::new(Notify::new());
+    let caps = &a.profile.output;
+    let stdout_task = child.stdout.take().map(|p| {
+        tokio::spawn(capture(p, StreamKind::Stdout, caps.stdout_max_bytes, output.clone(), limit_hit.clone()))
+    });
+    let stderr_task = child.stderr.take().map(|p| {
+        tokio::spawn(capture(p, StreamKind::Stderr, caps.stderr_max_bytes, output.clone(), limit_hit.clone()))
+    });
+
+    let mut events = BufReader::new(ctl_read).lines();
+    let deadline = tokio::time::Instant::from_std(spawned_at + Duration::from_millis(a.timeout_ms));
+    let grace = Duration::from_millis(a.profile.limits.grace_ms);
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let mut exec_at: Option<Instant> = None;
+    let signal_init = |prepared: &Prepared, sig: Signal| {
+        if let Some(pid) = prepared.init_pid {
+            let _ = kill(Pid::from_raw(pid), sig);
+        }
+    };
+    loop {
+        tokio::select! {
+            line = events.next_line() => match line {
+                Ok(Some(line)) => match serde_json::from_str::<Event>(&line) {
+                    Ok(Event::Started { init_pid }) => prepared.init_pid = Some(init_pid),
+                    Ok(Event::Spawned { landlock_abi }) => {
+                        exec_at = Some(Instant::now());
+                        out.landlock_abi = landlock_abi;
+                    }
+                    Ok(Event::Failed { step, message }) => {
+                        out.failure.get_or_insert(format!("sandbox set-up failed at {step}: {message}"));
+                    }
+                    Ok(Event::Exited { code, signal, killed_at_teardown }) => {
+                        out.exit = Some((code, signal));
+                        out.killed_at_teardown = killed_at_teardown;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "unreadable helper event"),
+                },
+                // EOF: the helper and init have both exited.
+                Ok(None) | Err(_) => break,
+            },
+            () = tokio::time::sleep_until(deadline), if !out.timed_out && !out.output_stopped => {
+                tracing::info!("timeout: SIGTERM to the sandbox");
+                out.timed_out = true;
+                signal_init(prepared, Signal::SIGTERM);
+                kill_at = Some(tokio::time::Instant::now() + grace);
+            }
+            () = sleep_until_opt(kill_at) => {
+                tracing::info!("grace period over: SIGKILL to the sandbox");
+                signal_init(prepared, Signal::SIGKILL);
+                prepared.stop_everything();
+                kill_at = None;
+            }
+            () = limit_hit.notified(), if a.profile.output.stop_at_limit && !out.output_stopped && !out.timed_out => {
+                tracing::info!("output cap reached: stopping the sandbox");
+                out.output_stopped = true;
+                signal_init(prepared, Signal::SIGKILL);
+            }
+        }
+    }
+    let ended = Instant::now();
+    let _ = child.wait().await;
+    // Every process of the sandbox is gone once init is; the pipes close with them.
+    prepared.stop_everything();
+    if let Some(t) = stdin_task {
+        t.abort();
+    }
+    for (task, slot) in [(stdout_task, &mut out.stdout), (stderr_task, &mut out.stderr)] {
+        if let Some(mut task) = task {
+            match tokio::time::timeout(DRAIN_PATIENCE, &mut task).await {
+                Ok(Ok(c)) => *slot = c,
+                _ => {
+                    task.abort();
+                    tracing::error!("an output pipe stayed open after the sandbox ended");
+                }
+            }
+        }
+    }
+    let exec_at = exec_at.unwrap_or(ended);
+    out.setup_ms = ms(exec_at.saturating_duration_since(received));
+    out.run_ms = ms(ended.saturating_duration_since(exec_at));
+    out
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Reads a pipe to EOF, keeping the first `cap` bytes and discarding the rest (memory stays bounded).
+async fn capture(
+    mut pipe: impl AsyncRead + Unpin,
+    stream: StreamKind,
+    cap: u64,
+    sink: Option<mpsc::UnboundedSender<Chunk>>,
+    limit_hit: Arc<Notify>,
+) -> Captured {
+    let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+    let mut c = Captured::default();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let room = cap.saturating_sub(c.bytes.len());
+        let keep = n.min(room);
+        if keep > 0 {
+            c.bytes.extend_from_slice(&buf[..keep]);
+            if let Some(s) = &sink {
+                let _ = s.send(Chunk { stream, data: buf[..keep].to_vec() });
+            }
+        }
+        if keep < n && !c.truncated {
+            c.truncated = true;
+            limit_hit.notify_one();
+        }
+    }
+    c
+}
+
+/// Fills the result from what supervision and the cgroup saw.
+pub(crate) fn fill_result(r: &mut ExecutionResult, a: &Admitted, run: RunOutcome, usage: Usage) {
+    let (stdout, stdout_b64) = text(run.stdout.bytes);
+    let (stderr, stderr_b64) = text(run.stderr.bytes);
+    r.stdout = stdout;
+    r.stdout_base64 = stdout_b64;
+    r.stderr = stderr;
+    r.stderr_base64 = stderr_b64;
+    r.stdout_truncated = run.stdout.truncated;
+    r.stderr_truncated = run.stderr.truncated;
+    r.killed_at_teardown = run.killed_at_teardown;
+    r.timed_out = run.timed_out;
+    r.timing.setup_ms = run.setup_ms;
+    r.timing.run_ms = run.run_ms;
+    r.resource_usage = ResourceUsage { cpu_time_ms: usage.cpu_time_ms, peak_memory_bytes: usage.peak_memory_bytes };
+    if let Some(e) = r.enforcement.as_mut() {
+        e.landlock_abi = run.landlock_abi;
+    }
+    let (code, signal) = match run.exit {
+        Some(exit) => exit,
+        // Killed before init could report: the program died with the namespace, by SIGKILL.
+        None if run.timed_out || run.output_stopped => (None, Some(Signal::SIGKILL as i32)),
+        None => (None, None),
+    };
+    r.signal = signal;
+    r.signal_name = signal.and_then(|s| Signal::try_from(s).ok()).map(|s| s.as_str().to_owned());
+    r.exit_code = code.or(signal.map(|s| 128 + s));
+    let v8_heap = a.language == Language::Typescript
+        && (signal == Some(Signal::SIGABRT as i32) || code == Some(134))
+        && r.stderr.contains("JavaScript heap out of memory");
+    r.oom_killed = (usage.oom_kills > 0 && (signal.is_some() || run.exit.is_none())) || v8_heap;
+    r.status = if let Some(f) = run.failure {
+        tracing::error!(failure = %f, "execution failed");
+        r.error = Some(ExecError {
+            kind: "internal_error".into(),
+            message: format!("{f} (execution {})", r.execution_id),
+            field: None,
+            line: None,
+            column: None,
+            traceback: None,
+        });
+        Status::InternalError
+    } else if run.timed_out {
+        Status::Timeout
+    } else if r.oom_killed {
+        Status::MemoryLimit
+    } else if run.output_stopped {
+        Status::OutputLimit
+    } else if code == Some(0) {
+        Status::Ok
+    } else if run.exit.is_none() {
+        r.error = Some(ExecError {
+            kind: "internal_error".into(),
+            message: format!("the sandbox ended without reporting an exit (execution {})", r.execution_id),
+            field: None,
+            line: None,
+            column: None,
+            traceback: None,
+        });
+        Status::InternalError
+    } else {
+        Status::Error
+    };
+}
+
+/// Lossy text, plus the exact bytes in base64 when they were not valid UTF-8.
+fn text(bytes: Vec<u8>) -> (String, Option<String>) {
+    match String::from_utf8(bytes) {
+        Ok(s) => (s, None),
+        Err(e) => {
+            let bytes = e.into_bytes();
+            (String::from_utf8_lossy(&bytes).into_owned(), Some(base64::engine::general_purpose::STANDARD.encode(&bytes)))
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! The v2 file interface is exercised on a plain directory laid out like a cgroup2 mount;
+//! v1 runs for real in the engine's integration tests on this hybrid host.
+
+use std::fs;
+
+use super::*;
+
+const HYBRID: &str = "\
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+const UNIFIED: &str = "30 24 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+
+#[test]
+fn detects_hybrid_as_v1_with_comounted_cpu() {
+    let l = Layout::from_mountinfo(HYBRID, |_| Some("hugetlb".into())).unwrap();
+    assert_eq!(
+        l,
+        Layout::V1 {
+            memory: "/sys/fs/cgroup/memory".into(),
+            cpu: "/sys/fs/cgroup/cpu,cpuacct".into(),
+            cpuacct: "/sys/fs/cgroup/cpu,cpuacct".into(),
+            pids: "/sys/fs/cgroup/pids".into(),
+        }
+    );
+    assert_eq!(l.version(), "v1");
+}
+
+#[test]
+fn detects_unified_v2_only_with_controllers() {
+    let l = Layout::from_mountinfo(UNIFIED, |_| Some("cpuset cpu io memory pids".into())).unwrap();
+    assert_eq!(l, Layout::V2 { root: "/sys/fs/cgroup".into() });
+    let e = Layout::from_mountinfo(UNIFIED, |_| Some("cpu io".into())).unwrap_err();
+    assert!(matches!(e, CgroupError::Unavailable(_)), "{e}");
+}
+
+#[test]
+fn v2_create_writes_limits_and_enables_controllers() {
+    let root = tempfile::tempdir().unwrap();
+    fs::write(root.path().join("cgroup.subtree_control"), "cpu").unwrap();
+    let layout = Layout::V2 { root: root.path().into() };
+    let limits = Limits { memory_max_bytes: 256 << 20, cpu_max: 0.5, pids_max: 64 };
+    let cg = Cgroup::create(&layout, "sandbox", "exec1", limits).unwrap();
+    let dir = root.path().join("sandbox/exec1");
+    assert_eq!(cg.dirs(), &[dir.clone()]);
+    let read = |p: &Path| fs::read_to_string(p).unwrap();
+    assert_eq!(read(&dir.join("memory.max")), "268435456");
+    assert_eq!(read(&dir.join("cpu.max")), "50000 100000");
+    assert_eq!(read(&dir.join("pids.max")), "64");
+    assert_eq!(read(&root.path().join("cgroup.subtree_control")), "+memory +pids");
+    assert_eq!(read(&root.path().join("sandbox/cgroup.subtree_control")), "+memory +cpu +pids");
+}
+
+#[test]
+fn v2_usage_reads_cpu_peak_oom_and_pids_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::write(d.join("cpu.stat"), "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n").unwrap();
+    fs::write(d.join("memory.events"), "low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\noom_group_kill 0\n").unwrap();
+    fs::write(d.join("memory.peak"), "1048576\n").unwrap();
+    fs::write(d.join("pids.events"), "max 7\n").unwrap();
+    let u = v2::usage(d).unwrap();
+    assert_eq!(u, Usage { cpu_time_ms: 2500, peak_memory_bytes: 1 << 20, oom_kills: 1, pids_limit_hits: 7 });
+}
+
+#[test]
+fn v1_usage_reads_cpuacct_and_oom_control() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    fs::write(d.join("cpuacct.usage"), "1500000000\n").unwrap();
+    fs::write(d.join("memory.max_usage_in_bytes"), "4096\n").unwrap();
+    fs::write(d.join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n").unwrap();
+    let u = v1::usage(&[d.to_owned()]).unwrap();
+    assert_eq!(u, Usage { cpu_time_ms: 1500, peak_memory_bytes: 4096, oom_kills: 2, pids_limit_hits: 0 });
+}
+
+#[test]
+fn quota_has_the_kernel_minimum() {
+    assert_eq!(cpu_quota_us(0.5), 50_000);
+    assert_eq!(cpu_quota_us(2.0), 200_000);
+    assert_eq!(cpu_quota_us(0.001), 1_000);
+}

@@ -1,0 +1,41 @@
+//! cgroup v1 control files (Documentation/admin-guide/cgroup-v1/{memory,pids}.rst, scheduler/sched-bwc.rst).
+
+use std::path::{Path, PathBuf};
+
+use super::{cpu_quota_us, keyed, read, write, CgroupError, Limits, Usage, CPU_PERIOD_US};
+
+pub(super) fn set_limits(memory: &Path, cpu: &Path, pids: &Path, l: Limits) -> Result<(), CgroupError> {
+    let bytes = l.memory_max_bytes.to_string();
+    write(&memory.join("memory.limit_in_bytes"), &bytes)?;
+    // memsw = memory + swap; equal to the memory limit means no swap. Absent without swap accounting.
+    if memory.join("memory.memsw.limit_in_bytes").exists() {
+        write(&memory.join("memory.memsw.limit_in_bytes"), &bytes)?;
+    }
+    if memory.join("memory.swappiness").exists() {
+        write(&memory.join("memory.swappiness"), "0")?;
+    }
+    write(&cpu.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+    write(&cpu.join("cpu.cfs_quota_us"), &cpu_quota_us(l.cpu_max).to_string())?;
+    write(&pids.join("pids.max"), &l.pids_max.to_string())?;
+    Ok(())
+}
+
+/// `dirs` holds the memory, cpu, cpuacct and pids directories (co-mounted ones once), found by their files.
+pub(super) fn usage(dirs: &[PathBuf]) -> Result<Usage, CgroupError> {
+    let find = |file: &str| dirs.iter().map(|d| d.join(file)).find(|p| p.exists());
+    let mut u = Usage::default();
+    if let Some(p) = find("cpuacct.usage") {
+        u.cpu_time_ms = read(&p)?.trim().parse::<u64>().unwrap_or(0) / 1_000_000;
+    }
+    if let Some(p) = find("memory.max_usage_in_bytes") {
+        u.peak_memory_bytes = read(&p)?.trim().parse().unwrap_or(0);
+    }
+    if let Some(p) = find("memory.oom_control") {
+        // "oom_kill N" is reported from Linux 4.13.
+        u.oom_kills = keyed(&read(&p)?, "oom_kill").unwrap_or(0);
+    }
+    if let Some(p) = find("pids.events") {
+        u.pids_limit_hits = keyed(&read(&p)?, "max").unwrap_or(0);
+    }
+    Ok(u)
+}

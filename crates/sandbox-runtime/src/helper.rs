@@ -1,0 +1,102 @@
+//! The helper: our own binary re-executed as `sandbox-init` by the engine, single-threaded.
+//! It joins the execution's cgroup, clones init into new namespaces, writes init's uid/gid maps
+//! (host root may map any range; init itself could not), and waits for init.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+
+use nix::sched::CloneFlags;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{getpid, getppid, pipe};
+
+use crate::spec::{Event, SpawnSpec, CONTROL_FD};
+use crate::sys::{self, Forked};
+
+/// `argv[0]` the engine gives the helper; the binary's `main` dispatches on it before anything
+/// else (no threads, no runtime). It is also what `/proc/1/cmdline` shows inside.
+pub const HELPER_ARGV0: &str = "sandbox-init";
+
+/// Namespaces every sandbox gets.
+const NAMESPACES: CloneFlags = CloneFlags::CLONE_NEWUSER
+    .union(CloneFlags::CLONE_NEWPID)
+    .union(CloneFlags::CLONE_NEWNS)
+    .union(CloneFlags::CLONE_NEWNET)
+    .union(CloneFlags::CLONE_NEWIPC)
+    .union(CloneFlags::CLONE_NEWUTS)
+    .union(CloneFlags::CLONE_NEWCGROUP);
+
+/// Entry point of the helper process. Reads the [`SpawnSpec`] from fd 3, reports [`Event`]s on
+/// it, and exits 0 when init ran to its end, 1 when set-up failed (a `failed` event says why).
+pub fn helper_main() -> ! {
+    let ctl = match sys::take_control_socket(CONTROL_FD) {
+        Ok(s) => s,
+        Err(_) => std::process::exit(2),
+    };
+    let code = match run(&ctl) {
+        Ok(code) => code,
+        Err((step, message)) => {
+            send(&ctl, &Event::Failed { step: step.into(), message });
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+type StepError = (&'static str, String);
+
+fn step<T, E: std::fmt::Display>(name: &'static str, r: Result<T, E>) -> Result<T, StepError> {
+    r.map_err(|e| (name, e.to_string()))
+}
+
+fn run(ctl: &UnixStream) -> Result<i32, StepError> {
+    let mut line = String::new();
+    step("read_spec", BufReader::new(ctl).read_line(&mut line))?;
+    let spec: SpawnSpec = step("parse_spec", serde_json::from_str(&line))?;
+    // Die with the engine: an orphaned helper would leave init running.
+    step("pdeathsig", nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL))?;
+    if getppid().as_raw() == 1 {
+        return Err(("pdeathsig", "the engine exited before the helper started".into()));
+    }
+    // Join the cgroup before cloning, so init and everything it starts are born inside it.
+    for dir in &spec.cgroup_dirs {
+        let procs = dir.join("cgroup.procs");
+        step("cgroup_join", std::fs::write(&procs, getpid().to_string()).map_err(|e| format!("{}: {e}", procs.display())))?;
+    }
+    // No descriptor but stdio and the control socket may reach the container.
+    step("cloexec", sys::cloexec_from(4))?;
+    let (go_read, go_write) = step("pipe", pipe())?;
+    match step("clone", sys::clone_namespaces(NAMESPACES))? {
+        Forked::Child => {
+            drop(go_write);
+            crate::init::init_main(&spec, go_read, ctl)
+        }
+        Forked::Parent(init) => {
+            drop(go_read);
+            let map = format!("0 {} 65536\n", spec.uid_base);
+            step("uid_map", std::fs::write(format!("/proc/{init}/uid_map"), &map))?;
+            step("gid_map", std::fs::write(format!("/proc/{init}/gid_map"), &map))?;
+            send(ctl, &Event::Started { init_pid: init.as_raw() });
+            step("release_init", nix::unistd::write(go_write.as_fd(), b"g"))?;
+            drop(go_write);
+            // Hold no copy of the program's stdio: its pipes must close when the sandbox ends.
+            step("stdio", crate::init::stdio_to_dev_null("/dev/null"))?;
+            loop {
+                match waitpid(init, None) {
+                    Ok(WaitStatus::Exited(_, code)) => return Ok(code),
+                    Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+                    Err(e) => return Err(("wait_init", e.to_string())),
+                }
+            }
+        }
+    }
+}
+
+/// Writes one event line to the control socket. A failed write means the engine is gone;
+/// there is nobody left to tell, so it is ignored.
+pub(crate) fn send(mut ctl: &UnixStream, event: &Event) {
+    let mut line = serde_json::to_vec(event).expect("events always serialize");
+    line.push(b'\n');
+    let _ = ctl.write_all(&line);
+}

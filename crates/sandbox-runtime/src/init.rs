@@ -1,0 +1,159 @@
+//! Pid 1 of the container: becomes root of the new user namespace, builds the root filesystem,
+//! forks the program, forwards polite signals to every process, reaps, and when the program's
+//! main process ends kills whatever is left and reports the exit.
+
+use std::ffi::CString;
+use std::os::fd::OwnedFd;
+
+use std::os::unix::net::UnixStream;
+
+use nix::sys::signal::{kill, SigSet, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{Gid, Pid, Uid};
+
+use crate::helper::send;
+use crate::spec::{Event, SpawnSpec, SANDBOX_UID};
+use crate::sys::{self, Forked};
+
+/// Signals init handles: SIGCHLD to reap, the rest forwarded to every process of the sandbox.
+const FORWARDED: [Signal; 7] =
+    [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGALRM];
+
+pub(crate) fn init_main(spec: &SpawnSpec, go: OwnedFd, ctl: &UnixStream) -> ! {
+    // Wait until the helper has written our id maps; EOF means it failed and we just leave.
+    let mut byte = [0u8; 1];
+    if !matches!(nix::unistd::read(&go, &mut byte), Ok(1)) {
+        std::process::exit(1);
+    }
+    drop(go);
+    let code = match setup_and_supervise(spec, ctl) {
+        Ok(()) => 0,
+        Err((step, message)) => {
+            send(ctl, &Event::Failed { step: step.into(), message });
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+type StepError = (&'static str, String);
+
+fn step<T, E: std::fmt::Display>(name: &'static str, r: Result<T, E>) -> Result<T, StepError> {
+    r.map_err(|e| (name, e.to_string()))
+}
+
+fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepError> {
+    // If the helper dies, so do we, and with us (pid 1) the whole namespace.
+    step("pdeathsig", nix::sys::prctl::set_pdeathsig(Signal::SIGKILL))?;
+    // Become root of the new user namespace (host uid_base): drop host supplementary groups first.
+    step("setgroups", nix::unistd::setgroups(&[]))?;
+    step("setresgid", nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0)))?;
+    step("setresuid", nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0)))?;
+    // No one may ptrace or read the memory of pid 1.
+    step("dumpable", nix::sys::prctl::set_dumpable(false))?;
+    crate::rootfs::build(spec)?;
+    step("hostname", nix::unistd::sethostname(&spec.hostname))?;
+    step("loopback", sys::loopback_up())?;
+
+    let mut handled = SigSet::empty();
+    handled.add(Signal::SIGCHLD);
+    for s in FORWARDED {
+        handled.add(s);
+    }
+    step("sigmask", handled.thread_block())?;
+    let program = match step("fork", sys::fork())? {
+        Forked::Child => {
+            let (name, message) = match exec_program(spec) {
+                Err(e) => e,
+                Ok(never) => match never {},
+            };
+            send(ctl, &Event::Failed { step: name.into(), message });
+            std::process::exit(127);
+        }
+        Forked::Parent(pid) => pid,
+    };
+    send(ctl, &Event::Spawned { landlock_abi: sys::landlock_abi().min(crate::wall::ABI_REQUIRED) });
+    // Hold no copy of the program's stdio: a pipe closes when the last sandbox process ends.
+    step("stdio", stdio_to_dev_null("/dev/null"))?;
+
+    let (code, signal) = loop {
+        let sig = step("sigwait", handled.wait())?;
+        if sig != Signal::SIGCHLD {
+            // kill(-1) from pid 1 reaches every other process of the namespace.
+            let _ = kill(Pid::from_raw(-1), sig);
+            continue;
+        }
+        if let Some(status) = reap(program) {
+            break status;
+        }
+    };
+    let killed_at_teardown = count_others();
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    while !matches!(waitpid(None, None), Err(nix::errno::Errno::ECHILD)) {}
+    send(ctl, &Event::Exited { code, signal, killed_at_teardown });
+    Ok(())
+}
+
+/// Reaps every exited child; returns the program's (exit code, signal) once it has ended.
+fn reap(program: Pid) -> Option<(Option<i32>, Option<i32>)> {
+    let mut result = None;
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == program => result = Some((Some(code), None)),
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == program => result = Some((None, Some(sig as i32))),
+            Ok(WaitStatus::StillAlive) | Err(_) => return result,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Processes of the namespace other than init, from /proc.
+fn count_others() -> u32 {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+    let n = dir
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n != "1" && n.bytes().all(|b| b.is_ascii_digit())))
+        .count();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Points fds 0, 1 and 2 at `dev_null`.
+pub(crate) fn stdio_to_dev_null(dev_null: &str) -> nix::Result<()> {
+    let null = nix::fcntl::open(dev_null, nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())?;
+    nix::unistd::dup2_stdin(&null)?;
+    nix::unistd::dup2_stdout(&null)?;
+    nix::unistd::dup2_stderr(&null)?;
+    Ok(())
+}
+
+/// In the forked program process: limits, credentials, capabilities, no_new_privs, landlock,
+/// seccomp, then exec. Returns only on failure.
+fn exec_program(spec: &SpawnSpec) -> Result<std::convert::Infallible, StepError> {
+    step("sigmask", SigSet::all().thread_unblock())?;
+    step("setsid", nix::unistd::setsid())?;
+    use nix::sys::resource::{setrlimit, Resource};
+    step("rlimit_core", setrlimit(Resource::RLIMIT_CORE, 0, 0))?;
+    step("rlimit_nofile", setrlimit(Resource::RLIMIT_NOFILE, spec.rlimits.nofile, spec.rlimits.nofile))?;
+    step("rlimit_fsize", setrlimit(Resource::RLIMIT_FSIZE, spec.rlimits.fsize_bytes, spec.rlimits.fsize_bytes))?;
+    step("chdir", nix::unistd::chdir(spec.cwd.as_str()))?;
+    // Empty the bounding and ambient sets while we still hold CAP_SETPCAP, then change to the
+    // unprivileged uid, which clears the permitted and effective sets.
+    step("capabilities", caps::clear(None, caps::CapSet::Ambient))?;
+    step("capabilities", caps::clear(None, caps::CapSet::Inheritable))?;
+    step("capabilities", caps::clear(None, caps::CapSet::Bounding))?;
+    let (uid, gid) = (Uid::from_raw(SANDBOX_UID), Gid::from_raw(SANDBOX_UID));
+    step("setresgid", nix::unistd::setresgid(gid, gid, gid))?;
+    step("setresuid", nix::unistd::setresuid(uid, uid, uid))?;
+    let left = step("capabilities", caps::read(None, caps::CapSet::Permitted))?;
+    if !left.is_empty() {
+        return Err(("capabilities", format!("capabilities survived the uid change: {left:?}")));
+    }
+    step("no_new_privs", nix::sys::prctl::set_no_new_privs())?;
+    crate::wall::restrict(spec).map_err(|e| ("landlock", e))?;
+    crate::seccomp::install().map_err(|e| ("seccomp", e))?;
+    let argv: Vec<CString> = step("argv", spec.argv.iter().map(|a| CString::new(a.as_str())).collect::<Result<_, _>>())?;
+    let env: Vec<CString> =
+        step("env", spec.env.iter().map(|(k, v)| CString::new(format!("{k}={v}"))).collect::<Result<_, _>>())?;
+    let err = nix::unistd::execve(&argv[0], &argv, &env).expect_err("execve returns only on failure");
+    Err(("exec", format!("{}: {err}", spec.argv[0])))
+}

@@ -1,0 +1,25 @@
+//! The Linux isolation runtime: everything that touches the kernel to run one program in a
+//! fresh container. It knows nothing of profiles, HTTP, MCP or audit: the engine hands it a
+//! [`spec::SpawnSpec`] and reads back [`spec::Event`]s.
+//!
+//! Process tree of one execution (host view):
+//!
+//! ```text
+//! engine (daemon or CLI, multi-threaded)
+//!  └─ helper  "sandbox-init", our binary re-executed: joins the cgroup, clones ↓, writes its id maps
+//!      └─ init  pid 1 of new user/pid/mount/net/ipc/uts/cgroup namespaces: builds the rootfs,
+//!          │     pivot_root, forwards signals, reaps, kills everything when the program ends
+//!          └─ program  uid 1000, no capabilities, no_new_privs, landlock, seccomp, rlimits
+//! ```
+
+pub mod cgroup;
+mod helper;
+mod init;
+pub mod probe;
+mod rootfs;
+mod seccomp;
+pub mod spec;
+mod sys;
+mod wall;
+
+pub use helper::{helper_main, HELPER_ARGV0};

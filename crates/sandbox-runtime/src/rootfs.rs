@@ -1,0 +1,192 @@
+//! The container's root filesystem, built by init inside its new mount namespace: a tmpfs root
+//! holding read-only binds of the host's system directories, a synthesized /etc, the code,
+//! /workspace (the engine's tmpfs), /tmp, a minimal /dev, a fresh /proc; then pivot_root and the
+//! root made read-only. Nothing else of the host is reachable.
+
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+
+use crate::spec::SpawnSpec;
+
+type StepError = (&'static str, String);
+
+fn step<T, E: std::fmt::Display>(name: &'static str, what: &Path, r: Result<T, E>) -> Result<T, StepError> {
+    r.map_err(|e| (name, format!("{}: {e}", what.display())))
+}
+
+/// Device nodes bound from the host's /dev.
+const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
+
+/// /proc entries hidden behind /dev/null (as container runtimes' default masked paths do).
+const PROC_MASKED: [&str; 6] = ["kcore", "keys", "timer_list", "sched_debug", "sysrq-trigger", "kallsyms"];
+
+/// Builds the root and pivots into it. Runs as root of the container's user namespace.
+pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
+    let root = spec.root_dir.as_path();
+    let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    // Keep our mount changes from propagating back to the host.
+    step("make_private", Path::new("/"), mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>))?;
+    // The new root: a small tmpfs that only holds mount points, /etc and the code.
+    step("root_tmpfs", root, mount(Some("tmpfs"), root, Some("tmpfs"), nosuid_nodev, Some("size=16m,mode=0755")))?;
+
+    for dir in &spec.system_dirs {
+        bind_system_dir(root, dir)?;
+    }
+    mkdir(root, "/etc")?;
+    for file in &spec.etc_binds {
+        if file.exists() {
+            bind_ro(file, &inside(root, file.to_str().unwrap_or("/etc/missing")), file.is_dir())?;
+        }
+    }
+    for f in &spec.root_files {
+        let path = inside(root, &f.sandbox_path);
+        if let Some(parent) = path.parent() {
+            step("root_file", parent, fs::DirBuilder::new().recursive(true).mode(0o755).create(parent))?;
+        }
+        step("root_file", &path, fs::write(&path, &f.content))?;
+        step("root_file", &path, fs::set_permissions(&path, fs::Permissions::from_mode(f.mode)))?;
+    }
+    // UTC unless the program sets TZ.
+    let localtime = inside(root, "/etc/localtime");
+    if !localtime.exists() {
+        step("localtime", &localtime, std::os::unix::fs::symlink("/usr/share/zoneinfo/UTC", &localtime))?;
+    }
+
+    let ws = mkdir(root, "/workspace")?;
+    step("workspace", &ws, mount(Some(&spec.workspace_dir), &ws, None::<&str>, MsFlags::MS_BIND, None::<&str>))?;
+    remount_bind(&ws, nosuid_nodev)?;
+
+    let tmp = mkdir(root, "/tmp")?;
+    let size = format!("size={},mode=1777", spec.tmp_bytes);
+    step("tmp", &tmp, mount(Some("tmpfs"), &tmp, Some("tmpfs"), nosuid_nodev, Some(size.as_str())))?;
+
+    build_dev(root, spec.tmp_bytes)?;
+
+    let proc_dir = mkdir(root, "/proc")?;
+    // hidepid=invisible: the program (uid 1000) cannot even see pid 1 (root of the namespace).
+    step(
+        "proc",
+        &proc_dir,
+        mount(Some("proc"), &proc_dir, Some("proc"), nosuid_nodev | MsFlags::MS_NOEXEC, Some("hidepid=invisible")),
+    )?;
+    for name in PROC_MASKED {
+        let target = proc_dir.join(name);
+        if target.exists() {
+            step("proc_mask", &target, mount(Some("/dev/null"), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>))?;
+        }
+    }
+    for sub in ["sys", "bus", "fs", "irq"] {
+        let target = proc_dir.join(sub);
+        if target.exists() {
+            bind_ro(&target, &target, true)?;
+        }
+    }
+
+    for m in &spec.mounts {
+        let target = inside(root, &m.sandbox_path);
+        step("mount_dir", &target, fs::DirBuilder::new().recursive(true).mode(0o755).create(&target))?;
+        if m.read_only {
+            bind_ro(&m.host, &target, true)?;
+        } else {
+            step("mount_rw", &target, mount(Some(&m.host), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>))?;
+            remount_bind(&target, nosuid_nodev)?;
+        }
+    }
+
+    // pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only ours.
+    step("chdir_root", root, nix::unistd::chdir(root))?;
+    step("pivot_root", root, nix::unistd::pivot_root(".", "."))?;
+    step("umount_old_root", root, umount2(".", MntFlags::MNT_DETACH))?;
+    step("chdir_root", root, nix::unistd::chdir("/"))?;
+    step(
+        "root_readonly",
+        Path::new("/"),
+        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | nosuid_nodev, None::<&str>),
+    )?;
+    Ok(())
+}
+
+fn build_dev(root: &Path, shm_bytes: u64) -> Result<(), StepError> {
+    let dev = mkdir(root, "/dev")?;
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
+    step("dev", &dev, mount(Some("tmpfs"), &dev, Some("tmpfs"), flags, Some("size=64k,mode=0755")))?;
+    for name in DEVICES {
+        let target = dev.join(name);
+        step("dev_node", &target, fs::write(&target, b""))?;
+        let host = PathBuf::from("/dev").join(name);
+        step("dev_node", &target, mount(Some(&host), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>))?;
+    }
+    for (link, to) in
+        [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")]
+    {
+        let path = dev.join(link);
+        step("dev_link", &path, std::os::unix::fs::symlink(to, &path))?;
+    }
+    let shm = dev.join("shm");
+    step("dev_shm", &shm, fs::DirBuilder::new().mode(0o1777).create(&shm))?;
+    let size = format!("size={shm_bytes},mode=1777");
+    step("dev_shm", &shm, mount(Some("tmpfs"), &shm, Some("tmpfs"), flags | MsFlags::MS_NODEV, Some(size.as_str())))?;
+    Ok(())
+}
+
+/// Binds a host system directory read-only at the same path, or copies it as a symlink if it is one
+/// (merged-/usr hosts have `/bin -> usr/bin`). Missing directories are skipped.
+fn bind_system_dir(root: &Path, dir: &Path) -> Result<(), StepError> {
+    let Ok(meta) = fs::symlink_metadata(dir) else { return Ok(()) };
+    let target = inside(root, dir.to_str().unwrap_or("/missing"));
+    if meta.file_type().is_symlink() {
+        let to = step("system_link", dir, fs::read_link(dir))?;
+        if let Some(parent) = target.parent() {
+            step("system_link", parent, fs::DirBuilder::new().recursive(true).mode(0o755).create(parent))?;
+        }
+        return step("system_link", &target, std::os::unix::fs::symlink(to, &target));
+    }
+    bind_ro(dir, &target, true)
+}
+
+/// Bind-mounts `src` on `target` (created as a directory or an empty file) and makes it read-only.
+fn bind_ro(src: &Path, target: &Path, is_dir: bool) -> Result<(), StepError> {
+    if !target.exists() {
+        if let Some(parent) = target.parent() {
+            step("bind_target", parent, fs::DirBuilder::new().recursive(true).mode(0o755).create(parent))?;
+        }
+        if is_dir {
+            step("bind_target", target, fs::DirBuilder::new().mode(0o755).create(target))?;
+        } else {
+            step("bind_target", target, fs::write(target, b""))?;
+        }
+    }
+    step("bind", target, mount(Some(src), target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>))?;
+    remount_bind(target, MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV)
+}
+
+/// Remounts the bind mount at `target` adding `flags`, keeping the flags the kernel locked when
+/// the mount entered our user namespace (a remount that drops them fails with EPERM).
+fn remount_bind(target: &Path, flags: MsFlags) -> Result<(), StepError> {
+    let current = step("statvfs", target, nix::sys::statvfs::statvfs(target))?;
+    let locked = MsFlags::from_bits_truncate(
+        libc::c_ulong::try_from(current.flags().bits()).unwrap_or(0)
+            & (MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_NOATIME | MsFlags::MS_NODIRATIME | MsFlags::MS_RELATIME).bits(),
+    );
+    step(
+        "remount",
+        target,
+        mount(None::<&str>, target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags | locked, None::<&str>),
+    )
+}
+
+fn mkdir(root: &Path, path: &str) -> Result<PathBuf, StepError> {
+    let p = inside(root, path);
+    if !p.exists() {
+        step("mkdir", &p, fs::DirBuilder::new().recursive(true).mode(0o755).create(&p))?;
+    }
+    Ok(p)
+}
+
+/// `root` joined with the absolute sandbox path `path`.
+fn inside(root: &Path, path: &str) -> PathBuf {
+    root.join(path.trim_start_matches('/'))
+}

@@ -1,0 +1,111 @@
+//! The helper's protocol: the [`SpawnSpec`] the engine writes as one JSON line to the helper's
+//! control socket (fd 3), and the [`Event`] JSON lines the helper and init write back.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// File descriptor number of the control socket in the helper.
+pub const CONTROL_FD: i32 = 3;
+
+/// The uid (and gid) the program runs as inside the sandbox.
+pub const SANDBOX_UID: u32 = 1000;
+
+/// Everything the helper needs to build and enter one container. All paths are host paths
+/// unless named `sandbox_*`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SpawnSpec {
+    /// Execution id, for messages.
+    pub execution_id: String,
+    /// First host uid/gid of the 65536 ids mapped into the user namespace (never 0).
+    pub uid_base: u32,
+    /// Cgroup directories to join (one on v2; one per controller on v1).
+    pub cgroup_dirs: Vec<PathBuf>,
+    /// An empty host directory to mount the new root tmpfs on.
+    pub root_dir: PathBuf,
+    /// The host directory (a size-capped tmpfs) that becomes /workspace.
+    pub workspace_dir: PathBuf,
+    /// Host system directories bound read-only at the same path (symlinks are copied as symlinks).
+    pub system_dirs: Vec<PathBuf>,
+    /// Host files or directories under /etc bound read-only (e.g. `/etc/ld.so.cache`, `/etc/ssl`).
+    pub etc_binds: Vec<PathBuf>,
+    /// Files written into the read-only root (synthesized /etc files, the program's code).
+    pub root_files: Vec<RootFile>,
+    /// Size of /tmp (and of /dev/shm), in bytes.
+    pub tmp_bytes: u64,
+    /// Extra host directories bound into the sandbox.
+    pub mounts: Vec<BindMount>,
+    /// Hostname inside.
+    pub hostname: String,
+    /// Program and arguments; `argv[0]` is the absolute path to execute.
+    pub argv: Vec<String>,
+    /// The program's whole environment (nothing is inherited).
+    pub env: Vec<(String, String)>,
+    /// Working directory inside, e.g. `/workspace`.
+    pub cwd: String,
+    /// Resource limits applied to the program.
+    pub rlimits: Rlimits,
+}
+
+/// A file created in the sandbox's root before it is made read-only.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RootFile {
+    /// Absolute path inside the sandbox, e.g. `/etc/passwd`.
+    pub sandbox_path: String,
+    /// Content (UTF-8).
+    pub content: String,
+    /// Permission bits, e.g. `0o444`.
+    pub mode: u32,
+}
+
+/// An extra host directory bound into the sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BindMount {
+    /// Host directory.
+    pub host: PathBuf,
+    /// Absolute path inside the sandbox.
+    pub sandbox_path: String,
+    /// Bound read-only.
+    pub read_only: bool,
+}
+
+/// Per-process limits (setrlimit(2)).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Rlimits {
+    /// `RLIMIT_NOFILE`.
+    pub nofile: u64,
+    /// `RLIMIT_FSIZE`, in bytes.
+    pub fsize_bytes: u64,
+}
+
+/// What the helper and init report, one JSON object per line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The container's init exists; `init_pid` is its host pid (signal it to stop the sandbox).
+    Started {
+        /// Host pid of init (pid 1 inside).
+        init_pid: i32,
+    },
+    /// The program was forked and is about to exec; set-up is over.
+    Spawned {
+        /// The landlock ABI enforced.
+        landlock_abi: u32,
+    },
+    /// A set-up step failed; nothing ran.
+    Failed {
+        /// The step, e.g. `pivot_root`.
+        step: String,
+        /// The error chain.
+        message: String,
+    },
+    /// The program's main process ended and everything else in the sandbox was killed.
+    Exited {
+        /// Exit code, if it exited.
+        code: Option<i32>,
+        /// Signal number, if a signal ended it.
+        signal: Option<i32>,
+        /// Processes still alive when it ended, killed at teardown.
+        killed_at_teardown: u32,
+    },
+}

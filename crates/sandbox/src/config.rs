@@ -1,0 +1,58 @@
+//! Finding and loading the configuration file and the data directory.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use sandbox_core::Config;
+
+/// The built-in configuration with the user's file laid over it: `explicit` if given (it must
+/// exist), else the first existing file of the search path.
+pub fn load(explicit: Option<&Path>) -> anyhow::Result<Config> {
+    let builtin = Config::builtin();
+    let path = match explicit {
+        Some(p) => Some(p.to_owned()),
+        None => search_path().into_iter().find(|p| p.is_file()),
+    };
+    let Some(path) = path else { return Ok(builtin) };
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read config file {}", path.display()))?;
+    let user = Config::parse(&text, &path.display().to_string()).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    Ok(builtin.layered(user))
+}
+
+fn search_path() -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    if let Some(p) = std::env::var_os("SANDBOX_CONFIG") {
+        paths.push(PathBuf::from(p));
+    }
+    let config_home = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
+    if let Some(c) = config_home {
+        paths.push(c.join("sandbox/config.toml"));
+    }
+    paths.push(PathBuf::from("/etc/sandbox/config.toml"));
+    paths
+}
+
+/// `explicit`, else `$SANDBOX_DATA_DIR`, else `/var/lib/sandbox` for root, else
+/// `$XDG_STATE_HOME/sandbox` (`~/.local/state/sandbox`).
+pub fn data_dir(explicit: Option<&Path>) -> PathBuf {
+    if let Some(p) = explicit {
+        return p.to_owned();
+    }
+    if let Some(p) = std::env::var_os("SANDBOX_DATA_DIR") {
+        return PathBuf::from(p);
+    }
+    if nix_is_root() {
+        return PathBuf::from("/var/lib/sandbox");
+    }
+    std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+        .join("sandbox")
+}
+
+fn nix_is_root() -> bool {
+    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false)
+}

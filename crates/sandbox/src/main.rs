@@ -1,0 +1,174 @@
+//! `sandbox`: the Sandbox Service's one binary. Also the helper that builds each container: when
+//! started as `sandbox-init` it becomes that helper before anything else runs.
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a CLI prints
+
+mod config;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Runs untrusted Python and TypeScript in isolated Linux containers under named profiles.
+#[derive(Parser, Debug)]
+#[command(name = "sandbox", version, about)]
+struct Cli {
+    /// Configuration file (TOML) laid over the built-in profiles. Without it, the first of
+    /// $SANDBOX_CONFIG, ~/.config/sandbox/config.toml and /etc/sandbox/config.toml that exists is used.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// State directory (running executions' workspaces). Default: $SANDBOX_DATA_DIR, else
+    /// /var/lib/sandbox as root, else ~/.local/state/sandbox.
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a program in a fresh sandbox; exits with its exit code (128+signal when killed).
+    Run(run::RunArgs),
+    /// List or show profiles.
+    Profiles {
+        #[command(subcommand)]
+        command: ProfilesCommand,
+    },
+    /// Check the host features the runtime needs and which profiles can run.
+    Doctor {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ProfilesCommand {
+    /// One line per profile: name, language, limits, network.
+    List,
+    /// A profile's full settings, as TOML.
+    Show {
+        /// Profile name.
+        name: String,
+    },
+}
+
+fn main() -> ExitCode {
+    // The helper must start before any thread exists: it clones into new namespaces.
+    if std::env::args_os().next().is_some_and(|a| a == sandbox_runtime::HELPER_ARGV0) {
+        sandbox_runtime::helper_main();
+    }
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sandbox: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let config = config::load(cli.config.as_deref())?;
+    match cli.command {
+        Command::Run(args) => {
+            let data_dir = config::data_dir(cli.data_dir.as_deref());
+            run::run(config, data_dir, args)
+        }
+        Command::Profiles { command: ProfilesCommand::List } => {
+            println!("{:<24} {:<11} {:>9} {:>5} {:>5} {:>9} {:<8} DESCRIPTION", "NAME", "LANGUAGE", "MEMORY", "CPU", "PIDS", "TIMEOUT", "NETWORK");
+            for (name, p) in &config.profiles {
+                println!(
+                    "{:<24} {:<11} {:>6}MiB {:>5} {:>5} {:>8}s {:<8} {}",
+                    name,
+                    p.language.as_str(),
+                    p.limits.memory_max_bytes >> 20,
+                    p.limits.cpu_max,
+                    p.limits.pids_max,
+                    p.limits.timeout_ms / 1000,
+                    "none",
+                    p.description
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Profiles { command: ProfilesCommand::Show { name } } => {
+            let Some(p) = config.profiles.get(&name) else {
+                let known: Vec<&str> = config.profiles.keys().map(String::as_str).collect();
+                eprintln!("sandbox: error[profile_not_found]: no profile named {name:?}; known profiles: {}", known.join(", "));
+                return Ok(ExitCode::from(2));
+            };
+            let mut table = toml::Table::new();
+            let mut profiles = toml::Table::new();
+            profiles.insert(name.clone(), toml::Value::try_from(p)?);
+            table.insert("profiles".into(), toml::Value::Table(profiles));
+            print!("{}", toml::to_string(&table)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor { json } => Ok(doctor(&config, json)),
+    }
+}
+
+fn doctor(config: &sandbox_core::Config, json: bool) -> ExitCode {
+    let report = sandbox_runtime::probe::probe();
+    let mut runtimes = Vec::new();
+    for (what, path) in [("python", &config.runtime.python), ("node", &config.runtime.node)] {
+        let version = std::process::Command::new(path).arg("--version").output().ok().map(|o| {
+            let s = String::from_utf8_lossy(if o.stdout.is_empty() { &o.stderr } else { &o.stdout }).trim().to_owned();
+            s
+        });
+        runtimes.push((what, path.display().to_string(), version));
+    }
+    let host_failure = report.first_failure();
+    let profiles: Vec<(String, Option<String>)> = config
+        .profiles
+        .iter()
+        .map(|(name, p)| {
+            let bin = match p.language {
+                sandbox_core::Language::Python => &config.runtime.python,
+                sandbox_core::Language::Typescript => &config.runtime.node,
+            };
+            let why = host_failure.clone().or_else(|| (!bin.is_file()).then(|| format!("runtime {} not found", bin.display())));
+            (name.clone(), why)
+        })
+        .collect();
+    if json {
+        let v = serde_json::json!({
+            "checks": report.checks,
+            "runtimes": runtimes.iter().map(|(w, p, v)| serde_json::json!({"name": w, "path": p, "version": v})).collect::<Vec<_>>(),
+            "profiles": profiles.iter().map(|(n, why)| serde_json::json!({"name": n, "runnable": why.is_none(), "reason": why})).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v).expect("json values serialize"));
+    } else {
+        println!("Host features:");
+        for c in &report.checks {
+            println!("  [{}] {:<16} {}", if c.ok { "ok" } else { "FAIL" }, c.name, c.detail);
+        }
+        println!("Runtimes:");
+        for (what, path, version) in &runtimes {
+            match version {
+                Some(v) => println!("  [ok] {what:<16} {path} ({v})"),
+                None => println!("  [FAIL] {what:<14} {path} not runnable"),
+            }
+        }
+        println!("Profiles:");
+        for (name, why) in &profiles {
+            match why {
+                None => println!("  [ok] {name}"),
+                Some(w) => println!("  [FAIL] {name}: {w}"),
+            }
+        }
+    }
+    if host_failure.is_some() {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

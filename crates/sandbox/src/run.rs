@@ -1,0 +1,195 @@
+//! `sandbox run`: one execution from the command line.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use sandbox_core::wire::FileContent;
+use sandbox_core::{Config, ErrorCode, ExecutionRequest, Status, WorkspacePath};
+use sandbox_engine::{Chunk, Engine, EngineOptions, NoRecorder, StreamKind};
+
+/// Arguments of `sandbox run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Profile to run under. Default: `python-default` or `typescript-default` by language.
+    #[arg(long, short = 'p')]
+    profile: Option<String>,
+    /// `python` or `typescript`. Default: the profile's, else from FILE's extension (.ts, .mts), else python.
+    #[arg(long, short = 'l')]
+    language: Option<String>,
+    /// The program's source file.
+    #[arg(required_unless_present = "code", conflicts_with = "code")]
+    file: Option<PathBuf>,
+    /// The program's source, inline.
+    #[arg(short = 'c', long = "code", value_name = "CODE")]
+    code: Option<String>,
+    /// Input file placed at /workspace/NAME with PATH's content (repeatable).
+    #[arg(long = "file", value_name = "NAME=PATH")]
+    files: Vec<String>,
+    /// Feed this file to the program's standard input.
+    #[arg(long, value_name = "PATH")]
+    stdin: Option<PathBuf>,
+    /// Wall-clock timeout, e.g. `10s`, `500ms` (at most the profile's maximum).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    timeout: Option<std::time::Duration>,
+    /// Only return output files matching this glob (repeatable), e.g. `*.png`, `results/**`.
+    #[arg(long = "output", value_name = "GLOB")]
+    outputs: Vec<String>,
+    /// Environment variable for the program (repeatable).
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    env: Vec<String>,
+    /// Print the full result object as JSON instead of streaming the program's output.
+    #[arg(long)]
+    json: bool,
+    /// Write the output files here (created if missing).
+    #[arg(long, value_name = "DIR")]
+    out_dir: Option<PathBuf>,
+}
+
+/// Runs one execution and maps its result to an exit code: the program's own, 128+signal when a
+/// signal ended it, 2 for a rejected request, 3 when the host cannot run it, 4 for an internal error.
+pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let request = build_request(&args)?;
+    let engine = Engine::new(
+        EngineOptions {
+            config,
+            data_dir,
+            helper: std::env::current_exe().context("cannot find the sandbox binary to re-execute")?,
+            cgroup_parent: "sandbox".into(),
+        },
+        Arc::new(NoRecorder),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let result = rt.block_on(async {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Chunk>();
+        let stream = !args.json;
+        let printer = tokio::spawn(async move {
+            while let Some(c) = rx.recv().await {
+                if stream {
+                    let _ = match c.stream {
+                        StreamKind::Stdout => std::io::stdout().write_all(&c.data).and_then(|()| std::io::stdout().flush()),
+                        StreamKind::Stderr => std::io::stderr().write_all(&c.data).and_then(|()| std::io::stderr().flush()),
+                    };
+                }
+            }
+        });
+        let result = engine.execute(request, Some(tx)).await;
+        let _ = printer.await;
+        result
+    });
+    if let Some(dir) = &args.out_dir {
+        write_outputs(dir, &result.files)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        report(&result, args.out_dir.is_some());
+    }
+    let code = match result.status {
+        Status::Rejected | Status::InternalError => {
+            let kind = result.error.as_ref().map(|e| e.kind.as_str()).unwrap_or("internal_error");
+            let code = serde_json::from_value::<ErrorCode>(serde_json::Value::String(kind.into())).unwrap_or(ErrorCode::InternalError);
+            code.exit_code()
+        }
+        _ => result.exit_code.unwrap_or(1),
+    };
+    Ok(ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1)))
+}
+
+fn build_request(args: &RunArgs) -> anyhow::Result<ExecutionRequest> {
+    let code = match (&args.code, &args.file) {
+        (Some(c), _) => c.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?,
+        (None, None) => anyhow::bail!("give a FILE or -c CODE"),
+    };
+    let by_extension = args.file.as_ref().and_then(|f| f.extension()).and_then(|e| e.to_str()).and_then(|e| match e {
+        "ts" | "mts" => Some("typescript"),
+        "py" => Some("python"),
+        _ => None,
+    });
+    let language = args.language.clone().or_else(|| by_extension.map(str::to_owned));
+    let profile = match (&args.profile, language.as_deref()) {
+        (Some(p), _) => p.clone(),
+        (None, Some(l)) if matches!(l.to_ascii_lowercase().as_str(), "typescript" | "ts") => "typescript-default".into(),
+        (None, _) => "python-default".into(),
+    };
+    let mut files = std::collections::BTreeMap::new();
+    for spec in &args.files {
+        let (name, path) = spec.split_once('=').with_context(|| format!("--file {spec:?}: expected NAME=PATH"))?;
+        let bytes = std::fs::read(path).with_context(|| format!("--file {name}: cannot read {path}"))?;
+        let content = match String::from_utf8(bytes) {
+            Ok(text) => FileContent::Text(text),
+            Err(e) => FileContent::Base64 { base64: base64::engine::general_purpose::STANDARD.encode(e.into_bytes()) },
+        };
+        files.insert(name.to_owned(), content);
+    }
+    let stdin = match &args.stdin {
+        None => None,
+        Some(p) => {
+            let bytes = std::fs::read(p).with_context(|| format!("--stdin: cannot read {}", p.display()))?;
+            Some(FileContent::Base64 { base64: base64::engine::general_purpose::STANDARD.encode(bytes) })
+        }
+    };
+    let mut env = std::collections::BTreeMap::new();
+    for kv in &args.env {
+        let (k, v) = kv.split_once('=').with_context(|| format!("--env {kv:?}: expected KEY=VALUE"))?;
+        env.insert(k.to_owned(), v.to_owned());
+    }
+    Ok(ExecutionRequest {
+        profile,
+        language,
+        code,
+        harness: None,
+        timeout: args.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        files,
+        outputs: args.outputs.clone(),
+        stdin,
+        input: None,
+        env,
+    })
+}
+
+/// Writes output files under `dir`, each name re-checked as a [`WorkspacePath`] so nothing lands outside.
+fn write_outputs(dir: &Path, files: &std::collections::BTreeMap<String, sandbox_core::wire::OutputFile>) -> anyhow::Result<()> {
+    for (name, f) in files {
+        let rel = WorkspacePath::parse(name)?;
+        let path = rel.components().fold(dir.to_owned(), |p, c| p.join(c));
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        let bytes = base64::engine::general_purpose::STANDARD.decode(&f.base64)?;
+        std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// After a streamed run, says on stderr what the exit code alone does not.
+fn report(r: &sandbox_core::ExecutionResult, wrote_files: bool) {
+    if let Some(e) = &r.error {
+        let field = e.field.as_deref().map(|f| format!(" ({f})")).unwrap_or_default();
+        match r.status {
+            Status::Rejected | Status::InternalError => eprintln!("sandbox: error[{}]{field}: {}", e.kind, e.message),
+            _ => {
+                if !r.stderr.is_empty() {
+                    eprintln!("{}", r.stderr.trim_end());
+                }
+            }
+        }
+    }
+    match r.status {
+        Status::Timeout => eprintln!("sandbox: timed out after {} ms (killed by {})", r.duration_ms, r.signal_name.as_deref().unwrap_or("signal")),
+        Status::MemoryLimit => eprintln!("sandbox: memory limit reached (oom killed)"),
+        Status::OutputLimit => eprintln!("sandbox: output cap reached; the program was stopped"),
+        _ => {}
+    }
+    if r.stdout_truncated || r.stderr_truncated {
+        eprintln!("sandbox: output truncated at the profile's cap (stdout: {}, stderr: {})", r.stdout_truncated, r.stderr_truncated);
+    }
+    if !r.files.is_empty() && !wrote_files {
+        let names: Vec<&str> = r.files.keys().map(String::as_str).collect();
+        eprintln!("sandbox: {} output file(s) not written (use --out-dir): {}", names.len(), names.join(", "));
+    }
+}
