@@ -100,7 +100,7 @@ pub struct ExecutionRequest {
 }
 
 /// How an execution ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// The program exited with code 0.
@@ -115,7 +115,8 @@ pub enum Status {
     OutputLimit,
     /// The request was refused before anything ran.
     Rejected,
-    /// The service failed.
+    /// The service failed (also the value of a result not yet filled in).
+    #[default]
     InternalError,
 }
 
@@ -284,10 +285,4 @@ pub struct ExecutionResult {
     /// Why it was rejected or failed, or the program's error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ExecError>,
-}
-
-impl Default for Status {
-    fn default() -> Self {
-        Self::InternalError
-    }
 }

@@ -29,9 +29,11 @@ pub fn program_command(a: &Admitted, rt: &RuntimeConfig) -> (Vec<String>, Vec<(S
             // V8's heap limit below the cgroup's, so a heap overflow ends as V8's own
             // "heap out of memory" rather than a kill with no message.
             let heap_mib = (a.profile.limits.memory_max_bytes >> 20) * 3 / 4;
-            vec![rt.node.display().to_string(), format!("--max-old-space-size={}", heap_mib.max(16)), code]
+            vec![rt.node.display().to_string(), "--enable-source-maps".into(), format!("--max-old-space-size={}", heap_mib.max(16)), code]
         }
     };
+    // cpu_max is validated to 0.01..=1024, so the rounded-up value fits.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let threads = (a.profile.limits.cpu_max.ceil().max(1.0) as u64).to_string();
     let mut env: Vec<(String, String)> = [
         ("PATH", "/usr/local/bin:/usr/bin:/bin"),

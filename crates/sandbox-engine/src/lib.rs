@@ -143,8 +143,13 @@ impl Engine {
         };
         let code = match admitted.language {
             Language::Python => admitted.code.clone(),
-            Language::Typescript => match typescript::transpile(&admitted.code, "main.ts") {
-                Ok(js) => js,
+            Language::Typescript => match typescript::transpile_with_map(&admitted.code, "main.ts") {
+                // The inline source map lets `node --enable-source-maps` report the caller's lines.
+                Ok((js, Some(map))) => {
+                    use base64::Engine as _;
+                    format!("{js}\n//# sourceMappingURL=data:application/json;base64,{}\n", base64::engine::general_purpose::STANDARD.encode(map))
+                }
+                Ok((js, None)) => js,
                 Err(e) => {
                     result.status = Status::Error;
                     result.stderr = e.to_string();

@@ -132,7 +132,8 @@ impl Prepared {
             cwd: "/workspace".into(),
             rlimits: Rlimits {
                 nofile: a.profile.limits.nofile,
-                fsize_bytes: fs_policy.workspace_max_bytes.max(fs_policy.tmp_max_bytes),
+                // No file larger than the largest tmpfs, with room so that a full tmpfs says ENOSPC first.
+                fsize_bytes: fs_policy.workspace_max_bytes.max(fs_policy.tmp_max_bytes) + (1 << 20),
             },
         };
         Ok(p)

@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a program in a fresh sandbox; exits with its exit code (128+signal when killed).
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// List or show profiles.
     Profiles {
         #[command(subcommand)]
@@ -80,7 +80,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => {
             let data_dir = config::data_dir(cli.data_dir.as_deref());
-            run::run(config, data_dir, args)
+            run::run(config, data_dir, *args)
         }
         Command::Profiles { command: ProfilesCommand::List } => {
             println!("{:<24} {:<11} {:>9} {:>5} {:>5} {:>9} {:<8} DESCRIPTION", "NAME", "LANGUAGE", "MEMORY", "CPU", "PIDS", "TIMEOUT", "NETWORK");

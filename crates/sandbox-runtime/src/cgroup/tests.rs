@@ -44,7 +44,7 @@ fn v2_create_writes_limits_and_enables_controllers() {
     let limits = Limits { memory_max_bytes: 256 << 20, cpu_max: 0.5, pids_max: 64 };
     let cg = Cgroup::create(&layout, "sandbox", "exec1", limits).unwrap();
     let dir = root.path().join("sandbox/exec1");
-    assert_eq!(cg.dirs(), &[dir.clone()]);
+    assert_eq!(cg.dirs(), std::slice::from_ref(&dir));
     let read = |p: &Path| fs::read_to_string(p).unwrap();
     assert_eq!(read(&dir.join("memory.max")), "268435456");
     assert_eq!(read(&dir.join("cpu.max")), "50000 100000");

@@ -1,0 +1,148 @@
+//! The first promises: Python and TypeScript run, exit codes and streams come back, bad input
+//! gets a clear error with a stable code and never a panic.
+
+use super::*;
+
+#[test]
+fn python_prints_42() {
+    let r = run("python-default", "print(6*7)", &[]);
+    assert_eq!((r.status(), r.stdout(), r.status), ("ok", "42\n", 0), "{r:?}");
+    assert_eq!(r.json["exitCode"], 0);
+    assert_eq!(r.json["enforcement"]["cgroup"], "v1", "this host is hybrid: v1 runs for real");
+    assert!(r.json["enforcement"]["landlockAbi"].as_u64().unwrap() >= 3, "{r:?}");
+    assert_gone(r.json["executionId"].as_str().unwrap());
+}
+
+#[test]
+fn typescript_prints_42_with_types_and_top_level_await() {
+    let code = "const x: number = 6*7;\ninterface P { a: string }\nconst p: P = { a: 'b' };\n\
+                const v = await Promise.resolve<number>(x);\nconsole.log(v)";
+    let r = run("typescript-default", code, &[]);
+    assert_eq!((r.status(), r.stdout()), ("ok", "42\n"), "{r:?}");
+}
+
+#[test]
+fn typescript_syntax_error_is_a_result_with_line_and_column() {
+    let r = run("typescript-default", "const a = 1;\nconst b = 2;\nconst c = (;\n", &[]);
+    assert_eq!(r.status(), "error", "{r:?}");
+    assert_eq!(r.json["error"]["type"], "SyntaxError");
+    assert_eq!(r.json["error"]["line"], 3, "{r:?}");
+    assert!(r.json["error"]["column"].as_u64().unwrap() >= 1);
+    assert!(r.json.get("exitCode").is_none(), "nothing ran: {r:?}");
+}
+
+#[test]
+fn exit_codes_and_stderr_come_back() {
+    let r = run("python-default", "import sys\nprint('to err', file=sys.stderr)\nsys.exit(3)", &[]);
+    assert_eq!((r.status(), r.status), ("error", 3), "{r:?}");
+    assert_eq!(r.json["exitCode"], 3);
+    assert_eq!(r.stderr_of_program(), "to err\n");
+    let r = run("python-default", "raise ValueError('boom')", &[]);
+    assert_eq!((r.status(), r.json["exitCode"].as_i64()), ("error", Some(1)), "{r:?}");
+    assert!(r.stderr_of_program().contains("ValueError: boom"), "{r:?}");
+}
+
+#[test]
+fn killed_by_signal_exits_128_plus_signal() {
+    let r = run("python-default", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", &[]);
+    assert_eq!((r.status(), r.status), ("error", 137), "{r:?}");
+    assert_eq!((r.json["signal"].as_i64(), r.json["signalName"].as_str()), (Some(9), Some("SIGKILL")));
+    assert_eq!(r.json["oomKilled"], false);
+}
+
+#[test]
+fn streams_output_without_json() {
+    let out = sandbox(&["run", "-c", "import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(5)"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("err\n"), "{out:?}");
+}
+
+#[test]
+fn stdin_reaches_the_program() {
+    let input = scratch_file("stdin.txt", b"hello from stdin\n");
+    let r = run("python-default", "import sys; print(sys.stdin.read().upper(), end='')", &["--stdin", input.to_str().unwrap()]);
+    assert_eq!(r.stdout(), "HELLO FROM STDIN\n", "{r:?}");
+}
+
+#[track_caller]
+fn check_rejected(profile: &str, code: &str, args: &[&str], want_code: &str) -> Run {
+    let r = run(profile, code, args);
+    assert_eq!(r.status(), "rejected", "{r:?}");
+    assert_eq!(r.json["error"]["type"], want_code, "{r:?}");
+    assert!(!r.json["error"]["message"].as_str().unwrap().is_empty());
+    assert_eq!(r.status, 2, "rejections exit 2: {r:?}");
+    r
+}
+
+#[test]
+fn bad_input_gets_stable_codes() {
+    check_rejected("no-such-profile", "print(1)", &[], "profile_not_found");
+    check_rejected("python-default", "print(1)", &["--language", "cobol"], "unsupported_language");
+    check_rejected("python-default", "   ", &[], "empty_code");
+    check_rejected("python-default", "print(1)", &["--timeout", "1h"], "timeout_too_large");
+    check_rejected("python-default", "print(1)", &["--env", "1X=2"], "invalid_env");
+    check_rejected("python-default", "print(1)", &["--output", "[oops"], "invalid_output_pattern");
+}
+
+#[test]
+fn invalid_config_names_file_field_and_reason() {
+    let bad = scratch_file("bad.toml", b"[profiles.p]\nlanguage = \"python\"\n[profiles.p.limits]\nmemory_max_bytes = \"lots\"\n");
+    let out = Command::new(bin()).args(["--config", bad.to_str().unwrap(), "profiles", "list"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err.contains("bad.toml") && err.contains("profiles.p.limits.memory_max_bytes") && err.contains("invalid type"), "{err}");
+}
+
+#[test]
+fn profiles_list_and_show() {
+    let out = sandbox(&["profiles", "list"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("python-default") && text.contains("typescript-default") && text.contains("py-small"), "{text}");
+    let out = sandbox(&["profiles", "show", "python-default"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("[profiles.python-default.limits]") && text.contains("memory_max_bytes = 536870912"), "{text}");
+    let out = sandbox(&["profiles", "show", "nope"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn doctor_reports_host_features_and_runnable_profiles() {
+    let out = sandbox(&["doctor", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = v["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    for want in ["user_namespaces", "cgroups", "seccomp", "landlock", "overlayfs"] {
+        assert!(names.contains(&want), "{names:?}");
+    }
+    assert!(v["profiles"].as_array().unwrap().iter().all(|p| p["runnable"] == true), "{v}");
+}
+
+#[test]
+fn missing_runtime_fails_with_the_reason() {
+    let cfg = scratch_file("noruntime.toml", b"[runtime]\npython = \"/nonexistent/python3\"\n");
+    let out = Command::new(bin())
+        .args(["--config", cfg.to_str().unwrap(), "--data-dir", env().data.to_str().unwrap(), "run", "--json", "-c", "print(1)"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["type"], "runtime_unavailable", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("/nonexistent/python3"), "{v}");
+    assert_eq!(out.status.code(), Some(3));
+}
+
+#[test]
+fn environment_is_built_not_inherited() {
+    let out = sandbox(&["run", "--json", "-c", "import os, json; print(json.dumps(dict(os.environ)))"])
+        .env("SECRET_TOKEN", "hunter2")
+        .env("AWS_SECRET_ACCESS_KEY", "x")
+        .output()
+        .unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let env: Value = serde_json::from_str(r["stdout"].as_str().unwrap()).unwrap();
+    let keys: Vec<&str> = env.as_object().unwrap().keys().map(String::as_str).collect();
+    assert!(!keys.iter().any(|k| k.contains("SECRET") || k.contains("AWS") || k.contains("CARGO")), "{keys:?}");
+    assert_eq!(env["HOME"], "/tmp");
+    assert_eq!(env["TZ"], "UTC");
+    assert_eq!(env["PYTHONUNBUFFERED"], "1");
+}

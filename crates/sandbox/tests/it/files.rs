@@ -1,0 +1,108 @@
+//! Input files in, output files out: byte-exact, symlinks never followed, bad names refused.
+
+use super::*;
+
+#[test]
+fn binary_input_round_trips_byte_for_byte() {
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
+    let input = scratch_file("blob.bin", &bytes);
+    let arg = format!("data/blob.bin={}", input.display());
+    let code = "import hashlib\nb = open('data/blob.bin','rb').read()\nprint(len(b), hashlib.sha256(b).hexdigest())\nopen('out.bin','wb').write(b[::-1])";
+    let r = run("python-default", code, &["--file", &arg]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    use sha2_free::hex_sha256;
+    assert_eq!(r.stdout(), format!("300000 {}\n", hex_sha256(&bytes)));
+    let mut rev = bytes.clone();
+    rev.reverse();
+    assert_eq!(r.file_bytes("out.bin").unwrap(), rev);
+    assert_eq!(r.json["files"]["out.bin"]["size"], 300_000);
+    assert_eq!(r.json["files"]["out.bin"]["sha256"], hex_sha256(&rev));
+    assert!(r.json["files"].get("data/blob.bin").is_none(), "an unchanged input is not an output");
+}
+
+/// SHA-256 through the host's python3, so the test does not share the engine's hashing code.
+mod sha2_free {
+    pub fn hex_sha256(b: &[u8]) -> String {
+        use std::io::Write;
+        let mut c = std::process::Command::new("python3")
+            .args(["-c", "import sys,hashlib;print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(b).unwrap();
+        String::from_utf8(c.wait_with_output().unwrap().stdout).unwrap().trim().to_owned()
+    }
+}
+
+#[test]
+fn output_files_carry_size_sha_and_mime_and_respect_globs() {
+    let code = "import os\nos.makedirs('results/deep', exist_ok=True)\nopen('chart.png','wb').write(b'\\x89PNG\\r\\n\\x1a\\n')\n\
+                open('results/deep/a.csv','w').write('x,y\\n')\nopen('notes.txt','w').write('n')";
+    let r = run("python-default", code, &["--output", "*.png", "--output", "results/**"]);
+    let files = r.json["files"].as_object().unwrap();
+    let names: Vec<&str> = files.keys().map(String::as_str).collect();
+    assert_eq!(names, ["chart.png", "results/deep/a.csv"], "{r:?}");
+    assert_eq!(files["chart.png"]["mimeType"], "image/png");
+    assert_eq!(files["results/deep/a.csv"]["mimeType"], "text/csv");
+    let r = run("python-default", code, &[]);
+    assert_eq!(r.json["files"].as_object().unwrap().len(), 3);
+}
+
+#[test]
+fn symlinks_are_never_followed() {
+    let code = "import os\nos.makedirs('out')\nos.symlink('/etc/passwd','out/report.txt')\nos.symlink('/etc','out/cfg')\n\
+                os.symlink('../../../../etc/hostname','out/rel.txt')\nopen('out/real.txt','w').write('legit\\n')";
+    let r = run("python-default", code, &[]);
+    let files = r.json["files"].as_object().unwrap();
+    assert_eq!(files.keys().collect::<Vec<_>>(), ["out/real.txt"], "{r:?}");
+    let skipped: Vec<(&str, &str)> =
+        r.json["skippedFiles"].as_array().unwrap().iter().map(|s| (s["name"].as_str().unwrap(), s["reason"].as_str().unwrap())).collect();
+    assert_eq!(skipped, [("out/cfg", "symlink"), ("out/rel.txt", "symlink"), ("out/report.txt", "symlink")]);
+    assert!(!r.json.to_string().contains("root:x:0:0"), "no passwd content anywhere");
+}
+
+#[test]
+fn bad_names_are_rejected_before_the_run() {
+    let input = scratch_file("x.txt", b"x");
+    for name in ["../x", "/etc/x", "", "a/../../x", "..\\x", "a//b"] {
+        let arg = format!("{name}={}", input.display());
+        let r = run("python-default", "open('/tmp/ran','w')\nprint('RAN')", &["--file", &arg]);
+        assert_eq!(r.status(), "rejected", "{name:?}: {r:?}");
+        assert_eq!(r.json["error"]["type"], "invalid_file_name");
+        assert_eq!(r.json["error"]["field"], format!("files[{name:?}]"));
+        assert_eq!(r.stdout(), "");
+        assert!(r.json.get("exitCode").is_none());
+    }
+}
+
+#[test]
+fn read_only_inputs_cannot_be_changed() {
+    let input = scratch_file("in.txt", b"original");
+    let arg = format!("in.txt={}", input.display());
+    let code = "import errno\ntry:\n    open('in.txt','w').write('changed'); print('CHANGED')\nexcept OSError as e:\n    print(errno.errorcode[e.errno])\nprint(open('in.txt').read())";
+    let r = run("py-ro-inputs", code, &["--file", &arg]);
+    assert_eq!(r.stdout(), "EACCES\noriginal\n", "{r:?}");
+    let r = run("python-default", code.replace("print(errno", "print('unused', errno").as_str(), &["--file", &arg]);
+    assert_eq!(r.file_bytes("in.txt").unwrap(), b"changed", "a changed input is an output: {r:?}");
+}
+
+#[test]
+fn out_dir_receives_the_files() {
+    let out = tempfile::tempdir().unwrap();
+    let o = sandbox(&["run", "--out-dir", out.path().to_str().unwrap(), "-c", "import os\nos.makedirs('a/b')\nopen('a/b/c.txt','w').write('hi')"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(std::fs::read_to_string(out.path().join("a/b/c.txt")).unwrap(), "hi");
+}
+
+#[test]
+fn non_utf8_output_is_returned_intact() {
+    let r = run("python-default", "import sys\nsys.stdout.buffer.write(b'ok \\xff\\x00 end\\n')", &[]);
+    assert_eq!(r.status(), "ok");
+    use base64::Engine as _;
+    let raw = base64::engine::general_purpose::STANDARD.decode(r.json["stdoutBase64"].as_str().unwrap()).unwrap();
+    assert_eq!(raw, b"ok \xff\x00 end\n");
+    assert_eq!(r.stdout(), "ok \u{fffd}\u{0} end\n");
+}

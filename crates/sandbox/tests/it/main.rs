@@ -1,0 +1,192 @@
+//! Integration tests of `sandbox run`: real namespaces, cgroups and processes. They run as root
+//! (as CI does); without root they fail with a message saying so.
+#![allow(missing_docs, clippy::print_stdout, clippy::print_stderr)] // test helpers
+
+mod attacks;
+mod basics;
+mod cases;
+mod files;
+mod limits;
+mod timeouts;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Profiles the tests use on top of the built-in ones.
+pub const TEST_CONFIG: &str = r#"
+[profiles.py-small]
+language = "python"
+[profiles.py-small.limits]
+memory_max_bytes = 268435456
+pids_max = 64
+timeout_ms = 10000
+grace_ms = 1000
+
+[profiles.ts-small]
+language = "typescript"
+[profiles.ts-small.limits]
+memory_max_bytes = 268435456
+pids_max = 64
+timeout_ms = 10000
+
+[profiles.py-half-cpu]
+language = "python"
+[profiles.py-half-cpu.limits]
+cpu_max = 0.5
+
+[profiles.py-flood]
+language = "python"
+[profiles.py-flood.output]
+stdout_max_bytes = 1048576
+stop_at_limit = false
+
+[profiles.py-ro-inputs]
+language = "python"
+[profiles.py-ro-inputs.filesystem]
+inputs_read_only = true
+
+# Real-world cases (cases.rs): one profile per limits combination of shared/cases/real-world.jsonl;
+# the timeout is passed per run with --timeout.
+[profiles.cases-py-pids32]
+language = "python"
+[profiles.cases-py-pids32.limits]
+pids_max = 32
+
+[profiles.cases-py-pids16]
+language = "python"
+[profiles.cases-py-pids16.limits]
+pids_max = 16
+
+[profiles.cases-py-256m]
+language = "python"
+[profiles.cases-py-256m.limits]
+memory_max_bytes = 268435456
+
+[profiles.cases-ts-256m]
+language = "typescript"
+[profiles.cases-ts-256m.limits]
+memory_max_bytes = 268435456
+"#;
+
+/// A scratch area shared by the tests: config file and data directory.
+pub struct Env {
+    pub dir: PathBuf,
+    pub config: PathBuf,
+    pub data: PathBuf,
+}
+
+pub fn env() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(|| {
+        assert!(nix::unistd::geteuid().is_root(), "these tests need root (real namespaces and cgroups), as CI has");
+        let dir = tempfile::Builder::new().prefix("sandbox-it-").tempdir_in("/tmp").unwrap().keep();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let config = dir.join("config.toml");
+        std::fs::write(&config, TEST_CONFIG).unwrap();
+        let data = dir.join("data");
+        Env { dir, config, data }
+    })
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sandbox")
+}
+
+/// `sandbox --config TEST --data-dir TEST <args>`.
+pub fn sandbox(args: &[&str]) -> Command {
+    let e = env();
+    let mut c = Command::new(bin());
+    c.arg("--config").arg(&e.config).arg("--data-dir").arg(&e.data).args(args);
+    c.env_remove("SANDBOX_LOG");
+    c
+}
+
+/// The result of `sandbox run --json <args>`, with the CLI's exit status and wall time.
+pub struct Run {
+    pub json: Value,
+    pub status: i32,
+    pub elapsed: Duration,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn status(&self) -> &str {
+        self.json["status"].as_str().unwrap_or("?")
+    }
+    pub fn stdout(&self) -> &str {
+        self.json["stdout"].as_str().unwrap_or("")
+    }
+    pub fn stderr_of_program(&self) -> &str {
+        self.json["stderr"].as_str().unwrap_or("")
+    }
+    pub fn file_bytes(&self, name: &str) -> Option<Vec<u8>> {
+        use base64::Engine as _;
+        let b = self.json["files"][name]["base64"].as_str()?;
+        Some(base64::engine::general_purpose::STANDARD.decode(b).unwrap())
+    }
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {} in {:?}\n{}\nCLI stderr: {}", self.status, self.elapsed, serde_json::to_string_pretty(&self.json).unwrap(), self.stderr)
+    }
+}
+
+/// Runs `code` under `profile` with extra CLI `args`, as JSON.
+pub fn run(profile: &str, code: &str, args: &[&str]) -> Run {
+    let mut all = vec!["run", "--json", "--profile", profile, "-c", code];
+    all.extend_from_slice(args);
+    let start = Instant::now();
+    let out: Output = sandbox(&all).output().expect("sandbox runs");
+    let elapsed = start.elapsed();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("not JSON ({e}): {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    });
+    Run { json, status: out.status.code().unwrap_or(-1), elapsed, stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+}
+
+/// Writes `content` to a fresh file in the scratch area and returns its path.
+pub fn scratch_file(name: &str, content: &[u8]) -> PathBuf {
+    let dir = tempfile::Builder::new().prefix("in-").tempdir_in(&env().dir).unwrap().keep();
+    let p = dir.join(name);
+    std::fs::write(&p, content).unwrap();
+    p
+}
+
+/// Asserts nothing of any execution is left on the host: no execution directory, no cgroup, no
+/// workspace mount, no sandbox process.
+#[track_caller]
+pub fn assert_nothing_left() {
+    let executions = env().data.join("executions");
+    let _lock = leftovers_lock();
+    let left: Vec<_> = std::fs::read_dir(&executions).map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect()).unwrap_or_default();
+    assert!(left.iter().all(|p| in_flight(p)), "execution directories left: {left:?}");
+}
+
+fn leftovers_lock() -> std::sync::MutexGuard<'static, ()> {
+    static L: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Tests run in parallel, so a directory may belong to a run still in flight: only a directory
+/// older than 2 minutes counts as left behind.
+fn in_flight(p: &Path) -> bool {
+    std::fs::metadata(p).and_then(|m| m.modified()).map(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(120)).unwrap_or(true)
+}
+
+/// Asserts the execution `id` left no cgroup, mount, directory or process on the host.
+#[track_caller]
+pub fn assert_gone(id: &str) {
+    let dir = env().data.join("executions").join(id);
+    assert!(!dir.exists(), "execution directory {} still exists", dir.display());
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mountinfo.contains(id), "a mount of {id} is still there");
+    for ctl in ["memory", "cpu", "pids"] {
+        let cg = Path::new("/sys/fs/cgroup").join(ctl).join("sandbox").join(id);
+        assert!(!cg.exists(), "cgroup {} still exists", cg.display());
+    }
+}
