@@ -45,7 +45,7 @@ impl Default for RuntimeConfig {
         Self {
             uid_base: 200_000,
             python: "/usr/bin/python3".into(),
-            node: "/usr/bin/node".into(),
+            node: "/usr/local/lib/sandbox/node/bin/node".into(),
             system_dirs: ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"]
                 .iter()
                 .map(PathBuf::from)

@@ -209,6 +209,13 @@ pub struct ExecError {
     pub traceback: Option<String>,
 }
 
+impl ExecError {
+    /// An error of `kind` (an [`ErrorCode`] string or an exception type) with `message` and no location.
+    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { kind: kind.into(), message: message.into(), field: None, line: None, column: None, traceback: None }
+    }
+}
+
 /// What isolation was actually enforced for this execution (never silently weaker).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

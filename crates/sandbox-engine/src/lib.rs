@@ -96,7 +96,11 @@ impl Engine {
             Language::Typescript => &self.opts.config.runtime.node,
         };
         if !bin.is_file() {
-            return Some(format!("{} runtime {} not found", p.language.as_str(), bin.display()));
+            let hint = match p.language {
+                Language::Python => "install python3 or set [runtime] python",
+                Language::Typescript => "scripts/install-node.sh installs it, or set [runtime] node",
+            };
+            return Some(format!("{} runtime {} not found ({hint})", p.language.as_str(), bin.display()));
         }
         None
     }
@@ -209,14 +213,7 @@ impl Engine {
 }
 
 fn internal_error(id: &str, message: String) -> ExecError {
-    ExecError {
-        kind: ErrorCode::InternalError.as_str().into(),
-        message: format!("{message} (execution {id})"),
-        field: None,
-        line: None,
-        column: None,
-        traceback: None,
-    }
+    ExecError::new(ErrorCode::InternalError.as_str(), format!("{message} (execution {id})"))
 }
 
 fn internal(id: &str, request: &ExecutionRequest, message: String) -> ExecutionResult {
@@ -235,14 +232,7 @@ fn rejected(id: &str, request: &ExecutionRequest, r: Rejection) -> ExecutionResu
         execution_id: id.to_owned(),
         status: Status::Rejected,
         profile: request.profile.clone(),
-        error: Some(ExecError {
-            kind: r.code.as_str().into(),
-            message: r.message,
-            field: r.field,
-            line: None,
-            column: None,
-            traceback: None,
-        }),
+        error: Some(ExecError { field: r.field, ..ExecError::new(r.code.as_str(), r.message) }),
         timing: Timing::default(),
         ..Default::default()
     }

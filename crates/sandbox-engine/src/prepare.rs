@@ -111,7 +111,7 @@ impl Prepared {
         p.spec = SpawnSpec {
             execution_id: id.to_owned(),
             uid_base: rt.uid_base,
-            cgroup_dirs: p.cgroup.as_ref().map(|c| c.dirs().to_vec()).unwrap_or_default(),
+            cgroup_join: p.cgroup.as_ref().map(Cgroup::join_files).unwrap_or_default(),
             root_dir: root,
             workspace_dir: p.workspace.clone(),
             system_dirs: rt.system_dirs.clone(),

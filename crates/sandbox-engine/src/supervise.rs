@@ -280,14 +280,7 @@ pub(crate) fn fill_result(r: &mut ExecutionResult, a: &Admitted, run: RunOutcome
     r.oom_killed = (usage.oom_kills > 0 && (signal.is_some() || run.exit.is_none())) || v8_heap;
     r.status = if let Some(f) = run.failure {
         tracing::error!(failure = %f, "execution failed");
-        r.error = Some(ExecError {
-            kind: "internal_error".into(),
-            message: format!("{f} (execution {})", r.execution_id),
-            field: None,
-            line: None,
-            column: None,
-            traceback: None,
-        });
+        r.error = Some(ExecError::new("internal_error", format!("{f} (execution {})", r.execution_id)));
         Status::InternalError
     } else if run.timed_out {
         Status::Timeout
@@ -298,14 +291,7 @@ pub(crate) fn fill_result(r: &mut ExecutionResult, a: &Admitted, run: RunOutcome
     } else if code == Some(0) {
         Status::Ok
     } else if run.exit.is_none() {
-        r.error = Some(ExecError {
-            kind: "internal_error".into(),
-            message: format!("the sandbox ended without reporting an exit (execution {})", r.execution_id),
-            field: None,
-            line: None,
-            column: None,
-            traceback: None,
-        });
+        r.error = Some(ExecError::new("internal_error", format!("the sandbox ended without reporting an exit (execution {})", r.execution_id)));
         Status::InternalError
     } else {
         Status::Error

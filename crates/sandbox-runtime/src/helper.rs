@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 
 use nix::sched::CloneFlags;
 use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::{getpid, getppid, pipe};
+use nix::unistd::{getppid, pipe};
 
 use crate::spec::{Event, SpawnSpec, CONTROL_FD};
 use crate::sys::{self, Forked};
@@ -59,9 +59,9 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
         return Err(("pdeathsig", "the engine exited before the helper started".into()));
     }
     // Join the cgroup before cloning, so init and everything it starts are born inside it.
-    for dir in &spec.cgroup_dirs {
-        let procs = dir.join("cgroup.procs");
-        step("cgroup_join", std::fs::write(&procs, getpid().to_string()).map_err(|e| format!("{}: {e}", procs.display())))?;
+    // "0" names the writer itself (see Cgroup::join_files for why that matters on v1).
+    for file in &spec.cgroup_join {
+        step("cgroup_join", std::fs::write(file, "0").map_err(|e| format!("{}: {e}", file.display())))?;
     }
     // No descriptor but stdio and the control socket may reach the container.
     step("cloexec", sys::cloexec_from(4))?;

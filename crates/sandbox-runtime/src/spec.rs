@@ -19,8 +19,9 @@ pub struct SpawnSpec {
     pub execution_id: String,
     /// First host uid/gid of the 65536 ids mapped into the user namespace (never 0).
     pub uid_base: u32,
-    /// Cgroup directories to join (one on v2; one per controller on v1).
-    pub cgroup_dirs: Vec<PathBuf>,
+    /// Cgroup files the helper writes "0" (itself) to before cloning init, from
+    /// [`crate::cgroup::Cgroup::join_files`].
+    pub cgroup_join: Vec<PathBuf>,
     /// An empty host directory to mount the new root tmpfs on.
     pub root_dir: PathBuf,
     /// The host directory (a size-capped tmpfs) that becomes /workspace.

@@ -226,6 +226,20 @@ impl Cgroup {
         &self.dirs
     }
 
+    /// The files a single-threaded process writes `0` to, to move itself in (its children are
+    /// then born inside). On v1 that is each hierarchy's `tasks`: moving only the calling thread
+    /// lets the kernel skip the `cgroup_threadgroup_rwsem` write lock, whose RCU grace period
+    /// costs 9-20 ms per `cgroup.procs` write on this kind of host (the helper is single-threaded,
+    /// so its one thread is the whole process). On v2, domain cgroups take whole processes only:
+    /// `cgroup.procs` (CLONE_INTO_CGROUP would avoid the wait there; see ARCHITECTURE.md).
+    pub fn join_files(&self) -> Vec<PathBuf> {
+        let file = match self.layout {
+            Layout::V1 { .. } => "tasks",
+            Layout::V2 { .. } => "cgroup.procs",
+        };
+        self.dirs.iter().map(|d| d.join(file)).collect()
+    }
+
     /// The layout this cgroup lives in.
     pub fn layout(&self) -> &Layout {
         &self.layout

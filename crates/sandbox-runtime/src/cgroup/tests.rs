@@ -82,3 +82,22 @@ fn quota_has_the_kernel_minimum() {
     assert_eq!(cpu_quota_us(2.0), 200_000);
     assert_eq!(cpu_quota_us(0.001), 1_000);
 }
+
+#[test]
+fn joins_through_tasks_on_v1_and_cgroup_procs_on_v2() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    for c in ["memory", "cpu", "cpuacct", "pids"] {
+        fs::create_dir(r.join(c)).unwrap();
+    }
+    let v1 = Layout::V1 { memory: r.join("memory"), cpu: r.join("cpu"), cpuacct: r.join("cpuacct"), pids: r.join("pids") };
+    let limits = Limits { memory_max_bytes: 64 << 20, cpu_max: 1.0, pids_max: 8 };
+    let cg = Cgroup::create(&v1, "sandbox", "x", limits).unwrap();
+    let files: Vec<String> = cg.join_files().iter().map(|p| p.strip_prefix(r).unwrap().display().to_string()).collect();
+    assert_eq!(files, ["memory/sandbox/x/tasks", "cpu/sandbox/x/tasks", "cpuacct/sandbox/x/tasks", "pids/sandbox/x/tasks"]);
+    assert_eq!(fs::read_to_string(r.join("memory/sandbox/x/memory.limit_in_bytes")).unwrap(), "67108864");
+    assert_eq!(fs::read_to_string(r.join("cpu/sandbox/x/cpu.cfs_quota_us")).unwrap(), "100000");
+    let v2 = Layout::V2 { root: r.to_owned() };
+    let cg = Cgroup::create(&v2, "sandbox2", "y", limits).unwrap();
+    assert_eq!(cg.join_files(), [r.join("sandbox2/y/cgroup.procs")]);
+}

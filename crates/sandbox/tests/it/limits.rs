@@ -39,7 +39,9 @@ fn half_cpu_profile_gets_about_half_a_cpu() {
     let cpu = r.json["resourceUsage"]["cpuTimeMs"].as_f64().unwrap();
     let wall = r.json["timing"]["runMs"].as_f64().unwrap();
     let share = cpu / wall;
-    assert!(share > 0.3 && share < 0.65, "cpu {cpu} ms over {wall} ms wall = {share:.2} CPUs, want ~0.5");
+    // At most about half a CPU although two threads spin; the lower bound only proves they ran
+    // (other tests share this machine's two cores).
+    assert!(share > 0.1 && share < 0.6, "cpu {cpu} ms over {wall} ms wall = {share:.2} CPUs, want <= ~0.5");
 }
 
 #[test]

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Startup-latency benchmark: `python3 -c pass` bare, under bubblewrap, under raw unshare(1), and
+# under `sandbox run`. Variants run interleaved round-robin so machine noise hits all equally.
+#   N=100 bash bench/startup.sh      (N: timed runs per variant, default 100)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+N="${N:-100}"
+WARMUP=5
+JSON_RUNS=20
+PY=/usr/bin/python3
+
+# --- 1. dependencies (idempotent) -------------------------------------------------------------
+bash scripts/install-deps.sh
+if ! command -v bwrap >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bubblewrap
+fi
+cargo build --release -q -p sandbox
+SANDBOX="$ROOT/target/release/sandbox"
+
+DATA_DIR="$(mktemp -d /tmp/sandbox-bench.XXXXXX)"
+chmod 0755 "$DATA_DIR"
+trap 'rm -rf "$DATA_DIR"' EXIT
+
+BWRAP=(bwrap --unshare-all --ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/lib64 /lib64
+       --symlink usr/bin /bin --proc /proc --dev /dev --tmpfs /tmp "$PY" -c pass)
+UNSHARE=(unshare --user --map-root-user --pid --fork --mount --net --ipc --uts "$PY" -c pass)
+SB=("$SANDBOX" --data-dir "$DATA_DIR" run -c pass)
+
+# Check every variant runs before timing it.
+check() {
+  local out
+  if ! out=$("$@" 2>&1); then
+    echo "variant failed: $*" >&2
+    echo "$out" >&2
+    exit 1
+  fi
+}
+check "$PY" -c pass
+check "${BWRAP[@]}"
+check "${UNSHARE[@]}"
+check "${SB[@]}"
+
+# --- 2 + 3. timing loop and report ------------------------------------------------------------
+"$PY" - "$N" "$WARMUP" "$JSON_RUNS" "$PY" "$SANDBOX" "$DATA_DIR" <<'EOF'
+import json, statistics, subprocess, sys, time
+
+n, warmup, json_runs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+py, sandbox, data_dir = sys.argv[4], sys.argv[5], sys.argv[6]
+
+variants = [
+    ("bare python3", [py, "-c", "pass"]),
+    ("bwrap", ["bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib",
+               "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin", "--proc", "/proc",
+               "--dev", "/dev", "--tmpfs", "/tmp", py, "-c", "pass"]),
+    ("unshare", ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount", "--net",
+                 "--ipc", "--uts", py, "-c", "pass"]),
+    ("sandbox run", [sandbox, "--data-dir", data_dir, "run", "-c", "pass"]),
+]
+
+def once(argv):
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    dt = (time.perf_counter() - t0) * 1000.0
+    if r.returncode != 0:
+        sys.exit(f"{argv[0]} exited {r.returncode}: {r.stderr.decode(errors='replace')}")
+    return dt
+
+def pct(xs, p):
+    # Linear interpolation between closest ranks (numpy's default).
+    s = sorted(xs)
+    k = (len(s) - 1) * p / 100.0
+    lo = int(k); hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+for _ in range(warmup):
+    for _, argv in variants:
+        once(argv)
+samples = {name: [] for name, _ in variants}
+t_start = time.perf_counter()
+for _ in range(n):
+    for name, argv in variants:
+        samples[name].append(once(argv))
+elapsed = time.perf_counter() - t_start
+
+base = pct(samples["bare python3"], 50)
+print(f"startup latency, N={n} interleaved runs per variant after {warmup} warm-ups ({elapsed:.1f} s)")
+print(f"{'variant':<14} {'p50 ms':>9} {'p95 ms':>9} {'p50 overhead ms':>16}")
+for name, _ in variants:
+    xs = samples[name]
+    p50, p95 = pct(xs, 50), pct(xs, 95)
+    print(f"{name:<14} {p50:>9.2f} {p95:>9.2f} {p50 - base:>+16.2f}")
+sb_over = pct(samples["sandbox run"], 50) - base
+bw_over = pct(samples["bwrap"], 50) - base
+ratio = f"{sb_over / bw_over:.1f}x" if bw_over > 0 else "n/a"
+print(f"sandbox overhead {sb_over:.2f} ms vs bubblewrap overhead {bw_over:.2f} ms "
+      f"({ratio}, {sb_over - bw_over:+.2f} ms)")
+
+keys = ("setupMs", "runMs", "collectMs")
+timing = {k: [] for k in keys}
+for _ in range(json_runs):
+    r = subprocess.run([sandbox, "--data-dir", data_dir, "run", "--json", "-c", "pass"],
+                       stdin=subprocess.DEVNULL, capture_output=True, check=True)
+    t = json.loads(r.stdout)["timing"]
+    for k in keys:
+        timing[k].append(t[k])
+print(f"sandbox run --json timing medians over {json_runs} runs: "
+      + ", ".join(f"{k}={statistics.median(timing[k]):g}" for k in keys))
+EOF
