@@ -106,3 +106,28 @@ fn non_utf8_output_is_returned_intact() {
     assert_eq!(raw, b"ok \xff\x00 end\n");
     assert_eq!(r.stdout(), "ok \u{fffd}\u{0} end\n");
 }
+
+#[test]
+fn administrator_mounts_are_read_only_or_read_write_as_configured() {
+    let code = "import errno\nprint(open('/data/numbers.csv').read(), end='')\n\
+                for p in ('/data/new.txt', '/mnt/share/out.txt'):\n    try:\n        open(p, 'w').write('x'); print('wrote', p)\n    \
+                except OSError as e:\n        print(errno.errorcode[e.errno], p)";
+    let r = run("py-mounts", code, &[]);
+    assert_eq!(r.stdout(), "1,2,3\nEROFS /data/new.txt\nwrote /mnt/share/out.txt\n", "{r:?}");
+    let written = env().dir.join("share/out.txt");
+    assert_eq!(std::fs::read_to_string(&written).unwrap(), "x");
+    std::fs::remove_file(written).unwrap();
+    // Nothing else of the host appears next to them.
+    let r = run("py-mounts", "import os\nprint(sorted(os.listdir('/mnt')), os.path.exists(os.environ.get('HOME') + '/../root'))", &[]);
+    assert_eq!(r.stdout(), "['share'] False\n", "{r:?}");
+}
+
+#[test]
+fn output_file_count_cap_skips_the_rest() {
+    let r = run("py-two-files", "for n in 'abcd':\n    open(n + '.txt', 'w').write(n)", &[]);
+    let names: Vec<&str> = r.json["files"].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(names, ["a.txt", "b.txt"], "{r:?}");
+    let skipped: Vec<(&str, &str)> =
+        r.json["skippedFiles"].as_array().unwrap().iter().map(|s| (s["name"].as_str().unwrap(), s["reason"].as_str().unwrap())).collect();
+    assert_eq!(skipped, [("c.txt", "count_cap"), ("d.txt", "count_cap")]);
+}

@@ -44,6 +44,11 @@ language = "python"
 stdout_max_bytes = 1048576
 stop_at_limit = false
 
+[profiles.py-two-files]
+language = "python"
+[profiles.py-two-files.output]
+files_max_count = 2
+
 [profiles.py-ro-inputs]
 language = "python"
 [profiles.py-ro-inputs.filesystem]
@@ -86,7 +91,20 @@ pub fn env() -> &'static Env {
         let dir = tempfile::Builder::new().prefix("sandbox-it-").tempdir_in("/tmp").unwrap().keep();
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let config = dir.join("config.toml");
-        std::fs::write(&config, TEST_CONFIG).unwrap();
+        // Host directories an administrator exposes: read-only data and a read-write share
+        // owned by the sandbox user's host uid (uid_base 200000 + 1000).
+        let (ro, rw) = (dir.join("dataset"), dir.join("share"));
+        std::fs::create_dir(&ro).unwrap();
+        std::fs::write(ro.join("numbers.csv"), "1,2,3\n").unwrap();
+        std::fs::create_dir(&rw).unwrap();
+        nix::unistd::chown(&rw, Some(nix::unistd::Uid::from_raw(201_000)), Some(nix::unistd::Gid::from_raw(201_000))).unwrap();
+        let mounts = format!(
+            "\n[profiles.py-mounts]\nlanguage = \"python\"\n[[profiles.py-mounts.filesystem.mounts]]\nhost = {:?}\nsandbox = \"/data\"\n\
+             [[profiles.py-mounts.filesystem.mounts]]\nhost = {:?}\nsandbox = \"/mnt/share\"\nread_only = false\n",
+            ro.display().to_string(),
+            rw.display().to_string()
+        );
+        std::fs::write(&config, format!("{TEST_CONFIG}{mounts}")).unwrap();
         let data = dir.join("data");
         Env { dir, config, data }
     })
