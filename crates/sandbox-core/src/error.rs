@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// A caller-visible failure, stable across releases. Serialized in `snake_case`
 /// (`"invalid_file_name"`); the CLI exits with [`ErrorCode::exit_code`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// The request is malformed (bad JSON shape, contradictory fields).
@@ -39,6 +39,18 @@ pub enum ErrorCode {
     InvalidConfig,
     /// The service failed; the message names the execution id, the log has the cause.
     InternalError,
+    /// No or an unknown API key (HTTP 401).
+    Unauthorized,
+    /// The API key may not use this profile (HTTP 403).
+    ForbiddenProfile,
+    /// Every execution slot and queue place is taken; retry after the Retry-After seconds (HTTP 429).
+    QueueFull,
+    /// The request body is larger than the service accepts (HTTP 413).
+    BodyTooLarge,
+    /// No such resource (HTTP 404).
+    NotFound,
+    /// The service is shutting down and takes no new executions (HTTP 503).
+    ShuttingDown,
 }
 
 impl ErrorCode {
@@ -61,6 +73,12 @@ impl ErrorCode {
             Self::RuntimeUnavailable => "runtime_unavailable",
             Self::InvalidConfig => "invalid_config",
             Self::InternalError => "internal_error",
+            Self::Unauthorized => "unauthorized",
+            Self::ForbiddenProfile => "forbidden_profile",
+            Self::QueueFull => "queue_full",
+            Self::BodyTooLarge => "body_too_large",
+            Self::NotFound => "not_found",
+            Self::ShuttingDown => "shutting_down",
         }
     }
 
@@ -69,7 +87,7 @@ impl ErrorCode {
     /// profile, 4 for an internal error. (A program that ran exits with its own code.)
     pub fn exit_code(self) -> i32 {
         match self {
-            Self::RuntimeUnavailable => 3,
+            Self::RuntimeUnavailable | Self::ShuttingDown => 3,
             Self::InternalError => 4,
             _ => 2,
         }

@@ -22,6 +22,67 @@ pub struct Config {
     /// Profiles by name (`[profiles.NAME]`).
     #[serde(default)]
     pub profiles: BTreeMap<String, Profile>,
+    /// The HTTP service (`sandbox serve`).
+    #[serde(default)]
+    pub service: ServiceConfig,
+}
+
+/// Settings of `sandbox serve` (`[service]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServiceConfig {
+    /// Address to listen on, `IP:PORT`. Loopback by default; any other address needs API keys
+    /// (or `--insecure-no-auth`).
+    pub listen: String,
+    /// Executions running at once; 0 picks one per core, fewer if memory is short
+    /// (each may use its profile's `memory_max_bytes`).
+    pub max_concurrency: u32,
+    /// Requests that may wait for a free slot; past that, 429 with Retry-After.
+    pub queue_max: u32,
+    /// Largest request body, in bytes (413 past it).
+    pub body_max_bytes: u64,
+    /// On SIGTERM/SIGINT, how long in-flight executions may still run, in ms.
+    pub shutdown_grace_ms: u64,
+    /// API keys. Empty: no authentication (allowed on loopback only).
+    pub api_keys: Vec<ApiKey>,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            max_concurrency: 0,
+            queue_max: 64,
+            body_max_bytes: 128 << 20,
+            shutdown_grace_ms: 30_000,
+            api_keys: Vec::new(),
+        }
+    }
+}
+
+/// One API key, stored hashed (`[[service.api_keys]]`). Callers send the key as
+/// `Authorization: Bearer <key>`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKey {
+    /// Who holds the key (it names the caller in logs and audit records).
+    pub name: String,
+    /// Lowercase hex SHA-256 of the key (`printf %s KEY | sha256sum`).
+    pub sha256: String,
+    /// Profiles this key may use; `"*"` for all.
+    #[serde(default = "all_profiles")]
+    pub profiles: Vec<String>,
+}
+
+fn all_profiles() -> Vec<String> {
+    vec!["*".into()]
+}
+
+impl ApiKey {
+    /// Whether this key may run `profile`.
+    pub fn allows(&self, profile: &str) -> bool {
+        self.profiles.iter().any(|p| p == "*" || p == profile)
+    }
 }
 
 /// Host-side runtime settings (`[runtime]`).
@@ -241,6 +302,7 @@ impl Config {
     /// (a profile of the same name replaces the built-in one).
     pub fn layered(mut self, other: Config) -> Self {
         self.runtime = other.runtime;
+        self.service = other.service;
         self.profiles.extend(other.profiles);
         self
     }
@@ -254,6 +316,19 @@ impl Config {
         for (field, path) in [("runtime.python", &rt.python), ("runtime.node", &rt.node)] {
             if !path.is_absolute() {
                 return Err(err(field.into(), format!("{} is not an absolute path", path.display())));
+            }
+        }
+        let svc = &self.service;
+        if svc.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(err("service.listen".into(), format!("{:?} is not an IP:PORT address", svc.listen)));
+        }
+        check_range(svc.body_max_bytes, 1024, 1 << 34, "bytes").map_err(|m| err("service.body_max_bytes".into(), m))?;
+        for (i, k) in svc.api_keys.iter().enumerate() {
+            if k.sha256.len() != 64 || !k.sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+                return Err(err(format!("service.api_keys[{i}].sha256"), "must be 64 lowercase hex digits (sha256 of the key)".into()));
+            }
+            if k.name.is_empty() {
+                return Err(err(format!("service.api_keys[{i}].name"), "must not be empty".into()));
             }
         }
         for (name, p) in &self.profiles {

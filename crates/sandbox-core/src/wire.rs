@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::ErrorCode;
 
 /// A language the service runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Language {
     /// CPython 3 (the host's `python3` by default).
@@ -41,7 +42,7 @@ impl Language {
 }
 
 /// How code is invoked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Harness {
     /// Run the file as a program; stdout is the output.
@@ -52,7 +53,7 @@ pub enum Harness {
 }
 
 /// Content of one input file: UTF-8 text, or bytes as `{ "base64": "..." }` (RFC 4648 standard alphabet, padded).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum FileContent {
     /// The file's text, written as UTF-8.
@@ -65,7 +66,7 @@ pub enum FileContent {
 }
 
 /// One execution request (DESIGN.md "Interfaces").
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExecutionRequest {
     /// Name of the profile to run under, e.g. `python-default`.
@@ -93,6 +94,7 @@ pub struct ExecutionRequest {
     pub stdin: Option<FileContent>,
     /// Input value for the `function` harness.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub input: Option<serde_json::Value>,
     /// Extra environment variables, added to the profile's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -100,7 +102,7 @@ pub struct ExecutionRequest {
 }
 
 /// How an execution ended.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// The program exited with code 0.
@@ -136,7 +138,7 @@ impl Status {
 }
 
 /// One returned output file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OutputFile {
     /// The bytes, RFC 4648 base64.
@@ -150,7 +152,7 @@ pub struct OutputFile {
 }
 
 /// A workspace entry that was not returned, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SkippedFile {
     /// Workspace-relative name (lossy UTF-8 if the name was not UTF-8).
@@ -163,7 +165,7 @@ pub struct SkippedFile {
 }
 
 /// Resources the execution used, read from its cgroup.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceUsage {
     /// User plus system CPU time of every process of the execution, in ms.
@@ -173,7 +175,7 @@ pub struct ResourceUsage {
 }
 
 /// Where the wall time went, in ms.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Timing {
     /// Waiting for admission (0 without a queue).
@@ -187,7 +189,7 @@ pub struct Timing {
 }
 
 /// A structured error: a rejection, a service failure, or (later) a program's exception.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecError {
     /// For rejections and service failures, the stable [`ErrorCode`]; for programs, the exception type.
@@ -217,7 +219,7 @@ impl ExecError {
 }
 
 /// What isolation was actually enforced for this execution (never silently weaker).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Enforcement {
     /// `v1` or `v2`.
@@ -231,7 +233,7 @@ pub struct Enforcement {
 }
 
 /// The result of one execution (DESIGN.md "Interfaces").
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionResult {
     /// Unique id (UUIDv7, time-ordered).
@@ -281,6 +283,7 @@ pub struct ExecutionResult {
     pub killed_at_teardown: u32,
     /// The `function` harness's return value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub return_data: Option<serde_json::Value>,
     /// CPU time and peak memory.
     pub resource_usage: ResourceUsage,
@@ -292,4 +295,117 @@ pub struct ExecutionResult {
     /// Why it was rejected or failed, or the program's error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ExecError>,
+}
+
+/// An HTTP error body, `application/problem+json` (RFC 9457), with the stable [`ErrorCode`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Problem {
+    /// A URI naming the problem type: `urn:sandbox:error:<code>`.
+    #[serde(rename = "type")]
+    pub type_uri: String,
+    /// Short summary of the problem type.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// The stable error code, e.g. `invalid_file_name`.
+    pub code: ErrorCode,
+    /// What went wrong, for humans.
+    pub detail: String,
+    /// The request field at fault, e.g. `files["../x"]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The execution id, when one was assigned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_id: Option<String>,
+}
+
+/// What a caller may know of a profile: no host paths, no secrets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProfileInfo {
+    /// Profile name.
+    pub name: String,
+    /// Language it runs.
+    pub language: Language,
+    /// One line for humans and models.
+    pub description: String,
+    /// Default harness.
+    pub harness: Harness,
+    /// Harnesses available.
+    pub harnesses: Vec<Harness>,
+    /// Memory cap in bytes.
+    pub memory_max_bytes: u64,
+    /// CPU cap in cores.
+    pub cpu_max: f64,
+    /// Most processes and threads.
+    pub pids_max: u32,
+    /// Default timeout in ms.
+    pub timeout_ms: u64,
+    /// Largest timeout a request may ask for, in ms.
+    pub timeout_max_ms: u64,
+    /// Size of /workspace in bytes.
+    pub workspace_max_bytes: u64,
+    /// Size of /tmp in bytes.
+    pub tmp_max_bytes: u64,
+    /// Stdout cap in bytes.
+    pub stdout_max_bytes: u64,
+    /// Stderr cap in bytes.
+    pub stderr_max_bytes: u64,
+    /// Most output files returned.
+    pub files_max_count: u32,
+    /// Most bytes of output files returned.
+    pub files_max_bytes: u64,
+    /// Network policy: `none`.
+    pub network: String,
+    /// Paths of extra directories inside the sandbox (host paths are not shown).
+    pub mounts: Vec<MountInfo>,
+}
+
+/// An extra directory as the program sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MountInfo {
+    /// Path inside the sandbox.
+    pub path: String,
+    /// Whether it is read-only.
+    pub read_only: bool,
+}
+
+impl ProfileInfo {
+    /// The caller's view of `profile` named `name`.
+    pub fn new(name: &str, p: &crate::Profile) -> Self {
+        Self {
+            name: name.to_owned(),
+            language: p.language,
+            description: p.description.clone(),
+            harness: p.harness,
+            harnesses: vec![Harness::Script],
+            memory_max_bytes: p.limits.memory_max_bytes,
+            cpu_max: p.limits.cpu_max,
+            pids_max: p.limits.pids_max,
+            timeout_ms: p.limits.timeout_ms,
+            timeout_max_ms: p.limits.timeout_max_ms,
+            workspace_max_bytes: p.filesystem.workspace_max_bytes,
+            tmp_max_bytes: p.filesystem.tmp_max_bytes,
+            stdout_max_bytes: p.output.stdout_max_bytes,
+            stderr_max_bytes: p.output.stderr_max_bytes,
+            files_max_count: p.output.files_max_count,
+            files_max_bytes: p.output.files_max_bytes,
+            network: "none".into(),
+            mounts: p
+                .filesystem
+                .mounts
+                .iter()
+                .map(|m| MountInfo { path: m.sandbox.display().to_string(), read_only: m.read_only })
+                .collect(),
+        }
+    }
+}
+
+/// `GET /v1/profiles` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ProfileList {
+    /// The profiles the caller may use, by name.
+    pub profiles: Vec<ProfileInfo>,
 }

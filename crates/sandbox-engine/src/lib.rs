@@ -105,6 +105,17 @@ impl Engine {
         None
     }
 
+    /// Admission alone: whether `request` would be accepted (profile, fields, host support),
+    /// without preparing anything. Lets a server refuse before queueing.
+    /// Errors: the [`Rejection`] `execute` would report.
+    pub fn check(&self, request: &ExecutionRequest) -> Result<(), Rejection> {
+        let admitted = admit(request, &self.opts.config)?;
+        match self.unavailable(&admitted.profile_name) {
+            Some(reason) => Err(Rejection::new(ErrorCode::RuntimeUnavailable, reason, None)),
+            None => Ok(()),
+        }
+    }
+
     /// Runs one request to its end and returns the result; never panics on what the caller sent.
     /// `output`, when given, receives stdout/stderr chunks as they arrive (within the caps).
     pub async fn execute(&self, request: ExecutionRequest, output: Option<mpsc::UnboundedSender<Chunk>>) -> ExecutionResult {

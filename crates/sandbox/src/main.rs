@@ -4,6 +4,7 @@
 
 mod config;
 mod run;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +31,10 @@ struct Cli {
 enum Command {
     /// Run a program in a fresh sandbox; exits with its exit code (128+signal when killed).
     Run(Box<run::RunArgs>),
+    /// Serve the HTTP API (POST /v1/executions, GET /v1/profiles, /healthz, /readyz, /metrics, /openapi.json).
+    Serve(serve::ServeArgs),
+    /// Print the OpenAPI document of the HTTP API.
+    Openapi,
     /// List or show profiles.
     Profiles {
         #[command(subcommand)]
@@ -81,6 +86,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => {
             let data_dir = config::data_dir(cli.data_dir.as_deref());
             run::run(config, data_dir, *args)
+        }
+        Command::Serve(args) => {
+            let data_dir = config::data_dir(cli.data_dir.as_deref());
+            serve::serve(config, data_dir, args)
+        }
+        Command::Openapi => {
+            use utoipa::OpenApi as _;
+            println!("{}", sandbox_server::ApiDoc::openapi().to_pretty_json()?);
+            Ok(ExitCode::SUCCESS)
         }
         Command::Profiles { command: ProfilesCommand::List } => {
             println!("{:<24} {:<11} {:>9} {:>5} {:>5} {:>9} {:<8} DESCRIPTION", "NAME", "LANGUAGE", "MEMORY", "CPU", "PIDS", "TIMEOUT", "NETWORK");

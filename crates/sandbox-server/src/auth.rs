@@ -1,0 +1,50 @@
+//! API keys: `Authorization: Bearer <key>`, compared by SHA-256 in constant time against the
+//! hashes in the configuration.
+
+use axum::http::HeaderMap;
+use sandbox_core::profile::ApiKey;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// Who is calling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// No keys are configured (loopback only): anyone may use every profile.
+    Anonymous,
+    /// The holder of this key.
+    Key(ApiKey),
+}
+
+impl Caller {
+    /// Whether this caller may run `profile`.
+    pub fn allows(&self, profile: &str) -> bool {
+        match self {
+            Self::Anonymous => true,
+            Self::Key(k) => k.allows(profile),
+        }
+    }
+
+    /// A name for logs (`anonymous` or the key's name).
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Anonymous => "anonymous",
+            Self::Key(k) => &k.name,
+        }
+    }
+}
+
+/// Finds the key in `headers` among `keys`; `None` when it is missing or unknown.
+pub(crate) fn authenticate(headers: &HeaderMap, keys: &[ApiKey]) -> Option<Caller> {
+    let value = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let token = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer "))?.trim();
+    let digest = Sha256::digest(token.as_bytes());
+    let mut found = None;
+    for k in keys {
+        let Ok(want) = hex::decode(&k.sha256) else { continue };
+        // Constant-time per key, and every key is compared, so timing says nothing of which matched.
+        if bool::from(want.as_slice().ct_eq(digest.as_slice())) {
+            found = Some(Caller::Key(k.clone()));
+        }
+    }
+    found
+}

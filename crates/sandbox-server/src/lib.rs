@@ -1,0 +1,74 @@
+//! The HTTP API (`sandbox serve`): decode, authenticate, admit, call the engine, encode.
+//! It reaches the kernel only through the engine.
+//!
+//! Routes: `POST /v1/executions` (JSON, or `text/event-stream` when the request accepts it),
+//! `GET /v1/profiles`, `GET /v1/profiles/{name}`, `GET /healthz`, `GET /readyz`, `GET /metrics`,
+//! `GET /openapi.json`. Errors are `application/problem+json` ([`Problem`]) with a stable code.
+
+mod admission;
+mod auth;
+mod metrics;
+mod problem;
+mod routes;
+
+use std::sync::Arc;
+
+use axum::Router;
+use sandbox_core::wire::Problem;
+use sandbox_core::Config;
+use sandbox_engine::Engine;
+
+pub use admission::Admission;
+pub use auth::Caller;
+pub use metrics::Metrics;
+pub use problem::status_of;
+pub use routes::ApiDoc;
+
+/// Everything a request handler needs; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    /// The execution engine.
+    pub engine: Arc<Engine>,
+    /// Concurrency limit and queue.
+    pub admission: Arc<Admission>,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
+    /// Whether requests must carry an API key (false only with no keys configured).
+    pub require_auth: bool,
+}
+
+impl AppState {
+    /// State for `engine` with the limits of its `[service]` configuration; `max_concurrency` 0
+    /// is resolved by [`default_concurrency`].
+    pub fn new(engine: Arc<Engine>) -> Self {
+        let svc = &engine.config().service;
+        let slots = if svc.max_concurrency == 0 { default_concurrency(engine.config()) } else { svc.max_concurrency };
+        let require_auth = !svc.api_keys.is_empty();
+        let admission = Arc::new(Admission::new(slots, svc.queue_max));
+        Self { engine, admission, metrics: Arc::new(Metrics::default()), require_auth }
+    }
+}
+
+/// One execution slot per core, fewer when memory could not hold that many runs of the
+/// largest profile (never below 1).
+pub fn default_concurrency(config: &Config) -> u32 {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mem_total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().find_map(|l| l.strip_prefix("MemTotal:").map(|v| v.trim().trim_end_matches(" kB").parse::<u64>().ok())))
+        .flatten()
+        .map_or(u64::MAX, |kib| kib * 1024);
+    let largest = config.profiles.values().map(|p| p.limits.memory_max_bytes).max().unwrap_or(1).max(1);
+    let by_memory = usize::try_from(mem_total / largest).unwrap_or(usize::MAX);
+    u32::try_from(cores.min(by_memory).max(1)).unwrap_or(1)
+}
+
+/// The router with every route and the body limit of the configuration.
+pub fn app(state: AppState) -> Router {
+    routes::router(state)
+}
+
+/// A problem body for `code` with `detail` (see [`status_of`] for the HTTP status).
+pub fn problem(code: sandbox_core::ErrorCode, detail: impl Into<String>) -> Problem {
+    problem::new(code, detail.into(), None, None)
+}

@@ -1,0 +1,80 @@
+//! Errors as `application/problem+json` (RFC 9457): the single place an [`ErrorCode`] becomes an HTTP status.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use sandbox_core::wire::Problem;
+use sandbox_core::ErrorCode;
+
+/// The HTTP status of each error code.
+pub fn status_of(code: ErrorCode) -> StatusCode {
+    match code {
+        ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+        ErrorCode::ForbiddenProfile => StatusCode::FORBIDDEN,
+        ErrorCode::ProfileNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
+        ErrorCode::QueueFull => StatusCode::TOO_MANY_REQUESTS,
+        ErrorCode::BodyTooLarge | ErrorCode::InputTooLarge | ErrorCode::CodeTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorCode::RuntimeUnavailable | ErrorCode::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::InternalError | ErrorCode::InvalidConfig => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorCode::InvalidRequest
+        | ErrorCode::UnsupportedLanguage
+        | ErrorCode::UnsupportedHarness
+        | ErrorCode::EmptyCode
+        | ErrorCode::InvalidFileName
+        | ErrorCode::InvalidFileContent
+        | ErrorCode::TimeoutTooLarge
+        | ErrorCode::InvalidTimeout
+        | ErrorCode::InvalidEnv
+        | ErrorCode::InvalidOutputPattern => StatusCode::BAD_REQUEST,
+    }
+}
+
+fn title(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::Unauthorized => "Missing or unknown API key",
+        ErrorCode::ForbiddenProfile => "Profile not allowed for this key",
+        ErrorCode::ProfileNotFound => "No such profile",
+        ErrorCode::NotFound => "Not found",
+        ErrorCode::QueueFull => "Too many executions",
+        ErrorCode::BodyTooLarge => "Request body too large",
+        ErrorCode::RuntimeUnavailable => "Runtime unavailable on this host",
+        ErrorCode::ShuttingDown => "Service shutting down",
+        ErrorCode::InternalError | ErrorCode::InvalidConfig => "Internal error",
+        _ => "Invalid request",
+    }
+}
+
+pub(crate) fn new(code: ErrorCode, detail: String, field: Option<String>, execution_id: Option<String>) -> Problem {
+    Problem {
+        type_uri: format!("urn:sandbox:error:{}", code.as_str()),
+        title: title(code).into(),
+        status: status_of(code).as_u16(),
+        code,
+        detail,
+        field,
+        execution_id,
+    }
+}
+
+/// A problem response, with `Retry-After` (seconds) for `queue_full` and
+/// `WWW-Authenticate: Bearer` for `unauthorized`.
+pub(crate) struct ProblemResponse(pub Problem);
+
+impl IntoResponse for ProblemResponse {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let code = self.0.code;
+        let mut r = (status, axum::Json(self.0)).into_response();
+        let h = r.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        match code {
+            ErrorCode::QueueFull => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ErrorCode::Unauthorized => {
+                h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"sandbox\""));
+            }
+            _ => {}
+        }
+        r
+    }
+}

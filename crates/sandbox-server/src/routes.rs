@@ -1,0 +1,265 @@
+//! Route handlers and the OpenAPI document generated from the same types.
+
+use std::convert::Infallible;
+use std::time::Instant;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::stream::{self, Stream, StreamExt};
+use sandbox_core::wire::{ExecutionResult, Problem, ProfileInfo, ProfileList};
+use sandbox_core::{ErrorCode, ExecutionRequest, Status};
+use sandbox_engine::{Chunk, StreamKind};
+use tokio::sync::{mpsc, oneshot};
+use utoipa::OpenApi;
+
+use crate::auth::{authenticate, Caller};
+use crate::problem::{self, ProblemResponse};
+use crate::AppState;
+
+/// The OpenAPI 3.1 document of the HTTP API.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "Sandbox Service", description = "Runs untrusted Python and TypeScript in isolated Linux containers."),
+    paths(execute, list_profiles, get_profile, healthz, readyz, metrics),
+    components(schemas(ExecutionRequest, ExecutionResult, Problem, ProfileInfo, ProfileList))
+)]
+pub struct ApiDoc;
+
+pub(crate) fn router(state: AppState) -> Router {
+    let body_max = usize::try_from(state.engine.config().service.body_max_bytes).unwrap_or(usize::MAX);
+    Router::new()
+        .route("/v1/executions", post(execute))
+        .route("/v1/profiles", get(list_profiles))
+        .route("/v1/profiles/{name}", get(get_profile))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .fallback(|| async { ProblemResponse(problem::new(ErrorCode::NotFound, "no such route".into(), None, None)) })
+        .layer(DefaultBodyLimit::max(body_max))
+        .with_state(state)
+}
+
+fn fail(state: &AppState, code: ErrorCode, detail: impl Into<String>, field: Option<String>) -> Response {
+    state.metrics.rejected(code.as_str());
+    ProblemResponse(problem::new(code, detail.into(), field, None)).into_response()
+}
+
+#[allow(clippy::result_large_err)] // the error is the response itself, returned at once
+fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, Response> {
+    if !state.require_auth {
+        return Ok(Caller::Anonymous);
+    }
+    authenticate(headers, &state.engine.config().service.api_keys)
+        .ok_or_else(|| fail(state, ErrorCode::Unauthorized, "send a valid API key as 'Authorization: Bearer <key>'", None))
+}
+
+/// Runs one execution. Synchronous by default (the result in the body); with
+/// `Accept: text/event-stream` it streams `stdout` and `stderr` events (`{"text": ...}`) as the
+/// program writes, then one `result` event with the result object.
+#[utoipa::path(
+    post, path = "/v1/executions", request_body = ExecutionRequest,
+    responses(
+        (status = 200, description = "The program ran (any exit status, timeout, memory or output limit)", body = ExecutionResult),
+        (status = 400, description = "Invalid request (bad file name, timeout, language, ...)", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or unknown API key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The key may not use this profile", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such profile", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body, code or input files too large", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Concurrency limit and queue full; see Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Internal error (with the execution id)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The host cannot run this profile", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+async fn execute(State(state): State<AppState>, headers: HeaderMap, body: Result<Json<ExecutionRequest>, JsonRejection>) -> Response {
+    let received = Instant::now();
+    let who = match caller(&state, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let request = match body {
+        Ok(Json(r)) => r,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return fail(&state, ErrorCode::BodyTooLarge, format!("the body is over {} bytes", state.engine.config().service.body_max_bytes), None)
+        }
+        Err(e) => return fail(&state, ErrorCode::InvalidRequest, e.body_text(), None),
+    };
+    if !who.allows(&request.profile) && state.engine.config().profiles.contains_key(&request.profile) {
+        let detail = format!("key {:?} may not use profile {:?}", who.name(), request.profile);
+        return fail(&state, ErrorCode::ForbiddenProfile, detail, Some("profile".into()));
+    }
+    if let Err(r) = state.engine.check(&request) {
+        return fail(&state, r.code, r.message, r.field);
+    }
+    let permit = match state.admission.acquire().await {
+        Ok(p) => p,
+        Err(_) => return fail(&state, ErrorCode::QueueFull, "every execution slot and queue place is taken; retry later", None),
+    };
+    let queue_ms = u64::try_from(received.elapsed().as_millis()).unwrap_or(u64::MAX);
+    tracing::info!(caller = who.name(), profile = %request.profile, queue_ms, "execution admitted");
+    let wants_stream = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"));
+    if wants_stream {
+        return stream_execution(state, request, permit, queue_ms).into_response();
+    }
+    // Dropping this future (the client went away) drops the execution, whose state tears itself down.
+    let mut result = state.engine.execute(request, None).await;
+    drop(permit);
+    finish(&state, &mut result, queue_ms);
+    respond(result)
+}
+
+fn finish(state: &AppState, result: &mut ExecutionResult, queue_ms: u64) {
+    result.timing.queue_ms = queue_ms;
+    result.duration_ms += queue_ms;
+    if result.status == Status::Rejected {
+        state.metrics.rejected(result.error.as_ref().map_or("rejected", |e| e.kind.as_str()));
+    } else {
+        state.metrics.executed(&result.profile, result.status.as_str(), result.duration_ms);
+    }
+}
+
+fn respond(result: ExecutionResult) -> Response {
+    match result.status {
+        Status::Rejected | Status::InternalError => {
+            let e = result.error.clone();
+            let code = e
+                .as_ref()
+                .and_then(|e| serde_json::from_value::<ErrorCode>(serde_json::Value::String(e.kind.clone())).ok())
+                .unwrap_or(ErrorCode::InternalError);
+            let detail = e.as_ref().map_or_else(|| "internal error".to_owned(), |e| e.message.clone());
+            let field = e.and_then(|e| e.field);
+            ProblemResponse(problem::new(code, detail, field, Some(result.execution_id))).into_response()
+        }
+        _ => Json(result).into_response(),
+    }
+}
+
+/// Aborts the execution task when the response stream is dropped (client disconnected).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn stream_execution(
+    state: AppState,
+    request: ExecutionRequest,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    queue_ms: u64,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let (tx, rx) = mpsc::unbounded_channel::<Chunk>();
+    let (done_tx, done_rx) = oneshot::channel::<ExecutionResult>();
+    let task_state = state.clone();
+    let task = tokio::spawn(async move {
+        let mut result = task_state.engine.execute(request, Some(tx)).await;
+        drop(permit);
+        finish(&task_state, &mut result, queue_ms);
+        let _ = done_tx.send(result);
+    });
+    let guard = AbortOnDrop(task);
+    let decoders = (Utf8Stream::default(), Utf8Stream::default());
+    let chunks = stream::unfold((rx, decoders), |(mut rx, mut dec)| async move {
+        let c = rx.recv().await?;
+        let (name, text) = match c.stream {
+            StreamKind::Stdout => ("stdout", dec.0.push(&c.data)),
+            StreamKind::Stderr => ("stderr", dec.1.push(&c.data)),
+        };
+        let event = Event::default().event(name).json_data(serde_json::json!({ "text": text })).expect("json");
+        Some((Ok(event), (rx, dec)))
+    });
+    let end = stream::once(async move {
+        let _guard = guard;
+        let event = match done_rx.await {
+            Ok(result) => Event::default().event("result").json_data(&result).expect("results serialize"),
+            Err(_) => Event::default()
+                .event("error")
+                .json_data(problem::new(ErrorCode::InternalError, "the execution task ended without a result".into(), None, None))
+                .expect("problems serialize"),
+        };
+        Ok(event)
+    });
+    Sse::new(chunks.chain(end)).keep_alive(KeepAlive::default())
+}
+
+/// Turns byte chunks into text without splitting a UTF-8 sequence across two events; invalid
+/// bytes become U+FFFD.
+#[derive(Default)]
+struct Utf8Stream {
+    pending: Vec<u8>,
+}
+
+impl Utf8Stream {
+    fn push(&mut self, data: &[u8]) -> String {
+        self.pending.extend_from_slice(data);
+        let cut = match std::str::from_utf8(&self.pending) {
+            Ok(_) => self.pending.len(),
+            // An incomplete sequence at the very end waits for the next chunk.
+            Err(e) if e.error_len().is_none() => e.valid_up_to(),
+            Err(_) => self.pending.len(),
+        };
+        let rest = self.pending.split_off(cut);
+        let text = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending = rest;
+        text
+    }
+}
+
+/// The profiles the caller may use.
+#[utoipa::path(get, path = "/v1/profiles", responses((status = 200, body = ProfileList), (status = 401, body = Problem)))]
+async fn list_profiles(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let who = match caller(&state, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let profiles =
+        state.engine.config().profiles.iter().filter(|(n, _)| who.allows(n)).map(|(n, p)| ProfileInfo::new(n, p)).collect();
+    Json(ProfileList { profiles }).into_response()
+}
+
+/// One profile, if the caller may use it.
+#[utoipa::path(get, path = "/v1/profiles/{name}", params(("name" = String, Path, description = "Profile name")),
+    responses((status = 200, body = ProfileInfo), (status = 401, body = Problem), (status = 403, body = Problem), (status = 404, body = Problem)))]
+async fn get_profile(State(state): State<AppState>, headers: HeaderMap, Path(name): Path<String>) -> Response {
+    let who = match caller(&state, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    match state.engine.config().profiles.get(&name) {
+        None => fail(&state, ErrorCode::ProfileNotFound, format!("no profile named {name:?}"), Some("name".into())),
+        Some(_) if !who.allows(&name) => fail(&state, ErrorCode::ForbiddenProfile, format!("key {:?} may not use profile {name:?}", who.name()), None),
+        Some(p) => Json(ProfileInfo::new(&name, p)).into_response(),
+    }
+}
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "ok")))]
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// The runtime is usable: every host check of `sandbox doctor` passes.
+#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, body = Problem)))]
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.engine.host().first_failure() {
+        None => "ready\n".into_response(),
+        Some(why) => ProblemResponse(problem::new(ErrorCode::RuntimeUnavailable, why, None, None)).into_response(),
+    }
+}
+
+/// Prometheus metrics, text exposition format.
+#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+async fn metrics(State(state): State<AppState>) -> Response {
+    let body = state.metrics.render(state.admission.in_flight(), state.admission.queued());
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()
+}
+
+async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}

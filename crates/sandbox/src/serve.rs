@@ -1,0 +1,88 @@
+//! `sandbox serve`: the HTTP API on the engine, with graceful shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sandbox_core::Config;
+use sandbox_engine::{Engine, EngineOptions, NoRecorder};
+use sandbox_server::AppState;
+
+/// Arguments of `sandbox serve`.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on (IP:PORT); overrides `[service] listen` (default 127.0.0.1:8080).
+    #[arg(long, value_name = "ADDR:PORT")]
+    listen: Option<String>,
+    /// Allow a non-loopback address without API keys. Anyone who can reach it can run code.
+    #[arg(long)]
+    insecure_no_auth: bool,
+}
+
+/// Serves until SIGTERM or SIGINT; then stops accepting, lets in-flight executions run up to
+/// `[service] shutdown_grace_ms`, and ends the rest (their sandboxes are torn down).
+pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if let Some(l) = args.listen {
+        config.service.listen = l;
+    }
+    let addr: SocketAddr = config.service.listen.parse().with_context(|| format!("--listen {:?} is not IP:PORT", config.service.listen))?;
+    if !addr.ip().is_loopback() && config.service.api_keys.is_empty() && !args.insecure_no_auth {
+        anyhow::bail!(
+            "refusing to listen on {addr} without API keys: add [[service.api_keys]] to the config, or pass --insecure-no-auth"
+        );
+    }
+    let grace = Duration::from_millis(config.service.shutdown_grace_ms);
+    let engine = Engine::new(
+        EngineOptions {
+            config,
+            data_dir,
+            helper: std::env::current_exe().context("cannot find the sandbox binary to re-execute")?,
+            cgroup_parent: "sandbox".into(),
+        },
+        Arc::new(NoRecorder),
+    );
+    if let Some(why) = engine.host().first_failure() {
+        tracing::warn!(reason = %why, "this host cannot run sandboxes; /readyz will say so");
+    }
+    let state = AppState::new(Arc::new(engine));
+    let slots = state.admission.slots();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+        let local = listener.local_addr()?;
+        // One line on stdout, so scripts (and tests) can learn the port of `--listen 127.0.0.1:0`.
+        println!("listening on http://{local} ({slots} execution slots)");
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let server = axum::serve(listener, sandbox_server::app(state)).with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            tracing::info!("shutting down: no new connections");
+            let _ = stop_tx.send(true);
+        });
+        let mut stop = stop_rx.clone();
+        tokio::select! {
+            r = server => r.context("server failed")?,
+            () = async {
+                let _ = stop.wait_for(|s| *s).await;
+                tokio::time::sleep(grace).await;
+            } => {
+                tracing::warn!("shutdown grace period over: ending the remaining executions");
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    // Dropping the runtime drops the remaining executions; each tears its sandbox down.
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
