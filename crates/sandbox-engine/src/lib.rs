@@ -66,13 +66,22 @@ pub struct Engine {
     opts: EngineOptions,
     host: HostReport,
     recorder: Arc<dyn Recorder>,
+    /// Set by [`Engine::abort_all`]: running executions end as `internal_error`.
+    abort: tokio::sync::watch::Sender<bool>,
 }
 
 impl Engine {
     /// Probes the host once and keeps the options. Never fails: a host that lacks a feature
     /// makes each execution fail with `runtime_unavailable` and the reason.
     pub fn new(opts: EngineOptions, recorder: Arc<dyn Recorder>) -> Self {
-        Self { opts, host: sandbox_runtime::probe::probe(), recorder }
+        Self { opts, host: sandbox_runtime::probe::probe(), recorder, abort: tokio::sync::watch::channel(false).0 }
+    }
+
+    /// Ends every running execution now (service shutdown past its grace period): each is
+    /// killed, torn down, and reported as `internal_error` saying the service shut down.
+    /// Executions started afterwards end the same way at once.
+    pub fn abort_all(&self) {
+        self.abort.send_replace(true);
     }
 
     /// What the host offers (for `sandbox doctor`).
@@ -196,7 +205,7 @@ impl Engine {
             seccomp: true,
             network: "none".into(),
         });
-        let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output).await;
+        let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output, self.abort.subscribe()).await;
         let collect_start = Instant::now();
         prepared.stop_everything();
         let usage = prepared.usage();

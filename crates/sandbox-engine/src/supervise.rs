@@ -71,6 +71,7 @@ pub(crate) async fn run(
     a: &Admitted,
     received: Instant,
     output: Option<mpsc::UnboundedSender<Chunk>>,
+    mut abort: tokio::sync::watch::Receiver<bool>,
 ) -> RunOutcome {
     let mut out = RunOutcome::default();
     let (engine_end, helper_end) = match std::os::unix::net::UnixStream::pair() {
@@ -176,6 +177,12 @@ pub(crate) async fn run(
                 signal_init(prepared, Signal::SIGKILL);
                 prepared.stop_everything();
                 kill_at = None;
+            }
+            Ok(_) = abort.wait_for(|a| *a), if out.failure.is_none() => {
+                tracing::warn!("service shutting down: ending the execution");
+                out.failure = Some("the service shut down before the execution ended".into());
+                signal_init(prepared, Signal::SIGKILL);
+                prepared.stop_everything();
             }
             () = limit_hit.notified(), if a.profile.output.stop_at_limit && !out.output_stopped && !out.timed_out => {
                 tracing::info!("output cap reached: stopping the sandbox");

@@ -47,12 +47,21 @@ pub struct RunArgs {
     /// Write the output files here (created if missing).
     #[arg(long, value_name = "DIR")]
     out_dir: Option<PathBuf>,
+    /// Run on a `sandbox serve` at this URL (e.g. http://127.0.0.1:8080) instead of locally.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+    /// API key for --server.
+    #[arg(long, env = "SANDBOX_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
 }
 
 /// Runs one execution and maps its result to an exit code: the program's own, 128+signal when a
 /// signal ended it, 2 for a rejected request, 3 when the host cannot run it, 4 for an internal error.
 pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<ExitCode> {
     let request = build_request(&args)?;
+    if let Some(url) = &args.server {
+        return run_remote(url, request, &args);
+    }
     let engine = Engine::new(
         EngineOptions {
             config,
@@ -80,6 +89,44 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
         let _ = printer.await;
         result
     });
+    finish(&result, &args)
+}
+
+/// `--server`: the same run through the HTTP API, streaming output as it comes.
+fn run_remote(url: &str, request: ExecutionRequest, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let client = sandbox_client::Client::new(url, args.api_key.clone());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let outcome = rt.block_on(async {
+        if args.json {
+            client.execute(&request).await
+        } else {
+            client
+                .execute_stream(&request, |stream, text| {
+                    let _ = match stream {
+                        sandbox_client::Stream::Stdout => std::io::stdout().write_all(text.as_bytes()).and_then(|()| std::io::stdout().flush()),
+                        sandbox_client::Stream::Stderr => std::io::stderr().write_all(text.as_bytes()).and_then(|()| std::io::stderr().flush()),
+                    };
+                })
+                .await
+        }
+    });
+    match outcome {
+        Ok(result) => finish(&result, args),
+        Err(sandbox_client::ClientError::Problem { problem, .. }) => {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&problem)?);
+            } else {
+                let field = problem.field.as_deref().map(|f| format!(" ({f})")).unwrap_or_default();
+                eprintln!("sandbox: error[{}]{field}: {}", problem.code, problem.detail);
+            }
+            Ok(ExitCode::from(u8::try_from(problem.code.exit_code()).unwrap_or(2)))
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot reach the sandbox service at {url}"))),
+    }
+}
+
+fn finish(result: &sandbox_core::ExecutionResult, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let result = result.clone();
     if let Some(dir) = &args.out_dir {
         write_outputs(dir, &result.files)?;
     }

@@ -47,7 +47,8 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     if let Some(why) = engine.host().first_failure() {
         tracing::warn!(reason = %why, "this host cannot run sandboxes; /readyz will say so");
     }
-    let state = AppState::new(Arc::new(engine));
+    let engine = Arc::new(engine);
+    let state = AppState::new(engine.clone());
     let slots = state.admission.slots();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
@@ -62,14 +63,18 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
             let _ = stop_tx.send(true);
         });
         let mut stop = stop_rx.clone();
+        let deadline = async move {
+            let _ = stop.wait_for(|s| *s).await;
+            tokio::time::sleep(grace).await;
+            tracing::warn!("shutdown grace period over: ending the remaining executions");
+            // Each remaining execution is killed, torn down and answered as internal_error;
+            // the graceful shutdown then completes once those responses are out.
+            engine.abort_all();
+            std::future::pending::<()>().await;
+        };
         tokio::select! {
             r = server => r.context("server failed")?,
-            () = async {
-                let _ = stop.wait_for(|s| *s).await;
-                tokio::time::sleep(grace).await;
-            } => {
-                tracing::warn!("shutdown grace period over: ending the remaining executions");
-            }
+            () = deadline => {}
         }
         anyhow::Ok(())
     })?;

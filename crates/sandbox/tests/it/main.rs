@@ -6,6 +6,7 @@ mod attacks;
 mod basics;
 mod cases;
 mod files;
+mod http;
 mod limits;
 mod timeouts;
 

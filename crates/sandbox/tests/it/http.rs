@@ -1,0 +1,292 @@
+//! The HTTP API through a real `sandbox serve` process and real sockets: round trips, streaming,
+//! every error code, auth, admission, disconnects, shutdown, metrics and the OpenAPI document.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+
+use sandbox_client::{Client, ClientError};
+use sandbox_core::wire::FileContent;
+use sandbox_core::ExecutionRequest;
+
+use super::*;
+
+const KEY_ALL: &str = "test-key-all";
+const KEY_PY: &str = "test-key-py";
+const KEYS: &str = r#"
+[[service.api_keys]]
+name = "all"
+sha256 = "31a65195ae16798d1e0d6d435b997168cc1cc4175b7f8a46c1484ed962f7c041"
+[[service.api_keys]]
+name = "py-only"
+sha256 = "8f8d178249f7491637671709aac7e001c228d082a50338b28484fc7d5408cf81"
+profiles = ["python-default"]
+"#;
+
+/// A `sandbox serve` on a free loopback port, stopped (SIGTERM) on drop.
+pub struct Server {
+    child: Child,
+    pub url: String,
+    pub data: PathBuf,
+}
+
+impl Server {
+    /// Starts a server whose config is the test profiles plus `service_toml`.
+    pub fn start(service_toml: &str) -> Self {
+        let dir = tempfile::Builder::new().prefix("srv-").tempdir_in(&env().dir).unwrap().keep();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let config = dir.join("config.toml");
+        std::fs::write(&config, format!("{TEST_CONFIG}\n{service_toml}")).unwrap();
+        let data = dir.join("data");
+        let mut child = Command::new(bin())
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let url = line.split_whitespace().nth(2).unwrap_or_else(|| panic!("no address in {line:?}")).to_owned();
+        Self { child, url, data }
+    }
+
+    pub fn client(&self, key: Option<&str>) -> Client {
+        Client::new(&self.url, key.map(str::to_owned))
+    }
+
+    fn executions_left(&self) -> Vec<String> {
+        std::fs::read_dir(self.data.join("executions"))
+            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default()
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.terminate();
+        }
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn req(profile: &str, code: &str) -> ExecutionRequest {
+    ExecutionRequest { profile: profile.into(), code: code.into(), ..Default::default() }
+}
+
+#[track_caller]
+fn expect_problem(r: Result<sandbox_core::ExecutionResult, ClientError>, code: &str, status: u16) -> (sandbox_core::wire::Problem, Option<u64>) {
+    match r {
+        Err(ClientError::Problem { problem, retry_after }) => {
+            assert_eq!((problem.code.as_str(), problem.status), (code, status), "{problem:?}");
+            assert_eq!(problem.type_uri, format!("urn:sandbox:error:{code}"));
+            assert!(!problem.detail.is_empty());
+            (problem, retry_after)
+        }
+        other => panic!("expected {code}, got {other:?}"),
+    }
+}
+
+#[test]
+fn round_trips_python_and_typescript_with_files() {
+    let s = Server::start(KEYS);
+    let c = s.client(Some(KEY_ALL));
+    rt().block_on(async {
+        let r = c.execute(&req("python-default", "print(6*7)")).await.unwrap();
+        assert_eq!((r.status.as_str(), r.stdout.as_str(), r.exit_code), ("ok", "42\n", Some(0)));
+        let r = c.execute(&req("typescript-default", "const x: number = 6*7; console.log(x)")).await.unwrap();
+        assert_eq!(r.stdout, "42\n");
+        let mut with_files = req("python-default", "d = open('in.bin','rb').read()\nopen('out.bin','wb').write(bytes(reversed(d)))\nprint(open('t.txt').read())");
+        with_files.files.insert("in.bin".into(), FileContent::Base64 { base64: "AAEC/w==".into() });
+        with_files.files.insert("t.txt".into(), FileContent::Text("héllo".into()));
+        let r = c.execute(&with_files).await.unwrap();
+        assert_eq!(r.stdout, "héllo\n");
+        let out = &r.files["out.bin"];
+        assert_eq!((out.base64.as_str(), out.size), ("/wIBAA==", 4));
+        let r = c.execute(&req("python-default", "import sys; sys.exit(4)")).await.unwrap();
+        assert_eq!((r.status.as_str(), r.exit_code), ("error", Some(4)));
+        let mut slow = req("python-default", "while True: pass");
+        slow.timeout = Some(1000);
+        let r = c.execute(&slow).await.unwrap();
+        assert_eq!((r.status.as_str(), r.timed_out), ("timeout", true));
+    });
+}
+
+#[test]
+fn streaming_delivers_the_first_chunk_long_before_the_end() {
+    let s = Server::start(KEYS);
+    let c = s.client(Some(KEY_ALL));
+    rt().block_on(async {
+        let start = Instant::now();
+        let mut first = None;
+        let mut seen = String::new();
+        let r = c
+            .execute_stream(&req("python-default", "import time\nfor i in range(5):\n    print(i, flush=True)\n    time.sleep(0.2)"), |_, t| {
+                first.get_or_insert(start.elapsed());
+                seen.push_str(t);
+            })
+            .await
+            .unwrap();
+        let end = start.elapsed();
+        assert_eq!(seen, "0\n1\n2\n3\n4\n");
+        assert_eq!(r.stdout, seen);
+        let first = first.unwrap();
+        assert!(first + Duration::from_millis(500) < end, "first chunk at {first:?}, result at {end:?}");
+    });
+}
+
+#[test]
+fn every_error_code_through_the_real_server() {
+    let s = Server::start(KEYS);
+    let c = s.client(Some(KEY_ALL));
+    rt().block_on(async {
+        let mut bad = req("python-default", "print(1)");
+        bad.files.insert("../x".into(), FileContent::Text("x".into()));
+        let (p, _) = expect_problem(c.execute(&bad).await, "invalid_file_name", 400);
+        assert_eq!(p.field.as_deref(), Some("files[\"../x\"]"));
+        expect_problem(c.execute(&req("nope", "print(1)")).await, "profile_not_found", 404);
+        let mut long = req("python-default", "print(1)");
+        long.timeout = Some(10_000_000);
+        expect_problem(c.execute(&long).await, "timeout_too_large", 400);
+        expect_problem(c.execute(&req("python-default", " ")).await, "empty_code", 400);
+        expect_problem(s.client(None).execute(&req("python-default", "print(1)")).await, "unauthorized", 401);
+        expect_problem(s.client(Some("wrong")).execute(&req("python-default", "print(1)")).await, "unauthorized", 401);
+        let py_only = s.client(Some(KEY_PY));
+        expect_problem(py_only.execute(&req("typescript-default", "1")).await, "forbidden_profile", 403);
+        assert_eq!(py_only.execute(&req("python-default", "print(1)")).await.unwrap().stdout, "1\n");
+        let names: Vec<String> = py_only.profiles().await.unwrap().into_iter().map(|p| p.name).collect();
+        assert_eq!(names, ["python-default"]);
+        let p = c.profile("typescript-default").await.unwrap();
+        assert_eq!((p.memory_max_bytes, p.network.as_str()), (512 << 20, "none"));
+    });
+    // Raw HTTP for what a typed client cannot send.
+    let http = reqwest::blocking::Client::new();
+    let r = http.post(format!("{}/v1/executions", s.url)).bearer_auth(KEY_ALL).header("content-type", "application/json").body("{nope").send().unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let v: Value = r.json().unwrap();
+    assert_eq!(v["code"], "invalid_request");
+    let r = http.post(format!("{}/v1/executions", s.url)).header("content-type", "application/json").body("{}").send().unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.headers()["www-authenticate"], "Bearer realm=\"sandbox\"");
+    let r = http.get(format!("{}/v2/nothing", s.url)).send().unwrap();
+    assert_eq!(r.status(), 404);
+}
+
+#[test]
+fn body_limit_is_413() {
+    let s = Server::start("[service]\nbody_max_bytes = 2048\n");
+    let r = rt().block_on(s.client(None).execute(&req("python-default", &format!("# {}\nprint(1)", "x".repeat(4096)))));
+    expect_problem(r, "body_too_large", 413);
+}
+
+#[test]
+fn full_queue_is_429_with_retry_after_and_nothing_else_fails() {
+    let s = Server::start("[service]\nmax_concurrency = 1\nqueue_max = 1\n");
+    let c = s.client(None);
+    let results = rt().block_on(async {
+        let mut calls = Vec::new();
+        for _ in 0..4 {
+            let c = c.clone();
+            calls.push(tokio::spawn(async move { c.execute(&req("python-default", "import time; time.sleep(1.5)")).await }));
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        let mut out = Vec::new();
+        for call in calls {
+            out.push(call.await.unwrap());
+        }
+        out
+    });
+    let ok = results.iter().filter(|r| r.as_ref().is_ok_and(|r| r.status.as_str() == "ok")).count();
+    assert_eq!(ok, 2, "one running and one queued succeed: {results:?}");
+    for r in results.into_iter().filter(Result::is_err) {
+        let (_, retry) = expect_problem(r, "queue_full", 429);
+        assert_eq!(retry, Some(1));
+    }
+    let queued = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
+    assert!(queued.contains("sandbox_rejected_total{code=\"queue_full\"} 2"), "{queued}");
+    assert!(queued.contains("sandbox_executions_total{profile=\"python-default\",status=\"ok\"} 2"), "{queued}");
+}
+
+#[test]
+fn client_disconnect_ends_the_execution() {
+    let s = Server::start("");
+    let http = reqwest::blocking::Client::builder().timeout(Duration::from_millis(1500)).build().unwrap();
+    let body = serde_json::json!({"profile": "python-default", "code": "import time\nprint('started', flush=True)\ntime.sleep(60)"});
+    let r = http.post(format!("{}/v1/executions", s.url)).json(&body).send();
+    assert!(r.is_err(), "the client gave up");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !s.executions_left().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(s.executions_left(), Vec::<String>::new(), "the abandoned execution was torn down");
+}
+
+#[test]
+fn graceful_shutdown_finishes_in_flight_then_ends_the_rest() {
+    let mut s = Server::start("[service]\nshutdown_grace_ms = 2500\n");
+    let c = s.client(None);
+    let handle = std::thread::spawn(move || {
+        rt().block_on(async {
+            let (a, b) = (req("python-default", "import time; time.sleep(1); print('done')"), req("python-default", "import time; time.sleep(60)"));
+            tokio::join!(c.execute(&a), c.execute(&b))
+        })
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    let status = s.terminate();
+    assert!(status.success(), "{status:?}");
+    assert!(t.elapsed() < Duration::from_secs(6), "shutdown took {:?}", t.elapsed());
+    let (short, long) = handle.join().unwrap();
+    assert_eq!(short.unwrap().stdout, "done\n", "in-flight work within the grace period completes");
+    let (p, _) = expect_problem(long, "internal_error", 500);
+    assert!(p.detail.contains("shut down") && p.execution_id.is_some(), "work past the grace period is ended and answered: {p:?}");
+    assert_eq!(s.executions_left(), Vec::<String>::new(), "nothing left after shutdown");
+    assert!(reqwest::blocking::get(format!("{}/healthz", s.url)).is_err(), "no longer accepting");
+}
+
+#[test]
+fn refuses_a_public_address_without_keys() {
+    let out = sandbox(&["serve", "--listen", "0.0.0.0:0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--insecure-no-auth"), "{out:?}");
+}
+
+#[test]
+fn health_ready_metrics_and_openapi() {
+    let s = Server::start("");
+    let get = |p: &str| reqwest::blocking::get(format!("{}{p}", s.url)).unwrap();
+    assert_eq!(get("/healthz").status(), 200);
+    assert_eq!(get("/readyz").text().unwrap(), "ready\n");
+    let served: Value = get("/openapi.json").json().unwrap();
+    let committed: Value =
+        serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/openapi.json")).unwrap()).unwrap();
+    assert_eq!(served, committed, "docs/openapi.json is stale: regenerate with `sandbox openapi > docs/openapi.json`");
+    assert!(served["paths"]["/v1/executions"]["post"].is_object());
+    let m = get("/metrics").text().unwrap();
+    for name in ["sandbox_in_flight", "sandbox_queued", "sandbox_execution_duration_seconds"] {
+        assert!(m.contains(name), "{m}");
+    }
+}
+
+#[test]
+fn cli_server_mode_streams_and_maps_errors() {
+    let s = Server::start(KEYS);
+    let out = sandbox(&["run", "--server", &s.url, "--api-key", KEY_ALL, "-c", "import sys\nprint('hi')\nsys.exit(3)"]).output().unwrap();
+    assert_eq!((out.status.code(), String::from_utf8_lossy(&out.stdout).as_ref()), (Some(3), "hi\n"));
+    let input = scratch_file("x.txt", b"x");
+    let arg = format!("../x={}", input.display());
+    let out = sandbox(&["run", "--server", &s.url, "--api-key", KEY_ALL, "--file", &arg, "-c", "print(1)"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("error[invalid_file_name]"), "{out:?}");
+}
