@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: installs dependencies, then runs every test of the workspace (unit tests,
-# and the integration tests that create real namespaces and cgroups: run as root).
+# The test command: installs dependencies, then runs every test: the Rust workspace (unit tests,
+# and integration tests that create real namespaces and cgroups: run as root), and the
+# TypeScript and Python SDKs against a real `sandbox serve`. Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -8,7 +9,15 @@ cargo build --workspace --all-targets
 cargo clippy --workspace --all-targets -- -D warnings
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
-cargo test --workspace 2>&1 | tee "$log"
-# One closing line for all test binaries (cargo prints one per binary, the last often a doc-test run of 0).
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
-     END { printf "workspace: %d passed, %d failed\n", p, f }' "$log"
+export SANDBOX_BIN="$PWD/target/debug/sandbox"
+status=0
+cargo test --workspace 2>&1 | tee "$log" || status=1
+bash clients/typescript/run-tests.sh 2>&1 | tee -a "$log" || status=1
+bash clients/python/run-tests.sh -q 2>&1 | tee -a "$log" || status=1
+# One closing line for every runner: cargo's "test result:" lines, node's "# pass/# fail", pytest's "N passed, M failed".
+awk '
+  /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+  /^# pass / { p += $3 } /^# fail / { f += $3 }
+  /^[0-9]+ (passed|failed)/ && / in [0-9.]+s/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+  END { printf "all tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"

@@ -1,112 +1,169 @@
 //! Output collection: new or changed regular files under the workspace, read after every process
-//! of the execution is dead. Symlinks are never followed (lstat, then `O_NOFOLLOW` and a check
-//! that the opened file is the regular file seen), and nothing outside the workspace is read.
+//! of the execution is dead. The walk goes through directory file descriptors only
+//! (`openat` with `O_NOFOLLOW | O_DIRECTORY`, `fstatat` with `AT_SYMLINK_NOFOLLOW`), so no
+//! symlink is ever followed, at any depth, and a path renamed under the walk cannot lead it out
+//! of the workspace; a file is read only if the descriptor opened is the regular file listed.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
 use base64::Engine as _;
+use nix::dir::Dir;
+use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
+use sandbox_core::path::MAX_PATH_BYTES;
 use sandbox_core::wire::{OutputFile, SkippedFile};
 use sandbox_core::Admitted;
 use sha2::{Digest, Sha256};
 
 /// Most directory entries walked, so a program that creates millions of files cannot stall collection.
 const MAX_ENTRIES: usize = 100_000;
+/// Most directory levels walked.
+const MAX_DEPTH: usize = 64;
+/// Most entries listed in `skippedFiles`; the last one then says how many more there were.
+const MAX_SKIPPED: usize = 1_000;
+
+struct Walk<'a> {
+    a: &'a Admitted,
+    inputs: &'a [(String, [u8; 32])],
+    files: BTreeMap<String, OutputFile>,
+    skipped: Vec<SkippedFile>,
+    skipped_more: u64,
+    total: u64,
+    seen: usize,
+}
 
 /// Walks `workspace` and returns the files to hand back, by workspace-relative name, and those
-/// skipped with a reason. `inputs` holds (name, sha256) of the injected files: an input left
-/// unchanged is not an output.
-/// Errors: an I/O error on the workspace root itself.
+/// skipped with a reason (`symlink`, `not_regular_file`, `non_utf8_name`, `name_too_long`,
+/// `too_deep`, `count_cap`, `bytes_cap`, `entry_cap`, `unreadable`). `inputs` holds (name,
+/// sha256) of the injected files: an input left unchanged is not an output.
+/// Errors: an I/O error opening the workspace root itself.
 pub(crate) fn collect(
     workspace: &Path,
     inputs: &[(String, [u8; 32])],
     a: &Admitted,
 ) -> io::Result<(BTreeMap<String, OutputFile>, Vec<SkippedFile>)> {
-    let caps = &a.profile.output;
-    let mut files = BTreeMap::new();
-    let mut skipped = Vec::new();
-    let mut total: u64 = 0;
-    let mut seen = 0usize;
-    let mut stack = vec![(workspace.to_owned(), String::new())];
-    while let Some((dir, prefix)) = stack.pop() {
-        let mut entries: Vec<_> = fs::read_dir(&dir)?.filter_map(Result::ok).collect();
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            seen += 1;
-            if seen > MAX_ENTRIES {
-                skipped.push(SkippedFile { name: prefix.clone(), reason: "entry_cap".into(), size: None });
-                return Ok((files, skipped));
+    let root = nix::fcntl::open(workspace, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(io::Error::from)?;
+    let mut w = Walk { a, inputs, files: BTreeMap::new(), skipped: Vec::new(), skipped_more: 0, total: 0, seen: 0 };
+    w.dir(root, "", 0);
+    if w.skipped_more > 0 {
+        w.skipped.push(SkippedFile { name: format!("… and {} more", w.skipped_more), reason: "list_cap".into(), size: None });
+    }
+    Ok((w.files, w.skipped))
+}
+
+impl Walk<'_> {
+    fn skip(&mut self, name: String, reason: &str, size: Option<u64>) {
+        if self.skipped.len() < MAX_SKIPPED {
+            self.skipped.push(SkippedFile { name, reason: reason.into(), size });
+        } else {
+            self.skipped_more += 1;
+        }
+    }
+
+    fn dir(&mut self, fd: OwnedFd, prefix: &str, depth: usize) {
+        let names: Vec<std::ffi::OsString> = match Dir::from_fd(fd.try_clone().expect("dup of an open directory")) {
+            Ok(mut d) => {
+                let mut v: Vec<_> = d
+                    .iter()
+                    .filter_map(Result::ok)
+                    .map(|e| std::ffi::OsStr::from_bytes(e.file_name().to_bytes()).to_owned())
+                    .filter(|n| n != "." && n != "..")
+                    .collect();
+                v.sort();
+                v
             }
-            let raw = entry.file_name();
+            Err(_) => {
+                self.skip(prefix.trim_end_matches('/').to_owned(), "unreadable", None);
+                return;
+            }
+        };
+        for raw in names {
+            self.seen += 1;
+            if self.seen > MAX_ENTRIES {
+                self.skip(prefix.to_owned(), "entry_cap", None);
+                return;
+            }
             let Some(name) = raw.to_str().map(|n| format!("{prefix}{n}")) else {
-                skipped.push(SkippedFile { name: format!("{prefix}{}", raw.to_string_lossy()), reason: "non_utf8_name".into(), size: None });
+                self.skip(format!("{prefix}{}", raw.to_string_lossy()), "non_utf8_name", None);
                 continue;
             };
-            let meta = entry.path().symlink_metadata()?;
-            let ft = meta.file_type();
-            if ft.is_dir() {
-                stack.push((entry.path(), format!("{name}/")));
+            if name.len() > MAX_PATH_BYTES {
+                self.skip(name.chars().take(200).collect::<String>() + "…", "name_too_long", None);
                 continue;
             }
-            if ft.is_symlink() {
-                skipped.push(SkippedFile { name, reason: "symlink".into(), size: None });
+            let Ok(st) = fstatat(fd.as_fd(), raw.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else {
+                self.skip(name, "unreadable", None);
+                continue;
+            };
+            let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+            if kind == SFlag::S_IFDIR {
+                if depth + 1 >= MAX_DEPTH {
+                    self.skip(name, "too_deep", None);
+                    continue;
+                }
+                match openat(fd.as_fd(), raw.as_os_str(), OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()) {
+                    Ok(sub) => self.dir(sub, &format!("{name}/"), depth + 1),
+                    Err(_) => self.skip(name, "unreadable", None),
+                }
                 continue;
             }
-            if !ft.is_file() {
-                skipped.push(SkippedFile { name, reason: "not_regular_file".into(), size: None });
+            if kind == SFlag::S_IFLNK {
+                self.skip(name, "symlink", None);
                 continue;
             }
-            if let Some(globs) = &a.outputs {
+            if kind != SFlag::S_IFREG {
+                self.skip(name, "not_regular_file", None);
+                continue;
+            }
+            if let Some(globs) = &self.a.outputs {
                 if !globs.is_match(&name) {
                     continue;
                 }
             }
-            let size = meta.len();
-            if files.len() >= caps.files_max_count as usize {
-                skipped.push(SkippedFile { name, reason: "count_cap".into(), size: Some(size) });
-                continue;
-            }
-            if total + size > caps.files_max_bytes {
-                skipped.push(SkippedFile { name, reason: "bytes_cap".into(), size: Some(size) });
-                continue;
-            }
-            let Some(bytes) = read_regular(&entry.path(), &meta, caps.files_max_bytes - total)? else {
-                skipped.push(SkippedFile { name, reason: "changed_while_reading".into(), size: Some(size) });
-                continue;
-            };
-            let sha: [u8; 32] = Sha256::digest(&bytes).into();
-            if inputs.iter().any(|(n, h)| *n == name && *h == sha) {
-                continue;
-            }
-            total += bytes.len() as u64;
-            let mime = mime_guess::from_path(&name).first_or_octet_stream().essence_str().to_owned();
-            files.insert(
-                name,
-                OutputFile {
-                    size: bytes.len() as u64,
-                    sha256: hex::encode(sha),
-                    mime_type: mime,
-                    base64: base64::engine::general_purpose::STANDARD.encode(&bytes),
-                },
-            );
+            self.file(&fd, &raw, name, &st);
         }
     }
-    Ok((files, skipped))
-}
 
-/// Opens `path` without following a symlink and reads at most `limit` bytes; `None` if what was
-/// opened is not the regular file `meta` describes.
-fn read_regular(path: &Path, meta: &fs::Metadata, limit: u64) -> io::Result<Option<Vec<u8>>> {
-    use std::os::unix::fs::MetadataExt;
-    let f = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)?;
-    let now = f.metadata()?;
-    if !now.is_file() || now.ino() != meta.ino() || now.dev() != meta.dev() {
-        return Ok(None);
+    fn file(&mut self, dir: &OwnedFd, raw: &std::ffi::OsStr, name: String, listed: &nix::sys::stat::FileStat) {
+        let caps = &self.a.profile.output;
+        let size = u64::try_from(listed.st_size).unwrap_or(0);
+        if self.files.len() >= caps.files_max_count as usize {
+            return self.skip(name, "count_cap", Some(size));
+        }
+        if self.total + size > caps.files_max_bytes {
+            return self.skip(name, "bytes_cap", Some(size));
+        }
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let Ok(fd) = openat(dir.as_fd(), raw, flags, Mode::empty()) else {
+            return self.skip(name, "unreadable", Some(size));
+        };
+        match fstat(fd.as_fd()) {
+            Ok(now) if now.st_ino == listed.st_ino && now.st_dev == listed.st_dev && SFlag::from_bits_truncate(now.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG => {}
+            _ => return self.skip(name, "changed_while_reading", Some(size)),
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        if std::fs::File::from(fd).take(caps.files_max_bytes - self.total).read_to_end(&mut bytes).is_err() {
+            return self.skip(name, "unreadable", Some(size));
+        }
+        let sha: [u8; 32] = Sha256::digest(&bytes).into();
+        if self.inputs.iter().any(|(n, h)| *n == name && *h == sha) {
+            return;
+        }
+        self.total += bytes.len() as u64;
+        let mime = mime_guess::from_path(&name).first_or_octet_stream().essence_str().to_owned();
+        self.files.insert(
+            name,
+            OutputFile {
+                size: bytes.len() as u64,
+                sha256: hex::encode(sha),
+                mime_type: mime,
+                base64: base64::engine::general_purpose::STANDARD.encode(&bytes),
+            },
+        );
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(now.len().min(limit)).unwrap_or(0));
-    f.take(limit).read_to_end(&mut bytes)?;
-    Ok(Some(bytes))
 }

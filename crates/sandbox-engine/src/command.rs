@@ -17,8 +17,8 @@ pub fn code_file(language: Language) -> &'static str {
 
 /// Argv and environment of the program. The environment is a documented allowlist:
 /// `PATH`, `HOME=/tmp`, `TMPDIR=/tmp`, `USER`/`LOGNAME=sandbox`, `LANG`/`LC_ALL=C.UTF-8`, `TZ=UTC`,
-/// `PYTHONUNBUFFERED=1` (output written before a kill is kept), `PYTHONDONTWRITEBYTECODE=1`,
-/// `PYTHONPATH=/workspace` (input files import), thread-pool sizes (`OMP_NUM_THREADS`,
+/// for Python `PYTHONUNBUFFERED=1` (output written before a kill is kept), `PYTHONDONTWRITEBYTECODE=1`
+/// and `PYTHONPATH=/workspace` (input files import), thread-pool sizes (`OMP_NUM_THREADS`,
 /// `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`, `NUMEXPR_NUM_THREADS`) set to the profile's CPUs
 /// rounded up, then the profile's `env`, then the request's.
 pub fn program_command(a: &Admitted, rt: &RuntimeConfig) -> (Vec<String>, Vec<(String, String)>) {
@@ -44,9 +44,6 @@ pub fn program_command(a: &Admitted, rt: &RuntimeConfig) -> (Vec<String>, Vec<(S
         ("LANG", "C.UTF-8"),
         ("LC_ALL", "C.UTF-8"),
         ("TZ", "UTC"),
-        ("PYTHONUNBUFFERED", "1"),
-        ("PYTHONDONTWRITEBYTECODE", "1"),
-        ("PYTHONPATH", "/workspace"),
         ("OMP_NUM_THREADS", threads.as_str()),
         ("OPENBLAS_NUM_THREADS", threads.as_str()),
         ("MKL_NUM_THREADS", threads.as_str()),
@@ -55,6 +52,11 @@ pub fn program_command(a: &Admitted, rt: &RuntimeConfig) -> (Vec<String>, Vec<(S
     .iter()
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
     .collect();
+    if a.language == Language::Python {
+        for (k, v) in [("PYTHONUNBUFFERED", "1"), ("PYTHONDONTWRITEBYTECODE", "1"), ("PYTHONPATH", "/workspace")] {
+            env.push((k.to_owned(), v.to_owned()));
+        }
+    }
     for (k, v) in a.profile.env.iter().chain(a.env.iter()) {
         env.retain(|(name, _)| name != k);
         env.push((k.clone(), v.clone()));

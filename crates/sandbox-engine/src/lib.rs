@@ -104,6 +104,11 @@ impl Engine {
             Language::Python => &self.opts.config.runtime.python,
             Language::Typescript => &self.opts.config.runtime.node,
         };
+        for m in &p.filesystem.mounts {
+            if !m.host.is_dir() {
+                return Some(format!("profile {profile:?} mounts host directory {} at {}, which does not exist", m.host.display(), m.sandbox.display()));
+            }
+        }
         if !bin.is_file() {
             let hint = match p.language {
                 Language::Python => "install python3 or set [runtime] python",

@@ -80,7 +80,12 @@ impl Prepared {
         fs::DirBuilder::new().recursive(true).mode(0o711).create(&executions).map_err(io_err("create", &executions))?;
         check_searchable(&executions)?;
         let dir = executions.join(id);
-        fs::DirBuilder::new().mode(0o711).create(&dir).map_err(io_err("create", &dir))?;
+        fs::DirBuilder::new().mode(0o700).create(&dir).map_err(io_err("create", &dir))?;
+        // Owned by the container's root (host uid_base) and 0700: init can reach the mount points
+        // below it, no other host user can reach the workspace while it runs.
+        let base = Some(Uid::from_raw(rt.uid_base));
+        chown(&dir, base, Some(Gid::from_raw(rt.uid_base)))
+            .map_err(|e| PrepareError::Io { op: "chown", path: dir.clone(), source: e.into() })?;
         let mut p = Self {
             workspace: dir.join("workspace"),
             dir,

@@ -36,6 +36,9 @@ const CLONE_NS_FLAGS: [u64; 7] = [
     libc::CLONE_NEWCGROUP as u64,
 ];
 
+/// Socket address families the program may create.
+const ALLOWED_FAMILIES: [u64; 4] = [libc::AF_UNIX as u64, libc::AF_INET as u64, libc::AF_INET6 as u64, libc::AF_NETLINK as u64];
+
 /// Builds and loads the filter on the calling thread (no_new_privs must be set).
 /// Errors: libseccomp's message.
 pub(crate) fn install() -> Result<(), String> {
@@ -54,9 +57,16 @@ pub(crate) fn install() -> Result<(), String> {
     for flag in CLONE_NS_FLAGS {
         f.add_rule_conditional(eperm, clone, &[ScmpArgCompare::new(0, ScmpCompareOp::MaskedEqual(flag), flag)]).map_err(e)?;
     }
-    // Packet sockets (raw frames) are refused even before the capability check.
-    let socket = ScmpSyscall::from_name("socket").map_err(e)?;
-    f.add_rule_conditional(eperm, socket, &[ScmpArgCompare::new(0, ScmpCompareOp::Equal, libc::AF_PACKET as u64)]).map_err(e)?;
+    // Socket families: only AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK. Everything else (packet,
+    // vsock, which no network namespace isolates, AF_ALG, bluetooth, ...) fails with EAFNOSUPPORT.
+    let refuse_family = ScmpAction::Errno(libc::EAFNOSUPPORT);
+    for syscall in ["socket", "socketpair"] {
+        let sc = ScmpSyscall::from_name(syscall).map_err(e)?;
+        for domain in (0..=64u64).filter(|d| !ALLOWED_FAMILIES.contains(d)) {
+            f.add_rule_conditional(refuse_family, sc, &[ScmpArgCompare::new(0, ScmpCompareOp::Equal, domain)]).map_err(e)?;
+        }
+        f.add_rule_conditional(refuse_family, sc, &[ScmpArgCompare::new(0, ScmpCompareOp::Greater, 64)]).map_err(e)?;
+    }
     // TIOCSTI pushes input into a terminal another process reads.
     let ioctl = ScmpSyscall::from_name("ioctl").map_err(e)?;
     f.add_rule_conditional(eperm, ioctl, &[ScmpArgCompare::new(1, ScmpCompareOp::MaskedEqual(0xffff_ffff), libc::TIOCSTI)]).map_err(e)?;

@@ -41,6 +41,12 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .fallback(|| async { ProblemResponse(problem::new(ErrorCode::NotFound, "no such route".into(), None, None)) })
+        .method_not_allowed_fallback(|| async {
+            let mut p = problem::new(ErrorCode::NotFound, "this route does not take that method".into(), None, None);
+            p.status = StatusCode::METHOD_NOT_ALLOWED.as_u16();
+            p.title = "Method not allowed".into();
+            ProblemResponse(p)
+        })
         .layer(DefaultBodyLimit::max(body_max))
         .with_state(state)
 }
@@ -94,7 +100,14 @@ async fn execute(State(state): State<AppState>, headers: HeaderMap, body: Result
         return fail(&state, ErrorCode::ForbiddenProfile, detail, Some("profile".into()));
     }
     if let Err(r) = state.engine.check(&request) {
-        return fail(&state, r.code, r.message, r.field);
+        let detail = if r.code == ErrorCode::ProfileNotFound {
+            // Name only the profiles this caller may use.
+            let allowed: Vec<&str> = state.engine.config().profiles.keys().map(String::as_str).filter(|p| who.allows(p)).collect();
+            format!("no profile named {:?}; profiles you may use: {}", request.profile, allowed.join(", "))
+        } else {
+            r.message
+        };
+        return fail(&state, r.code, detail, r.field);
     }
     let permit = match state.admission.acquire().await {
         Ok(p) => p,
@@ -165,18 +178,38 @@ fn stream_execution(
     });
     let guard = AbortOnDrop(task);
     let decoders = (Utf8Stream::default(), Utf8Stream::default());
-    let chunks = stream::unfold((rx, decoders), |(mut rx, mut dec)| async move {
-        let c = rx.recv().await?;
-        let (name, text) = match c.stream {
-            StreamKind::Stdout => ("stdout", dec.0.push(&c.data)),
-            StreamKind::Stderr => ("stderr", dec.1.push(&c.data)),
-        };
-        let event = Event::default().event(name).json_data(serde_json::json!({ "text": text })).expect("json");
-        Some((Ok(event), (rx, dec)))
-    });
+    let text_event = |name: &str, text: String| Event::default().event(name).json_data(serde_json::json!({ "text": text })).expect("json");
+    let chunks = stream::unfold(Some((rx, decoders)), move |state| async move {
+        let (mut rx, mut dec) = state?;
+        match rx.recv().await {
+            Some(c) => {
+                let (name, text) = match c.stream {
+                    StreamKind::Stdout => ("stdout", dec.0.push(&c.data)),
+                    StreamKind::Stderr => ("stderr", dec.1.push(&c.data)),
+                };
+                Some((vec![text_event(name, text)], Some((rx, dec))))
+            }
+            // The streams ended: flush what an incomplete UTF-8 sequence held back.
+            None => {
+                let tail: Vec<Event> = [("stdout", dec.0.finish()), ("stderr", dec.1.finish())]
+                    .into_iter()
+                    .filter(|(_, t)| !t.is_empty())
+                    .map(|(n, t)| text_event(n, t))
+                    .collect();
+                Some((tail, None))
+            }
+        }
+    })
+    .flat_map(|events| stream::iter(events.into_iter().map(Ok)));
     let end = stream::once(async move {
         let _guard = guard;
         let event = match done_rx.await {
+            // Same contract as the JSON endpoint: a result that did not run is a problem.
+            Ok(result) if matches!(result.status, Status::Rejected | Status::InternalError) => {
+                let e = result.error.clone().unwrap_or_else(|| sandbox_core::wire::ExecError::new("internal_error", "internal error"));
+                let code = serde_json::from_value::<ErrorCode>(serde_json::Value::String(e.kind)).unwrap_or(ErrorCode::InternalError);
+                Event::default().event("error").json_data(problem::new(code, e.message, e.field, Some(result.execution_id))).expect("problems serialize")
+            }
             Ok(result) => Event::default().event("result").json_data(&result).expect("results serialize"),
             Err(_) => Event::default()
                 .event("error")
@@ -209,6 +242,13 @@ impl Utf8Stream {
         self.pending = rest;
         text
     }
+
+    /// What is still held back, lossily (the stream ended inside a UTF-8 sequence).
+    fn finish(&mut self) -> String {
+        let text = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        text
+    }
 }
 
 /// The profiles the caller may use.
@@ -233,7 +273,9 @@ async fn get_profile(State(state): State<AppState>, headers: HeaderMap, Path(nam
     };
     match state.engine.config().profiles.get(&name) {
         None => fail(&state, ErrorCode::ProfileNotFound, format!("no profile named {name:?}"), Some("name".into())),
-        Some(_) if !who.allows(&name) => fail(&state, ErrorCode::ForbiddenProfile, format!("key {:?} may not use profile {name:?}", who.name()), None),
+        Some(_) if !who.allows(&name) => {
+            fail(&state, ErrorCode::ForbiddenProfile, format!("key {:?} may not use profile {name:?}", who.name()), Some("name".into()))
+        }
         Some(p) => Json(ProfileInfo::new(&name, p)).into_response(),
     }
 }

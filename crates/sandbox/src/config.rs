@@ -37,6 +37,12 @@ fn search_path() -> Vec<PathBuf> {
 /// `explicit`, else `$SANDBOX_DATA_DIR`, else `/var/lib/sandbox` for root, else
 /// `$XDG_STATE_HOME/sandbox` (`~/.local/state/sandbox`).
 pub fn data_dir(explicit: Option<&Path>) -> PathBuf {
+    let chosen = chosen_data_dir(explicit);
+    // Relative paths are taken from the current directory once, here.
+    std::path::absolute(&chosen).unwrap_or(chosen)
+}
+
+fn chosen_data_dir(explicit: Option<&Path>) -> PathBuf {
     if let Some(p) = explicit {
         return p.to_owned();
     }

@@ -65,9 +65,15 @@ fn main() -> ExitCode {
         sandbox_runtime::helper_main();
     }
     let cli = Cli::parse();
+    // `run` reports failures in its own words (and the result); a server logs its work.
+    let default_level = match cli.command {
+        Command::Run(_) => "off",
+        Command::Serve(_) => "info",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -29,7 +29,7 @@ pub struct RunArgs {
     /// Input file placed at /workspace/NAME with PATH's content (repeatable).
     #[arg(long = "file", value_name = "NAME=PATH")]
     files: Vec<String>,
-    /// Feed this file to the program's standard input.
+    /// Feed this file to the program's standard input (`-` for this command's own stdin).
     #[arg(long, value_name = "PATH")]
     stdin: Option<PathBuf>,
     /// Wall-clock timeout, e.g. `10s`, `500ms` (at most the profile's maximum).
@@ -131,7 +131,11 @@ fn finish(result: &sandbox_core::ExecutionResult, args: &RunArgs) -> anyhow::Res
         write_outputs(dir, &result.files)?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&result)?);
+        let mut out = std::io::stdout().lock();
+        // A reader that went away (`| head`) is not an error of the run.
+        if serde_json::to_writer_pretty(&mut out, &result).is_ok() {
+            let _ = writeln!(out);
+        }
     } else {
         report(&result, args.out_dir.is_some());
     }
@@ -176,7 +180,13 @@ fn build_request(args: &RunArgs) -> anyhow::Result<ExecutionRequest> {
     let stdin = match &args.stdin {
         None => None,
         Some(p) => {
-            let bytes = std::fs::read(p).with_context(|| format!("--stdin: cannot read {}", p.display()))?;
+            let bytes = if p.as_os_str() == "-" {
+                let mut b = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).context("--stdin -: cannot read standard input")?;
+                b
+            } else {
+                std::fs::read(p).with_context(|| format!("--stdin: cannot read {}", p.display()))?
+            };
             Some(FileContent::Base64 { base64: base64::engine::general_purpose::STANDARD.encode(bytes) })
         }
     };
@@ -199,16 +209,41 @@ fn build_request(args: &RunArgs) -> anyhow::Result<ExecutionRequest> {
     })
 }
 
-/// Writes output files under `dir`, each name re-checked as a [`WorkspacePath`] so nothing lands outside.
+/// Writes output files under `dir`. Each name is re-checked as a [`WorkspacePath`]; directories
+/// are created and files opened without following symlinks (`O_NOFOLLOW`), so an existing link
+/// in `dir` cannot redirect a write. A name that cannot be written is reported and skipped.
 fn write_outputs(dir: &Path, files: &std::collections::BTreeMap<String, sandbox_core::wire::OutputFile>) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     for (name, f) in files {
-        let rel = WorkspacePath::parse(name)?;
-        let path = rel.components().fold(dir.to_owned(), |p, c| p.join(c));
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+        let written = (|| -> anyhow::Result<()> {
+            let rel = WorkspacePath::parse(name)?;
+            let comps: Vec<&str> = rel.components().collect();
+            let mut path = dir.to_owned();
+            for c in &comps[..comps.len() - 1] {
+                path.push(c);
+                match std::fs::symlink_metadata(&path) {
+                    Ok(m) if m.file_type().is_symlink() => anyhow::bail!("{} is a symlink", path.display()),
+                    Ok(m) if m.is_dir() => {}
+                    Ok(_) => anyhow::bail!("{} is not a directory", path.display()),
+                    Err(_) => std::fs::create_dir(&path).with_context(|| format!("cannot create {}", path.display()))?,
+                }
+            }
+            path.push(comps[comps.len() - 1]);
+            let bytes = base64::engine::general_purpose::STANDARD.decode(&f.base64)?;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            file.write_all(&bytes)?;
+            Ok(())
+        })();
+        if let Err(e) = written {
+            eprintln!("sandbox: output file {} not written: {e:#}", name.escape_debug());
         }
-        let bytes = base64::engine::general_purpose::STANDARD.decode(&f.base64)?;
-        std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())
 }
@@ -236,7 +271,8 @@ fn report(r: &sandbox_core::ExecutionResult, wrote_files: bool) {
         eprintln!("sandbox: output truncated at the profile's cap (stdout: {}, stderr: {})", r.stdout_truncated, r.stderr_truncated);
     }
     if !r.files.is_empty() && !wrote_files {
-        let names: Vec<&str> = r.files.keys().map(String::as_str).collect();
+        // Names come from the program: escape control characters before they reach a terminal.
+        let names: Vec<String> = r.files.keys().map(|n| n.escape_debug().to_string()).collect();
         eprintln!("sandbox: {} output file(s) not written (use --out-dir): {}", names.len(), names.join(", "));
     }
 }

@@ -131,3 +131,39 @@ fn landlock_blocks_paths_outside_the_rules_even_through_proc() {
     let lines = attempt(code);
     assert_eq!(lines, ["read", "read"], "the synthesized /etc is readable; nothing outside exists: {lines:?}");
 }
+
+#[test]
+fn only_unix_inet_and_netlink_sockets_can_be_created() {
+    // AF_VSOCK is not isolated by network namespaces; AF_PACKET sees raw frames; AF_ALG is kernel crypto.
+    let code = "import socket, errno\nfor fam in (socket.AF_VSOCK, socket.AF_PACKET, socket.AF_ALG, 31, 3):\n    try:\n        socket.socket(fam, socket.SOCK_STREAM if fam != socket.AF_PACKET else socket.SOCK_RAW); print('CREATED', fam)\n    \
+                except OSError as e:\n        print(errno.errorcode[e.errno])\nfor fam in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):\n    socket.socket(fam, socket.SOCK_STREAM).close()\n\
+                socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close()\nprint('ok')";
+    let lines = attempt(code);
+    assert_eq!(lines, ["EAFNOSUPPORT", "EAFNOSUPPORT", "EAFNOSUPPORT", "EAFNOSUPPORT", "EAFNOSUPPORT", "ok"]);
+}
+
+#[test]
+fn workspace_is_unreachable_for_other_host_users_while_running() {
+    // The program makes its workspace world-writable; a host user other than root must still not
+    // reach it (the execution directory is 0700, owned by the container's root).
+    let code = "import os, time\nos.chmod('/workspace', 0o777)\nopen('secret.txt','w').write('S')\nprint('ready', flush=True)\ntime.sleep(3)";
+    let mut child = sandbox(&["run", "--profile", "python-default", "-c", code]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    // Other tests run in parallel: the workspace is the one (seen as root) holding secret.txt.
+    let ws = mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .find(|p| p.starts_with(env().data.to_str().unwrap()) && p.ends_with("/workspace") && Path::new(p).join("secret.txt").exists())
+        .unwrap()
+        .to_owned();
+    let probe = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat", &format!("{ws}/secret.txt")])
+        .output()
+        .unwrap();
+    assert!(!probe.status.success(), "nobody read the workspace: {probe:?}");
+    assert!(String::from_utf8_lossy(&probe.stderr).contains("Permission denied"), "{probe:?}");
+    child.wait().unwrap();
+}
