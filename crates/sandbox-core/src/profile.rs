@@ -99,6 +99,9 @@ pub struct RuntimeConfig {
     pub node: PathBuf,
     /// Host directories bound read-only as the sandbox's system root (each at the same path).
     pub system_dirs: Vec<PathBuf>,
+    /// State directory (running executions' workspaces, later the audit log); `--data-dir`
+    /// overrides it. Unset: `$SANDBOX_DATA_DIR`, else `/var/lib/sandbox` as root.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for RuntimeConfig {
@@ -111,6 +114,7 @@ impl Default for RuntimeConfig {
                 .iter()
                 .map(PathBuf::from)
                 .collect(),
+            data_dir: None,
         }
     }
 }

@@ -34,10 +34,10 @@ fn search_path() -> Vec<PathBuf> {
     paths
 }
 
-/// `explicit`, else `$SANDBOX_DATA_DIR`, else `/var/lib/sandbox` for root, else
-/// `$XDG_STATE_HOME/sandbox` (`~/.local/state/sandbox`).
-pub fn data_dir(explicit: Option<&Path>) -> PathBuf {
-    let chosen = chosen_data_dir(explicit);
+/// `explicit` (`--data-dir`), else `[runtime] data_dir` of the config, else `$SANDBOX_DATA_DIR`,
+/// else `/var/lib/sandbox` for root, else `$XDG_STATE_HOME/sandbox` (`~/.local/state/sandbox`).
+pub fn data_dir(explicit: Option<&Path>, config: &Config) -> PathBuf {
+    let chosen = chosen_data_dir(explicit.or(config.runtime.data_dir.as_deref()));
     // Relative paths are taken from the current directory once, here.
     std::path::absolute(&chosen).unwrap_or(chosen)
 }

@@ -90,11 +90,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let config = config::load(cli.config.as_deref())?;
     match cli.command {
         Command::Run(args) => {
-            let data_dir = config::data_dir(cli.data_dir.as_deref());
+            let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);
             run::run(config, data_dir, *args)
         }
         Command::Serve(args) => {
-            let data_dir = config::data_dir(cli.data_dir.as_deref());
+            let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);
             serve::serve(config, data_dir, args)
         }
         Command::Openapi => {
