@@ -1,0 +1,227 @@
+//! The audit log: every execution, rejection and interruption as append-only events in one
+//! SQLite file (WAL), each event hash-chained to the one before it so that `verify` names the
+//! first event that was changed, removed or reordered.
+//!
+//! An execution is a `begin` event written before the program starts (write-ahead) and a
+//! `finish` event when it ends; a service that died in between leaves the `begin` alone, and
+//! the next start appends `interrupted`. A request refused before an id could run is one
+//! `rejected` event. Records ([`AuditRecord`]) are those events joined by execution id.
+
+mod chain;
+mod sqlite;
+
+use serde::{Deserialize, Serialize};
+
+pub use chain::{event_hash, GENESIS};
+pub use sqlite::SqliteStore;
+
+/// Version of the event body format, stored in every event.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A failure of the audit store.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    /// The database refused an operation.
+    #[error("audit database {op} failed")]
+    Db {
+        /// What was attempted.
+        op: &'static str,
+        /// The database's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// An event body could not be encoded or decoded.
+    #[error("audit event body is not valid JSON")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Kinds of events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// An execution was admitted or refused by the engine; written before anything runs.
+    Begin,
+    /// An execution ended (any status, rejections by the engine included).
+    Finish,
+    /// An execution's service died before `finish`; found at the next start.
+    Interrupted,
+    /// A request refused before it reached the engine (authentication, queue, body).
+    Rejected,
+}
+
+impl EventKind {
+    /// `begin`, `finish`, `interrupted` or `rejected`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Begin => "begin",
+            Self::Finish => "finish",
+            Self::Interrupted => "interrupted",
+            Self::Rejected => "rejected",
+        }
+    }
+}
+
+/// One event to append. `body` is the event's JSON detail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// The execution id (a fresh id for a `rejected` event).
+    pub execution_id: String,
+    /// The kind.
+    pub kind: EventKind,
+    /// When, in ms since the Unix epoch.
+    pub at_ms: i64,
+    /// Who asked (API key name, `cli:<user>`, `mcp:<client>`, `anonymous`).
+    pub caller: String,
+    /// Profile named in the request.
+    pub profile: String,
+    /// Language, when known.
+    pub language: Option<String>,
+    /// `running` for `begin`, the final status for `finish`, `interrupted`, `rejected`.
+    pub status: String,
+    /// Detail (request summary, result, reason), JSON.
+    pub body: serde_json::Value,
+}
+
+/// A stored event with its place in the chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredEvent {
+    /// Position in the chain, from 1, without gaps.
+    pub seq: i64,
+    /// The execution id.
+    pub execution_id: String,
+    /// The kind.
+    pub kind: EventKind,
+    /// When, in ms since the Unix epoch.
+    pub at_ms: i64,
+    /// Who asked.
+    pub caller: String,
+    /// Profile.
+    pub profile: String,
+    /// Language.
+    pub language: Option<String>,
+    /// Status at this event.
+    pub status: String,
+    /// Detail, JSON.
+    pub body: serde_json::Value,
+    /// Hash of the previous event ([`GENESIS`] for the first).
+    pub prev_hash: String,
+    /// SHA-256 over this event's fields and `prev_hash`, hex.
+    pub hash: String,
+}
+
+/// One execution as the log knows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditRecord {
+    /// Execution id.
+    pub execution_id: String,
+    /// `running`, `finished`, `interrupted` or `rejected`.
+    pub state: String,
+    /// Final status (`ok`, `error`, `timeout`, ..., `rejected`, `interrupted`), or `running`.
+    pub status: String,
+    /// Who asked.
+    pub caller: String,
+    /// Profile.
+    pub profile: String,
+    /// Language.
+    pub language: Option<String>,
+    /// When the request was received, ms since the Unix epoch.
+    pub received_at_ms: i64,
+    /// When it ended, if it has.
+    pub finished_at_ms: Option<i64>,
+    /// The request as recorded (code capped, file digests, ...).
+    pub request: serde_json::Value,
+    /// The outcome as recorded (output capped, file digests, usage, timing, error), if ended.
+    pub result: Option<serde_json::Value>,
+    /// Sequence number of the first event (the listing cursor).
+    pub seq: i64,
+}
+
+/// Filters of a listing; `None` matches everything. Newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Only this profile.
+    pub profile: Option<String>,
+    /// Only this final status.
+    pub status: Option<String>,
+    /// Only this language.
+    pub language: Option<String>,
+    /// Only this caller.
+    pub caller: Option<String>,
+    /// Received at or after, ms since the epoch.
+    pub since_ms: Option<i64>,
+    /// Received before, ms since the epoch.
+    pub until_ms: Option<i64>,
+    /// Only records older than this cursor (a previous page's `next_cursor`).
+    pub before_seq: Option<i64>,
+    /// Page size (at most 1000).
+    pub limit: u32,
+}
+
+/// One page of records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Page {
+    /// Records, newest first.
+    pub records: Vec<AuditRecord>,
+    /// Pass as `before_seq` to get the next page; absent on the last page.
+    pub next_cursor: Option<i64>,
+}
+
+/// The outcome of walking the chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyReport {
+    /// Events checked.
+    pub events: u64,
+    /// The first broken place, if any.
+    pub broken: Option<Broken>,
+}
+
+/// Where and how the chain breaks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Broken {
+    /// Sequence number of the first event that does not check out.
+    pub seq: i64,
+    /// Its execution id.
+    pub execution_id: String,
+    /// `changed` (its hash does not match its content), `removed` (an event before it is
+    /// missing) or `reordered` (it does not follow the event before it).
+    pub problem: String,
+}
+
+/// Caps on what one event stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// Code kept, in bytes (the full length and sha256 are kept too).
+    pub code_max_bytes: usize,
+    /// Stdout and stderr kept each, in bytes.
+    pub output_max_bytes: usize,
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Self { code_max_bytes: 256 << 10, output_max_bytes: 256 << 10 }
+    }
+}
+
+/// Keeps at most `max` bytes of `text` (on a character boundary), with the full length and
+/// SHA-256 when something was cut: `{ "text", "bytes", "sha256", "truncated" }`.
+pub fn capped_text(text: &str, max: usize) -> serde_json::Value {
+    use sha2::Digest;
+    if text.len() <= max {
+        return serde_json::json!({ "text": text, "bytes": text.len(), "truncated": false });
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    serde_json::json!({
+        "text": &text[..cut],
+        "bytes": text.len(),
+        "sha256": hex::encode(sha2::Sha256::digest(text.as_bytes())),
+        "truncated": true,
+    })
+}

@@ -1,0 +1,283 @@
+//! The SQLite backend: one file, WAL mode, migrations by `user_version`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use crate::{event_hash, AuditError, AuditRecord, Broken, EventKind, ListFilter, NewEvent, Page, StoredEvent, VerifyReport, GENESIS};
+
+/// Migrations, applied in order; `PRAGMA user_version` counts those applied.
+const MIGRATIONS: &[&str] = &[r"
+    CREATE TABLE audit_events (
+        seq          INTEGER PRIMARY KEY,
+        execution_id TEXT NOT NULL,
+        kind         TEXT NOT NULL,
+        at_ms        INTEGER NOT NULL,
+        caller       TEXT NOT NULL,
+        profile      TEXT NOT NULL,
+        language     TEXT,
+        status       TEXT NOT NULL,
+        body         TEXT NOT NULL,
+        prev_hash    TEXT NOT NULL,
+        hash         TEXT NOT NULL
+    );
+    CREATE INDEX audit_events_execution ON audit_events (execution_id);
+    CREATE INDEX audit_events_kind_seq ON audit_events (kind, seq);
+"];
+
+fn db(op: &'static str) -> impl FnOnce(rusqlite::Error) -> AuditError {
+    move |source| AuditError::Db { op, source }
+}
+
+/// The audit log in one SQLite file.
+pub struct SqliteStore {
+    conn: Connection,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the log at `path`, in WAL mode with a 10 s busy timeout (several
+    /// `sandbox` processes may share it), and applies pending migrations.
+    /// Errors: [`AuditError::Db`].
+    pub fn open(path: &Path) -> Result<Self, AuditError> {
+        let conn = Connection::open(path).map_err(db("open"))?;
+        conn.busy_timeout(Duration::from_secs(10)).map_err(db("busy_timeout"))?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(db("journal_mode"))?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(db("synchronous"))?;
+        let mut store = Self { conn };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    fn migrate(&mut self) -> Result<(), AuditError> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db("migrate"))?;
+        let applied: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(db("migrate"))?;
+        for (i, m) in MIGRATIONS.iter().enumerate().skip(usize::try_from(applied).unwrap_or(0)) {
+            tx.execute_batch(m).map_err(db("migrate"))?;
+            tx.pragma_update(None, "user_version", i + 1).map_err(db("migrate"))?;
+        }
+        tx.commit().map_err(db("migrate"))
+    }
+
+    /// Appends `event` at the end of the chain, durably (one transaction, fsync'd).
+    /// Errors: [`AuditError::Db`]; nothing is appended then.
+    pub fn append(&mut self, e: &NewEvent) -> Result<StoredEvent, AuditError> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db("append"))?;
+        let last: Option<(i64, String)> = tx
+            .query_row("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .map_err(db("append"))?;
+        let (seq, prev_hash) = match last {
+            Some((s, h)) => (s + 1, h),
+            None => (1, GENESIS.to_owned()),
+        };
+        let body = e.body.to_string();
+        let hash = event_hash(seq, &e.execution_id, e.kind.as_str(), e.at_ms, &e.caller, &e.profile, e.language.as_deref(), &e.status, &body, &prev_hash);
+        tx.execute(
+            "INSERT INTO audit_events (seq, execution_id, kind, at_ms, caller, profile, language, status, body, prev_hash, hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![seq, e.execution_id, e.kind.as_str(), e.at_ms, e.caller, e.profile, e.language, e.status, body, prev_hash, hash],
+        )
+        .map_err(db("append"))?;
+        tx.commit().map_err(db("append"))?;
+        Ok(StoredEvent {
+            seq,
+            execution_id: e.execution_id.clone(),
+            kind: e.kind,
+            at_ms: e.at_ms,
+            caller: e.caller.clone(),
+            profile: e.profile.clone(),
+            language: e.language.clone(),
+            status: e.status.clone(),
+            body: e.body.clone(),
+            prev_hash,
+            hash,
+        })
+    }
+
+    /// `begin` events with neither `finish` nor `interrupted`: executions that are running, or
+    /// whose service died. Oldest first.
+    /// Errors: [`AuditError::Db`].
+    pub fn unfinished(&self) -> Result<Vec<StoredEvent>, AuditError> {
+        self.events_where(
+            "kind = 'begin' AND NOT EXISTS (SELECT 1 FROM audit_events f WHERE f.execution_id = audit_events.execution_id AND f.kind IN ('finish', 'interrupted'))",
+        )
+    }
+
+    fn events_where(&self, clause: &str) -> Result<Vec<StoredEvent>, AuditError> {
+        let sql = format!(
+            "SELECT seq, execution_id, kind, at_ms, caller, profile, language, status, body, prev_hash, hash FROM audit_events WHERE {clause} ORDER BY seq"
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(db("query"))?;
+        let rows = stmt.query_map([], row_to_event).map_err(db("query"))?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(r.map_err(db("query"))??);
+        }
+        Ok(out)
+    }
+
+    /// One execution's record.
+    /// Errors: [`AuditError::Db`].
+    pub fn get(&self, execution_id: &str) -> Result<Option<AuditRecord>, AuditError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT seq, execution_id, kind, at_ms, caller, profile, language, status, body, prev_hash, hash
+                 FROM audit_events WHERE execution_id = ?1 ORDER BY seq",
+            )
+            .map_err(db("get"))?;
+        let rows = stmt.query_map([execution_id], row_to_event).map_err(db("get"))?;
+        let mut events = Vec::new();
+        for r in rows {
+            events.push(r.map_err(db("get"))??);
+        }
+        Ok(record_of(&events))
+    }
+
+    /// A page of records matching `f`, newest first.
+    /// Errors: [`AuditError::Db`].
+    pub fn list(&self, f: &ListFilter) -> Result<Page, AuditError> {
+        let limit = i64::from(f.limit.clamp(1, 1000));
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT b.execution_id FROM audit_events b
+                 LEFT JOIN audit_events e ON e.execution_id = b.execution_id AND e.kind IN ('finish', 'interrupted')
+                 WHERE b.kind IN ('begin', 'rejected')
+                   AND (?1 IS NULL OR b.profile = ?1)
+                   AND (?2 IS NULL OR COALESCE(e.status, b.status) = ?2)
+                   AND (?3 IS NULL OR b.language = ?3)
+                   AND (?4 IS NULL OR b.caller = ?4)
+                   AND (?5 IS NULL OR b.at_ms >= ?5)
+                   AND (?6 IS NULL OR b.at_ms < ?6)
+                   AND (?7 IS NULL OR b.seq < ?7)
+                 ORDER BY b.seq DESC LIMIT ?8",
+            )
+            .map_err(db("list"))?;
+        let ids: Vec<String> = stmt
+            .query_map(params![f.profile, f.status, f.language, f.caller, f.since_ms, f.until_ms, f.before_seq, limit + 1], |r| r.get(0))
+            .map_err(db("list"))?
+            .collect::<Result<_, _>>()
+            .map_err(db("list"))?;
+        let mut records = Vec::new();
+        for id in ids.iter().take(usize::try_from(limit).unwrap_or(1000)) {
+            if let Some(r) = self.get(id)? {
+                records.push(r);
+            }
+        }
+        let next_cursor = if ids.len() as i64 > limit { records.last().map(|r| r.seq) } else { None };
+        Ok(Page { records, next_cursor })
+    }
+
+    /// Every event in chain order (for export).
+    /// Errors: [`AuditError::Db`].
+    pub fn events(&self) -> Result<Vec<StoredEvent>, AuditError> {
+        self.events_where("1 = 1")
+    }
+
+    /// Walks the chain from the first event and reports the first one that was changed,
+    /// removed or reordered.
+    /// Errors: [`AuditError::Db`] (a body that is not JSON counts as `changed`).
+    pub fn verify(&self) -> Result<VerifyReport, AuditError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT seq, execution_id, kind, at_ms, caller, profile, language, status, body, prev_hash, hash FROM audit_events ORDER BY seq")
+            .map_err(db("verify"))?;
+        let mut rows = stmt.query([]).map_err(db("verify"))?;
+        let (mut expected_seq, mut prev) = (1i64, GENESIS.to_owned());
+        let mut n = 0u64;
+        while let Some(r) = rows.next().map_err(db("verify"))? {
+            n += 1;
+            let seq: i64 = r.get(0).map_err(db("verify"))?;
+            let id: String = r.get(1).map_err(db("verify"))?;
+            let kind: String = r.get(2).map_err(db("verify"))?;
+            let language: Option<String> = r.get(6).map_err(db("verify"))?;
+            let body: String = r.get(8).map_err(db("verify"))?;
+            let prev_hash: String = r.get(9).map_err(db("verify"))?;
+            let hash: String = r.get(10).map_err(db("verify"))?;
+            let broken = |problem: &str| Ok(VerifyReport { events: n, broken: Some(Broken { seq, execution_id: id.clone(), problem: problem.into() }) });
+            if seq != expected_seq {
+                return broken(if seq > expected_seq { "removed" } else { "reordered" });
+            }
+            let recomputed = event_hash(
+                seq,
+                &id,
+                &kind,
+                r.get(3).map_err(db("verify"))?,
+                &r.get::<_, String>(4).map_err(db("verify"))?,
+                &r.get::<_, String>(5).map_err(db("verify"))?,
+                language.as_deref(),
+                &r.get::<_, String>(7).map_err(db("verify"))?,
+                &body,
+                &prev_hash,
+            );
+            if recomputed != hash {
+                return broken("changed");
+            }
+            if prev_hash != prev {
+                return broken("reordered");
+            }
+            prev = hash;
+            expected_seq += 1;
+        }
+        Ok(VerifyReport { events: n, broken: None })
+    }
+
+    /// The raw connection, for tests that tamper with the file as an attacker would.
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+fn row_to_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<StoredEvent, AuditError>> {
+    let kind: String = r.get(2)?;
+    let body: String = r.get(8)?;
+    let kind = match kind.as_str() {
+        "begin" => EventKind::Begin,
+        "finish" => EventKind::Finish,
+        "interrupted" => EventKind::Interrupted,
+        _ => EventKind::Rejected,
+    };
+    Ok(serde_json::from_str(&body).map_err(AuditError::from).map(|body| StoredEvent {
+        seq: r.get(0).unwrap_or_default(),
+        execution_id: r.get(1).unwrap_or_default(),
+        kind,
+        at_ms: r.get(3).unwrap_or_default(),
+        caller: r.get(4).unwrap_or_default(),
+        profile: r.get(5).unwrap_or_default(),
+        language: r.get(6).unwrap_or_default(),
+        status: r.get(7).unwrap_or_default(),
+        body,
+        prev_hash: r.get(9).unwrap_or_default(),
+        hash: r.get(10).unwrap_or_default(),
+    }))
+}
+
+/// Joins one execution's events into a record.
+fn record_of(events: &[StoredEvent]) -> Option<AuditRecord> {
+    let first = events.first()?;
+    let end = events.iter().rev().find(|e| matches!(e.kind, EventKind::Finish | EventKind::Interrupted));
+    let (state, status) = match (first.kind, end.map(|e| e.kind)) {
+        (EventKind::Rejected, _) => ("rejected", "rejected".to_owned()),
+        (_, Some(EventKind::Interrupted)) => ("interrupted", "interrupted".to_owned()),
+        (_, Some(_)) => ("finished", end.map(|e| e.status.clone()).unwrap_or_default()),
+        (_, None) => ("running", "running".to_owned()),
+    };
+    Some(AuditRecord {
+        execution_id: first.execution_id.clone(),
+        state: state.into(),
+        status,
+        caller: first.caller.clone(),
+        profile: first.profile.clone(),
+        language: first.language.clone(),
+        received_at_ms: first.at_ms,
+        finished_at_ms: end.map(|e| e.at_ms),
+        request: first.body.clone(),
+        result: end.map(|e| e.body.clone()),
+        seq: first.seq,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,103 @@
+use super::*;
+use crate::EventKind;
+
+fn event(id: &str, kind: EventKind, status: &str) -> NewEvent {
+    NewEvent {
+        execution_id: id.into(),
+        kind,
+        at_ms: 1_700_000_000_000,
+        caller: "alice".into(),
+        profile: "python-default".into(),
+        language: Some("python".into()),
+        status: status.into(),
+        body: serde_json::json!({"code": {"text": "print(1)"}}),
+    }
+}
+
+fn store() -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = SqliteStore::open(&dir.path().join("audit.db")).unwrap();
+    (dir, s)
+}
+
+fn filled() -> (tempfile::TempDir, SqliteStore) {
+    let (d, mut s) = store();
+    for (i, status) in ["ok", "error", "timeout"].iter().enumerate() {
+        let id = format!("e{i}");
+        s.append(&event(&id, EventKind::Begin, "running")).unwrap();
+        s.append(&event(&id, EventKind::Finish, status)).unwrap();
+    }
+    s.append(&event("r1", EventKind::Rejected, "rejected")).unwrap();
+    s.append(&event("e9", EventKind::Begin, "running")).unwrap();
+    (d, s)
+}
+
+#[test]
+fn records_join_events_and_list_newest_first_with_cursor() {
+    let (_d, s) = filled();
+    let r = s.get("e1").unwrap().unwrap();
+    assert_eq!((r.state.as_str(), r.status.as_str(), r.caller.as_str()), ("finished", "error", "alice"));
+    assert_eq!(s.get("r1").unwrap().unwrap().state, "rejected");
+    assert_eq!(s.get("e9").unwrap().unwrap().state, "running");
+    let page = s.list(&ListFilter { limit: 2, ..Default::default() }).unwrap();
+    let ids: Vec<&str> = page.records.iter().map(|r| r.execution_id.as_str()).collect();
+    assert_eq!(ids, ["e9", "r1"]);
+    let next = s.list(&ListFilter { limit: 2, before_seq: page.next_cursor, ..Default::default() }).unwrap();
+    let ids: Vec<&str> = next.records.iter().map(|r| r.execution_id.as_str()).collect();
+    assert_eq!(ids, ["e2", "e1"]);
+    let last = s.list(&ListFilter { limit: 2, before_seq: next.next_cursor, ..Default::default() }).unwrap();
+    assert_eq!(last.records.len(), 1);
+    assert_eq!(last.next_cursor, None);
+    let timeouts = s.list(&ListFilter { status: Some("timeout".into()), limit: 10, ..Default::default() }).unwrap();
+    assert_eq!(timeouts.records.len(), 1);
+    assert_eq!(s.unfinished().unwrap().iter().map(|e| e.execution_id.as_str()).collect::<Vec<_>>(), ["e9"]);
+}
+
+#[test]
+fn verify_passes_untouched_and_names_a_changed_row() {
+    let (_d, s) = filled();
+    assert_eq!(s.verify().unwrap(), VerifyReport { events: 8, broken: None });
+    s.connection().execute("UPDATE audit_events SET status = 'ok' WHERE execution_id = 'e1' AND kind = 'finish'", []).unwrap();
+    let b = s.verify().unwrap().broken.unwrap();
+    assert_eq!((b.seq, b.execution_id.as_str(), b.problem.as_str()), (4, "e1", "changed"));
+}
+
+#[test]
+fn verify_names_a_removed_row() {
+    let (_d, s) = filled();
+    s.connection().execute("DELETE FROM audit_events WHERE seq = 3", []).unwrap();
+    let b = s.verify().unwrap().broken.unwrap();
+    assert_eq!((b.seq, b.execution_id.as_str(), b.problem.as_str()), (4, "e1", "removed"));
+}
+
+#[test]
+fn verify_names_a_reordered_row() {
+    let (_d, s) = filled();
+    // Swap two events' positions, rehashing neither: each no longer follows its predecessor.
+    let c = s.connection();
+    c.execute("UPDATE audit_events SET seq = 100 WHERE seq = 2", []).unwrap();
+    c.execute("UPDATE audit_events SET seq = 2 WHERE seq = 3", []).unwrap();
+    c.execute("UPDATE audit_events SET seq = 3 WHERE seq = 100", []).unwrap();
+    let b = s.verify().unwrap().broken.unwrap();
+    assert_eq!(b.seq, 2);
+    assert!(b.problem == "changed" || b.problem == "reordered", "{b:?}");
+}
+
+#[test]
+fn reopening_keeps_the_chain_and_migrations_are_idempotent() {
+    let (d, s) = filled();
+    drop(s);
+    let mut s = SqliteStore::open(&d.path().join("audit.db")).unwrap();
+    s.append(&event("e10", EventKind::Begin, "running")).unwrap();
+    assert_eq!(s.verify().unwrap(), VerifyReport { events: 9, broken: None });
+}
+
+#[test]
+fn capped_text_keeps_length_and_digest() {
+    let v = crate::capped_text("héllo world", 3);
+    assert_eq!(v["text"], "hé");
+    assert_eq!(v["bytes"], 12);
+    assert_eq!(v["truncated"], true);
+    assert_eq!(v["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(crate::capped_text("ok", 3)["truncated"], false);
+}
