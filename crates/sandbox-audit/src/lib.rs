@@ -8,11 +8,13 @@
 //! `rejected` event. Records ([`AuditRecord`]) are those events joined by execution id.
 
 mod chain;
+mod recorder;
 mod sqlite;
 
 use serde::{Deserialize, Serialize};
 
 pub use chain::{event_hash, GENESIS};
+pub use recorder::{AuditLog, Owner};
 pub use sqlite::SqliteStore;
 
 /// Version of the event body format, stored in every event.
@@ -30,6 +32,9 @@ pub enum AuditError {
         #[source]
         source: rusqlite::Error,
     },
+    /// The data directory could not be created.
+    #[error("cannot create the audit log's directory {0}")]
+    Io(std::path::PathBuf, #[source] std::io::Error),
     /// An event body could not be encoded or decoded.
     #[error("audit event body is not valid JSON")]
     Json(#[from] serde_json::Error),
@@ -47,6 +52,9 @@ pub enum EventKind {
     Interrupted,
     /// A request refused before it reached the engine (authentication, queue, body).
     Rejected,
+    /// Retention removed the events up to `prunedThroughSeq`; `prunedHash` is the hash of the
+    /// last one, so the chain still verifies from the first event kept.
+    Checkpoint,
 }
 
 impl EventKind {
@@ -57,6 +65,7 @@ impl EventKind {
             Self::Finish => "finish",
             Self::Interrupted => "interrupted",
             Self::Rejected => "rejected",
+            Self::Checkpoint => "checkpoint",
         }
     }
 }
@@ -190,6 +199,16 @@ pub struct Broken {
     /// `changed` (its hash does not match its content), `removed` (an event before it is
     /// missing) or `reordered` (it does not follow the event before it).
     pub problem: String,
+}
+
+/// What [`SqliteStore::prune`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PruneReport {
+    /// Events removed.
+    pub events: u64,
+    /// The last sequence number removed (0: nothing was).
+    pub through_seq: i64,
 }
 
 /// Caps on what one event stores.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use crate::{event_hash, AuditError, AuditRecord, Broken, EventKind, ListFilter, NewEvent, Page, StoredEvent, VerifyReport, GENESIS};
+use crate::{event_hash, AuditError, AuditRecord, Broken, EventKind, ListFilter, NewEvent, Page, PruneReport, StoredEvent, VerifyReport, GENESIS};
 
 /// Migrations, applied in order; `PRAGMA user_version` counts those applied.
 const MIGRATIONS: &[&str] = &[r"
@@ -42,7 +42,20 @@ impl SqliteStore {
     pub fn open(path: &Path) -> Result<Self, AuditError> {
         let conn = Connection::open(path).map_err(db("open"))?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(db("busy_timeout"))?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(db("journal_mode"))?;
+        // WAL is a property of the file, set once; switching needs an exclusive lock that the
+        // busy handler does not wait for, so concurrent first opens retry here.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).map_err(db("journal_mode"))?;
+            if mode.eq_ignore_ascii_case("wal") {
+                break;
+            }
+            match conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0)) {
+                Ok(_) => break,
+                Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                Err(e) => return Err(AuditError::Db { op: "journal_mode", source: e }),
+            }
+        }
         conn.pragma_update(None, "synchronous", "FULL").map_err(db("synchronous"))?;
         let mut store = Self { conn };
         store.migrate()?;
@@ -93,6 +106,56 @@ impl SqliteStore {
             prev_hash,
             hash,
         })
+    }
+
+    /// Retention: removes the oldest events, those received before `before_ms` and/or all but
+    /// the newest `keep_last`, never an unfinished execution's `begin` or anything after it. The
+    /// removal is signed off by a `checkpoint` event appended to the chain first, holding the
+    /// last removed sequence number and hash, so `verify` still passes from the first event kept
+    /// (and fails if the checkpoint itself is removed or altered).
+    /// Errors: [`AuditError::Db`]; nothing is removed then.
+    pub fn prune(&mut self, before_ms: Option<i64>, keep_last: Option<u64>, now_ms: i64) -> Result<PruneReport, AuditError> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db("prune"))?;
+        let last: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit_events", [], |r| r.get(0)).map_err(db("prune"))?;
+        let mut cut: i64 = 0;
+        if let Some(t) = before_ms {
+            cut = cut.max(tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit_events WHERE at_ms < ?1", [t], |r| r.get(0)).map_err(db("prune"))?);
+        }
+        if let Some(k) = keep_last {
+            cut = cut.max(last - i64::try_from(k).unwrap_or(i64::MAX).min(last));
+        }
+        // Never cut into an execution that has not ended.
+        let open: Option<i64> = tx
+            .query_row(
+                "SELECT MIN(seq) FROM audit_events b WHERE kind = 'begin' AND NOT EXISTS
+                   (SELECT 1 FROM audit_events f WHERE f.execution_id = b.execution_id AND f.kind IN ('finish', 'interrupted'))",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(db("prune"))?;
+        if let Some(o) = open {
+            cut = cut.min(o - 1);
+        }
+        let first: i64 = tx.query_row("SELECT COALESCE(MIN(seq), 0) FROM audit_events", [], |r| r.get(0)).map_err(db("prune"))?;
+        if cut < first || cut >= last {
+            return Ok(PruneReport { events: 0, through_seq: 0 });
+        }
+        let pruned_hash: String = tx.query_row("SELECT hash FROM audit_events WHERE seq = ?1", [cut], |r| r.get(0)).map_err(db("prune"))?;
+        let last_hash: String = tx.query_row("SELECT hash FROM audit_events WHERE seq = ?1", [last], |r| r.get(0)).map_err(db("prune"))?;
+        let events: i64 = tx.query_row("SELECT COUNT(*) FROM audit_events WHERE seq <= ?1", [cut], |r| r.get(0)).map_err(db("prune"))?;
+        let body = serde_json::json!({ "schemaVersion": crate::SCHEMA_VERSION, "prunedThroughSeq": cut, "prunedHash": pruned_hash, "prunedEvents": events }).to_string();
+        let seq = last + 1;
+        let id = format!("checkpoint-{seq}");
+        let hash = event_hash(seq, &id, "checkpoint", now_ms, "retention", "", None, "checkpoint", &body, &last_hash);
+        tx.execute(
+            "INSERT INTO audit_events (seq, execution_id, kind, at_ms, caller, profile, language, status, body, prev_hash, hash)
+             VALUES (?1, ?2, 'checkpoint', ?3, 'retention', '', NULL, 'checkpoint', ?4, ?5, ?6)",
+            params![seq, id, now_ms, body, last_hash, hash],
+        )
+        .map_err(db("prune"))?;
+        tx.execute("DELETE FROM audit_events WHERE seq <= ?1", [cut]).map_err(db("prune"))?;
+        tx.commit().map_err(db("prune"))?;
+        Ok(PruneReport { events: u64::try_from(events).unwrap_or(0), through_seq: cut })
     }
 
     /// `begin` events with neither `finish` nor `interrupted`: executions that are running, or
@@ -147,7 +210,7 @@ impl SqliteStore {
                  WHERE b.kind IN ('begin', 'rejected')
                    AND (?1 IS NULL OR b.profile = ?1)
                    AND (?2 IS NULL OR COALESCE(e.status, b.status) = ?2)
-                   AND (?3 IS NULL OR b.language = ?3)
+                   AND (?3 IS NULL OR COALESCE(e.language, b.language) = ?3)
                    AND (?4 IS NULL OR b.caller = ?4)
                    AND (?5 IS NULL OR b.at_ms >= ?5)
                    AND (?6 IS NULL OR b.at_ms < ?6)
@@ -184,8 +247,33 @@ impl SqliteStore {
             .conn
             .prepare("SELECT seq, execution_id, kind, at_ms, caller, profile, language, status, body, prev_hash, hash FROM audit_events ORDER BY seq")
             .map_err(db("verify"))?;
+        // After retention the chain starts at a later event; a checkpoint in the chain must vouch
+        // for exactly that start (its sequence number and the hash before it).
+        let checkpoints: Vec<serde_json::Value> = self
+            .conn
+            .prepare("SELECT body FROM audit_events WHERE kind = 'checkpoint'")
+            .and_then(|mut st| st.query_map([], |r| r.get::<_, String>(0)).and_then(|rows| rows.collect::<Result<Vec<_>, _>>()))
+            .map_err(db("verify"))?
+            .iter()
+            .filter_map(|b| serde_json::from_str(b).ok())
+            .collect();
+        let start: Option<(i64, String)> = self
+            .conn
+            .query_row("SELECT seq, prev_hash FROM audit_events ORDER BY seq LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .map_err(db("verify"))?;
+        let (mut expected_seq, mut prev) = match start {
+            Some((seq, prev_hash)) if seq > 1 => {
+                let vouched = checkpoints.iter().any(|c| c["prunedThroughSeq"].as_i64() == Some(seq - 1) && c["prunedHash"].as_str() == Some(prev_hash.as_str()));
+                if vouched {
+                    (seq, prev_hash)
+                } else {
+                    (1, GENESIS.to_owned())
+                }
+            }
+            _ => (1, GENESIS.to_owned()),
+        };
         let mut rows = stmt.query([]).map_err(db("verify"))?;
-        let (mut expected_seq, mut prev) = (1i64, GENESIS.to_owned());
         let mut n = 0u64;
         while let Some(r) = rows.next().map_err(db("verify"))? {
             n += 1;
@@ -230,6 +318,10 @@ impl SqliteStore {
     }
 }
 
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _) if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
+}
+
 fn row_to_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<StoredEvent, AuditError>> {
     let kind: String = r.get(2)?;
     let body: String = r.get(8)?;
@@ -237,6 +329,7 @@ fn row_to_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<StoredEvent, A
         "begin" => EventKind::Begin,
         "finish" => EventKind::Finish,
         "interrupted" => EventKind::Interrupted,
+        "checkpoint" => EventKind::Checkpoint,
         _ => EventKind::Rejected,
     };
     Ok(serde_json::from_str(&body).map_err(AuditError::from).map(|body| StoredEvent {
@@ -270,7 +363,7 @@ fn record_of(events: &[StoredEvent]) -> Option<AuditRecord> {
         status,
         caller: first.caller.clone(),
         profile: first.profile.clone(),
-        language: first.language.clone(),
+        language: first.language.clone().or_else(|| end.and_then(|e| e.language.clone())),
         received_at_ms: first.at_ms,
         finished_at_ms: end.map(|e| e.at_ms),
         request: first.body.clone(),

@@ -7,6 +7,7 @@ pub mod admit;
 pub mod error;
 pub mod path;
 pub mod profile;
+pub mod record;
 pub mod wire;
 
 pub use admit::{admit, Admitted, InputFile, Rejection};

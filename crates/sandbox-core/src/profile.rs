@@ -25,6 +25,30 @@ pub struct Config {
     /// The HTTP service (`sandbox serve`).
     #[serde(default)]
     pub service: ServiceConfig,
+    /// The audit log.
+    #[serde(default)]
+    pub audit: AuditConfig,
+}
+
+/// The audit log (`[audit]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// Code kept per record, in bytes (the full length and sha256 are always kept).
+    pub code_max_bytes: u64,
+    /// Stdout and stderr kept per record, each, in bytes.
+    pub output_max_bytes: u64,
+    /// Remove events older than this many days (0: keep forever). Applied by `sandbox serve` at
+    /// start and hourly, and by `sandbox audit prune`; `verify` still passes afterwards.
+    pub retention_days: u32,
+    /// Keep at most this many events (0: no limit).
+    pub retention_max_events: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self { code_max_bytes: 256 << 10, output_max_bytes: 256 << 10, retention_days: 0, retention_max_events: 0 }
+    }
 }
 
 /// Settings of `sandbox serve` (`[service]`).
@@ -72,6 +96,9 @@ pub struct ApiKey {
     /// Profiles this key may use; `"*"` for all.
     #[serde(default = "all_profiles")]
     pub profiles: Vec<String>,
+    /// Extra rights: `audit` reads every caller's audit records (others see only their own).
+    #[serde(default)]
+    pub roles: Vec<String>,
 }
 
 fn all_profiles() -> Vec<String> {
@@ -307,6 +334,7 @@ impl Config {
     pub fn layered(mut self, other: Config) -> Self {
         self.runtime = other.runtime;
         self.service = other.service;
+        self.audit = other.audit;
         self.profiles.extend(other.profiles);
         self
     }

@@ -38,28 +38,7 @@ pub struct EngineOptions {
     pub cgroup_parent: String,
 }
 
-/// Step 6 of the lifecycle: durable records. `begin` runs before anything is prepared and
-/// `finish` after clean-up; an error from either fails the execution (it never runs unrecorded).
-pub trait Recorder: Send + Sync {
-    /// Called once admission is decided, with the execution id and the request.
-    /// Errors: a message; the execution then ends as `internal_error` without running.
-    fn begin(&self, execution_id: &str, request: &ExecutionRequest) -> Result<(), String>;
-    /// Called with the final result (rejections included).
-    /// Errors: a message; the caller sees `internal_error`.
-    fn finish(&self, result: &ExecutionResult) -> Result<(), String>;
-}
-
-/// A [`Recorder`] that keeps nothing (the audit log is not built yet).
-pub struct NoRecorder;
-
-impl Recorder for NoRecorder {
-    fn begin(&self, _: &str, _: &ExecutionRequest) -> Result<(), String> {
-        Ok(())
-    }
-    fn finish(&self, _: &ExecutionResult) -> Result<(), String> {
-        Ok(())
-    }
-}
+pub use sandbox_core::record::{NoRecorder, Recorder};
 
 /// The execution engine.
 pub struct Engine {
@@ -84,9 +63,21 @@ impl Engine {
         self.abort.send_replace(true);
     }
 
+    /// Sweeps what executions of a dead service left on the host (cgroups, workspace mounts,
+    /// directories); executions of live processes are untouched. Returns the ids swept. Call it
+    /// at start, next to the audit log's recovery.
+    pub fn recover(&self) -> Vec<String> {
+        prepare::sweep(&self.opts, self.host.cgroup.as_ref())
+    }
+
     /// What the host offers (for `sandbox doctor`).
     pub fn host(&self) -> &HostReport {
         &self.host
+    }
+
+    /// The audit recorder, for refusals a front door makes before calling [`Engine::execute`].
+    pub fn recorder(&self) -> &dyn Recorder {
+        self.recorder.as_ref()
     }
 
     /// The configuration in force.
@@ -132,12 +123,18 @@ impl Engine {
 
     /// Runs one request to its end and returns the result; never panics on what the caller sent.
     /// `output`, when given, receives stdout/stderr chunks as they arrive (within the caps).
-    pub async fn execute(&self, request: ExecutionRequest, output: Option<mpsc::UnboundedSender<Chunk>>) -> ExecutionResult {
+    /// `caller` names who asked, for the audit log (`key:NAME`, `cli:USER`, `anonymous`, ...).
+    pub async fn execute(
+        &self,
+        caller: &str,
+        request: ExecutionRequest,
+        output: Option<mpsc::UnboundedSender<Chunk>>,
+    ) -> ExecutionResult {
         let received = Instant::now();
         let id = uuid::Uuid::now_v7().to_string();
         let span = tracing::info_span!("execution", execution_id = %id, profile = %request.profile);
         let _enter = span.enter();
-        let mut result = match self.recorder.begin(&id, &request) {
+        let mut result = match self.recorder.begin(&id, caller, &request) {
             Err(e) => internal(&id, &request, format!("audit record could not be written: {e}")),
             Ok(()) => match admit(&request, &self.opts.config) {
                 Err(rejection) => rejected(&id, &request, rejection),
@@ -148,7 +145,7 @@ impl Engine {
             },
         };
         result.duration_ms = ms(received.elapsed());
-        if let Err(e) = self.recorder.finish(&result) {
+        if let Err(e) = self.recorder.finish(caller, &result) {
             tracing::error!(error = %e, "audit record could not be completed");
             result = internal(&id, &request, format!("audit record could not be written: {e}"));
             result.duration_ms = ms(received.elapsed());
@@ -200,7 +197,8 @@ impl Engine {
             Err(e) => {
                 tracing::error!(error = %e, "prepare failed");
                 result.status = Status::InternalError;
-                result.error = Some(internal_error(id, format!("preparing the sandbox failed: {e}")));
+                let chain = std::iter::successors(std::error::Error::source(&e), |c| c.source()).map(ToString::to_string).collect::<Vec<_>>();
+                result.error = Some(internal_error(id, format!("preparing the sandbox failed: {e}: {}", chain.join(": "))));
                 return result;
             }
         };
@@ -261,6 +259,13 @@ fn rejected(id: &str, request: &ExecutionRequest, r: Rejection) -> ExecutionResu
         timing: Timing::default(),
         ..Default::default()
     }
+}
+
+/// Start time of process `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
+pub(crate) fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 2..];
+    after_comm.split(' ').nth(19)?.parse().ok()
 }
 
 /// Whole milliseconds of `d`, saturating.

@@ -86,6 +86,12 @@ impl Prepared {
         let base = Some(Uid::from_raw(rt.uid_base));
         chown(&dir, base, Some(Gid::from_raw(rt.uid_base)))
             .map_err(|e| PrepareError::Io { op: "chown", path: dir.clone(), source: e.into() })?;
+        // Who owns this execution: a later start sweeps it only once this process is gone.
+        // Written aside and renamed, so a concurrent sweep never reads half a file.
+        let (owner_tmp, owner) = (dir.join("owner.tmp"), dir.join("owner"));
+        fs::write(&owner_tmp, format!("{} {}\n", std::process::id(), crate::process_start(std::process::id()).unwrap_or(0)))
+            .map_err(io_err("write", &owner_tmp))?;
+        fs::rename(&owner_tmp, &owner).map_err(io_err("rename", &owner))?;
         let mut p = Self {
             workspace: dir.join("workspace"),
             dir,
@@ -264,4 +270,50 @@ fn root_files(language: Language, code: &str) -> Vec<RootFile> {
         f("/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", 0o444),
         f(&format!("{CODE_DIR}/{}", code_file(language)), code, 0o444),
     ]
+}
+
+/// Removes what executions of dead owners left in `<data_dir>/executions` (a service killed
+/// mid-run): kills their cgroups' processes, removes the cgroups, unmounts the workspaces,
+/// deletes the directories. Executions whose owner process still runs are left alone.
+/// Returns the ids swept; failures are logged and the sweep goes on.
+pub(crate) fn sweep(opts: &EngineOptions, layout: Option<&Layout>) -> Vec<String> {
+    let executions = opts.data_dir.join("executions");
+    let Ok(entries) = fs::read_dir(&executions) else { return Vec::new() };
+    let mut swept = Vec::new();
+    for entry in entries.filter_map(Result::ok) {
+        let dir = entry.path();
+        let Some(id) = entry.file_name().to_str().map(str::to_owned) else { continue };
+        let owner = match fs::read_to_string(dir.join("owner")) {
+            Ok(o) => o,
+            // No owner yet: an execution being created right now by another process, unless the
+            // directory is old (its creator died before writing the file).
+            Err(_) => {
+                let age = fs::metadata(&dir).and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).unwrap_or_default();
+                if age < Duration::from_secs(60) {
+                    continue;
+                }
+                String::new()
+            }
+        };
+        let mut parts = owner.split_whitespace().map(|p| p.parse::<u64>().unwrap_or(0));
+        let (pid, start) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        let alive = u32::try_from(pid).ok().and_then(crate::process_start) == Some(start) && pid != 0;
+        if alive {
+            continue;
+        }
+        tracing::warn!(execution_id = %id, "sweeping what a dead service left behind");
+        if let Some(layout) = layout {
+            let cg = Cgroup::existing(layout, &opts.cgroup_parent, &id);
+            if let Err(e) = cg.kill_all(Duration::from_secs(5)).and_then(|()| cg.remove()) {
+                tracing::error!(execution_id = %id, error = %e, "cannot remove a leftover cgroup");
+            }
+        }
+        let ws = dir.join("workspace");
+        let _ = umount2(&ws, MntFlags::MNT_DETACH);
+        if let Err(e) = fs::remove_dir_all(&dir) {
+            tracing::error!(execution_id = %id, error = %e, "cannot remove a leftover execution directory");
+        }
+        swept.push(id);
+    }
+    swept
 }

@@ -31,6 +31,23 @@ impl Caller {
             Self::Key(k) => &k.name,
         }
     }
+
+    /// The caller as the audit log records it: `key:<name>` or `anonymous`.
+    pub fn audit_name(&self) -> String {
+        match self {
+            Self::Anonymous => "anonymous".into(),
+            Self::Key(k) => format!("key:{}", k.name),
+        }
+    }
+
+    /// Whether this caller reads every caller's audit records (the `audit` role; everyone when
+    /// no keys are configured, which is loopback-only).
+    pub fn can_audit_all(&self) -> bool {
+        match self {
+            Self::Anonymous => true,
+            Self::Key(k) => k.roles.iter().any(|r| r == "audit"),
+        }
+    }
 }
 
 /// Finds the key in `headers` among `keys`; `None` when it is missing or unknown.

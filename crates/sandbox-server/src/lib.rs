@@ -35,17 +35,19 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Whether requests must carry an API key (false only with no keys configured).
     pub require_auth: bool,
+    /// The audit log, for `GET /v1/executions` (absent: those routes answer 404).
+    pub audit: Option<Arc<sandbox_audit::AuditLog>>,
 }
 
 impl AppState {
     /// State for `engine` with the limits of its `[service]` configuration; `max_concurrency` 0
     /// is resolved by [`default_concurrency`].
-    pub fn new(engine: Arc<Engine>) -> Self {
+    pub fn new(engine: Arc<Engine>, audit: Option<Arc<sandbox_audit::AuditLog>>) -> Self {
         let svc = &engine.config().service;
         let slots = if svc.max_concurrency == 0 { default_concurrency(engine.config()) } else { svc.max_concurrency };
         let require_auth = !svc.api_keys.is_empty();
         let admission = Arc::new(Admission::new(slots, svc.queue_max));
-        Self { engine, admission, metrics: Arc::new(Metrics::default()), require_auth }
+        Self { engine, admission, metrics: Arc::new(Metrics::default()), require_auth, audit }
     }
 }
 

@@ -25,7 +25,7 @@ use crate::AppState;
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Sandbox Service", description = "Runs untrusted Python and TypeScript in isolated Linux containers."),
-    paths(execute, list_profiles, get_profile, healthz, readyz, metrics),
+    paths(execute, list_executions, get_execution, list_profiles, get_profile, healthz, readyz, metrics),
     components(schemas(ExecutionRequest, ExecutionResult, Problem, ProfileInfo, ProfileList))
 )]
 pub struct ApiDoc;
@@ -34,6 +34,8 @@ pub(crate) fn router(state: AppState) -> Router {
     let body_max = usize::try_from(state.engine.config().service.body_max_bytes).unwrap_or(usize::MAX);
     Router::new()
         .route("/v1/executions", post(execute))
+        .route("/v1/executions", get(list_executions))
+        .route("/v1/executions/{id}", get(get_execution))
         .route("/v1/profiles", get(list_profiles))
         .route("/v1/profiles/{name}", get(get_profile))
         .route("/healthz", get(healthz))
@@ -54,6 +56,14 @@ pub(crate) fn router(state: AppState) -> Router {
 fn fail(state: &AppState, code: ErrorCode, detail: impl Into<String>, field: Option<String>) -> Response {
     state.metrics.rejected(code.as_str());
     ProblemResponse(problem::new(code, detail.into(), field, None)).into_response()
+}
+
+/// Records a refusal made here, before the engine saw the request. A failing audit write is
+/// logged; the refusal stands.
+fn record_refusal(state: &AppState, caller: &str, request: Option<&ExecutionRequest>, code: ErrorCode, detail: &str) {
+    if let Err(e) = state.engine.recorder().rejected(caller, request, code.as_str(), detail) {
+        tracing::error!(error = %e, "could not record a refused request");
+    }
 }
 
 #[allow(clippy::result_large_err)] // the error is the response itself, returned at once
@@ -84,19 +94,30 @@ fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, Response> {
 )]
 async fn execute(State(state): State<AppState>, headers: HeaderMap, body: Result<Json<ExecutionRequest>, JsonRejection>) -> Response {
     let received = Instant::now();
+    let body = body.map(|Json(r)| r);
     let who = match caller(&state, &headers) {
         Ok(c) => c,
-        Err(r) => return r,
-    };
-    let request = match body {
-        Ok(Json(r)) => r,
-        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return fail(&state, ErrorCode::BodyTooLarge, format!("the body is over {} bytes", state.engine.config().service.body_max_bytes), None)
+        Err(r) => {
+            record_refusal(&state, "unauthenticated", body.as_ref().ok(), ErrorCode::Unauthorized, "missing or unknown API key");
+            return r;
         }
-        Err(e) => return fail(&state, ErrorCode::InvalidRequest, e.body_text(), None),
+    };
+    let name = who.audit_name();
+    let request = match body {
+        Ok(r) => r,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            let detail = format!("the body is over {} bytes", state.engine.config().service.body_max_bytes);
+            record_refusal(&state, &name, None, ErrorCode::BodyTooLarge, &detail);
+            return fail(&state, ErrorCode::BodyTooLarge, detail, None);
+        }
+        Err(e) => {
+            record_refusal(&state, &name, None, ErrorCode::InvalidRequest, &e.body_text());
+            return fail(&state, ErrorCode::InvalidRequest, e.body_text(), None);
+        }
     };
     if !who.allows(&request.profile) && state.engine.config().profiles.contains_key(&request.profile) {
         let detail = format!("key {:?} may not use profile {:?}", who.name(), request.profile);
+        record_refusal(&state, &name, Some(&request), ErrorCode::ForbiddenProfile, &detail);
         return fail(&state, ErrorCode::ForbiddenProfile, detail, Some("profile".into()));
     }
     if let Err(r) = state.engine.check(&request) {
@@ -107,20 +128,25 @@ async fn execute(State(state): State<AppState>, headers: HeaderMap, body: Result
         } else {
             r.message
         };
+        record_refusal(&state, &name, Some(&request), r.code, &detail);
         return fail(&state, r.code, detail, r.field);
     }
     let permit = match state.admission.acquire().await {
         Ok(p) => p,
-        Err(_) => return fail(&state, ErrorCode::QueueFull, "every execution slot and queue place is taken; retry later", None),
+        Err(_) => {
+            let detail = "every execution slot and queue place is taken; retry later";
+            record_refusal(&state, &name, Some(&request), ErrorCode::QueueFull, detail);
+            return fail(&state, ErrorCode::QueueFull, detail, None);
+        }
     };
     let queue_ms = u64::try_from(received.elapsed().as_millis()).unwrap_or(u64::MAX);
     tracing::info!(caller = who.name(), profile = %request.profile, queue_ms, "execution admitted");
     let wants_stream = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"));
     if wants_stream {
-        return stream_execution(state, request, permit, queue_ms).into_response();
+        return stream_execution(state, name, request, permit, queue_ms).into_response();
     }
     // Dropping this future (the client went away) drops the execution, whose state tears itself down.
-    let mut result = state.engine.execute(request, None).await;
+    let mut result = state.engine.execute(&name, request, None).await;
     drop(permit);
     finish(&state, &mut result, queue_ms);
     respond(result)
@@ -163,6 +189,7 @@ impl Drop for AbortOnDrop {
 
 fn stream_execution(
     state: AppState,
+    caller: String,
     request: ExecutionRequest,
     permit: tokio::sync::OwnedSemaphorePermit,
     queue_ms: u64,
@@ -171,7 +198,7 @@ fn stream_execution(
     let (done_tx, done_rx) = oneshot::channel::<ExecutionResult>();
     let task_state = state.clone();
     let task = tokio::spawn(async move {
-        let mut result = task_state.engine.execute(request, Some(tx)).await;
+        let mut result = task_state.engine.execute(&caller, request, Some(tx)).await;
         drop(permit);
         finish(&task_state, &mut result, queue_ms);
         let _ = done_tx.send(result);
@@ -248,6 +275,79 @@ impl Utf8Stream {
         let text = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending.clear();
         text
+    }
+}
+
+/// Query of `GET /v1/executions`.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionQuery {
+    /// Only this profile.
+    profile: Option<String>,
+    /// Only this final status (`ok`, `error`, `timeout`, ..., `rejected`, `interrupted`, `running`).
+    status: Option<String>,
+    /// Only this language.
+    language: Option<String>,
+    /// Only this caller (`key:<name>`, `anonymous`, `cli:<user>`); callers without the audit role
+    /// always see only their own records.
+    caller: Option<String>,
+    /// Received at or after, ms since the Unix epoch.
+    since_ms: Option<i64>,
+    /// Received before, ms since the Unix epoch.
+    until_ms: Option<i64>,
+    /// The `nextCursor` of the previous page.
+    cursor: Option<i64>,
+    /// Page size, 1..=1000 (default 50).
+    limit: Option<u32>,
+}
+
+/// Audit records, newest first, with cursor pagination.
+#[utoipa::path(get, path = "/v1/executions", params(ExecutionQuery),
+    responses((status = 200, description = "A page: { records: [...], nextCursor? }"), (status = 401, body = Problem)))]
+async fn list_executions(State(state): State<AppState>, headers: HeaderMap, axum::extract::Query(q): axum::extract::Query<ExecutionQuery>) -> Response {
+    let who = match caller(&state, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let Some(audit) = &state.audit else { return fail(&state, ErrorCode::NotFound, "this service keeps no audit log", None) };
+    let filter = sandbox_audit::ListFilter {
+        profile: q.profile,
+        status: q.status,
+        language: q.language,
+        caller: if who.can_audit_all() { q.caller } else { Some(who.audit_name()) },
+        since_ms: q.since_ms,
+        until_ms: q.until_ms,
+        before_seq: q.cursor,
+        limit: q.limit.unwrap_or(50),
+    };
+    let page = audit.store().list(&filter);
+    match page {
+        Ok(p) => Json(p).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "audit query failed");
+            fail(&state, ErrorCode::InternalError, "the audit log could not be read", None)
+        }
+    }
+}
+
+/// One audit record (the caller's own, or any with the audit role).
+#[utoipa::path(get, path = "/v1/executions/{id}", params(("id" = String, Path, description = "Execution id")),
+    responses((status = 200, description = "The record"), (status = 401, body = Problem), (status = 404, body = Problem)))]
+async fn get_execution(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
+    let who = match caller(&state, &headers) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    let Some(audit) = &state.audit else { return fail(&state, ErrorCode::NotFound, "this service keeps no audit log", None) };
+    let record = audit.store().get(&id);
+    match record {
+        Ok(Some(r)) if who.can_audit_all() || r.caller == who.audit_name() => Json(r).into_response(),
+        // Someone else's record is as absent as a missing one.
+        Ok(_) => fail(&state, ErrorCode::NotFound, format!("no execution {id:?}"), Some("id".into())),
+        Err(e) => {
+            tracing::error!(error = %e, "audit query failed");
+            fail(&state, ErrorCode::InternalError, "the audit log could not be read", None)
+        }
     }
 }
 

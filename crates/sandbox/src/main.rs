@@ -2,6 +2,7 @@
 //! started as `sandbox-init` it becomes that helper before anything else runs.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a CLI prints
 
+mod audit;
 mod config;
 mod run;
 mod serve;
@@ -33,6 +34,11 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// Serve the HTTP API (POST /v1/executions, GET /v1/profiles, /healthz, /readyz, /metrics, /openapi.json).
     Serve(serve::ServeArgs),
+    /// Read the audit log: list, show, export, verify.
+    Audit {
+        #[command(subcommand)]
+        command: audit::AuditCommand,
+    },
     /// Print the OpenAPI document of the HTTP API.
     Openapi,
     /// List or show profiles.
@@ -79,6 +85,10 @@ fn main() -> ExitCode {
         .init();
     match dispatch(cli) {
         Ok(code) => code,
+        // A reader that went away (`| head`) ends the output, not in an error.
+        Err(e) if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) => {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("sandbox: error: {e:#}");
             ExitCode::from(2)
@@ -96,6 +106,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => {
             let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);
             serve::serve(config, data_dir, args)
+        }
+        Command::Audit { command } => {
+            let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);
+            audit::run(&data_dir, &config, command)
         }
         Command::Openapi => {
             use utoipa::OpenApi as _;

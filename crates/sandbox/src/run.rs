@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use base64::Engine as _;
 use sandbox_core::wire::FileContent;
 use sandbox_core::{Config, ErrorCode, ExecutionRequest, Status, WorkspacePath};
-use sandbox_engine::{Chunk, Engine, EngineOptions, NoRecorder, StreamKind};
+use sandbox_engine::{Chunk, Engine, EngineOptions, StreamKind};
 
 /// Arguments of `sandbox run`.
 #[derive(clap::Args, Debug)]
@@ -62,6 +62,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
     if let Some(url) = &args.server {
         return run_remote(url, request, &args);
     }
+    let audit = Arc::new(crate::audit::open(&data_dir, &config)?);
     let engine = Engine::new(
         EngineOptions {
             config,
@@ -69,8 +70,9 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
             helper: std::env::current_exe().context("cannot find the sandbox binary to re-execute")?,
             cgroup_parent: "sandbox".into(),
         },
-        Arc::new(NoRecorder),
+        audit.clone(),
     );
+    crate::audit::recover(&engine, &audit);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let result = rt.block_on(async {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Chunk>();
@@ -85,7 +87,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
                 }
             }
         });
-        let result = engine.execute(request, Some(tx)).await;
+        let result = engine.execute(&crate::audit::cli_caller(), request, Some(tx)).await;
         let _ = printer.await;
         result
     });

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use sandbox_core::Config;
-use sandbox_engine::{Engine, EngineOptions, NoRecorder};
+use sandbox_engine::{Engine, EngineOptions};
 use sandbox_server::AppState;
 
 /// Arguments of `sandbox serve`.
@@ -35,6 +35,8 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
         );
     }
     let grace = Duration::from_millis(config.service.shutdown_grace_ms);
+    let retention = (config.audit.retention_days, config.audit.retention_max_events);
+    let audit = Arc::new(crate::audit::open(&data_dir, &config)?);
     let engine = Engine::new(
         EngineOptions {
             config,
@@ -42,13 +44,15 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
             helper: std::env::current_exe().context("cannot find the sandbox binary to re-execute")?,
             cgroup_parent: "sandbox".into(),
         },
-        Arc::new(NoRecorder),
+        audit.clone(),
     );
+    crate::audit::recover(&engine, &audit);
     if let Some(why) = engine.host().first_failure() {
         tracing::warn!(reason = %why, "this host cannot run sandboxes; /readyz will say so");
     }
     let engine = Arc::new(engine);
-    let state = AppState::new(engine.clone());
+    let retention_audit = audit.clone();
+    let state = AppState::new(engine.clone(), Some(audit));
     let slots = state.admission.slots();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
@@ -56,6 +60,20 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
         let local = listener.local_addr()?;
         // One line on stdout, so scripts (and tests) can learn the port of `--listen 127.0.0.1:0`.
         println!("listening on http://{local} ({slots} execution slots)");
+        // Retention at start and hourly.
+        let retention_log = retention_audit.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(3600));
+            loop {
+                tick.tick().await;
+                let log = retention_log.clone();
+                match tokio::task::spawn_blocking(move || log.apply_retention(retention.0, retention.1)).await {
+                    Ok(Ok(r)) if r.events > 0 => tracing::info!(events = r.events, through = r.through_seq, "audit retention applied"),
+                    Ok(Err(e)) => tracing::error!(error = %e, "audit retention failed"),
+                    _ => {}
+                }
+            }
+        });
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let server = axum::serve(listener, sandbox_server::app(state)).with_graceful_shutdown(async move {
             shutdown_signal().await;

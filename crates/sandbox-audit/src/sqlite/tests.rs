@@ -1,5 +1,5 @@
 use super::*;
-use crate::EventKind;
+use crate::{EventKind, PruneReport};
 
 fn event(id: &str, kind: EventKind, status: &str) -> NewEvent {
     NewEvent {
@@ -100,4 +100,40 @@ fn capped_text_keeps_length_and_digest() {
     assert_eq!(v["truncated"], true);
     assert_eq!(v["sha256"].as_str().unwrap().len(), 64);
     assert_eq!(crate::capped_text("ok", 3)["truncated"], false);
+}
+
+#[test]
+fn retention_prunes_a_prefix_that_still_verifies_and_its_checkpoint_is_guarded() {
+    let (_d, mut s) = filled();
+    // e9 is still running: its begin (seq 8) and everything after stay.
+    let r = s.prune(None, Some(2), 1_800_000_000_000).unwrap();
+    assert_eq!(r, PruneReport { events: 6, through_seq: 6 });
+    assert_eq!(s.verify().unwrap().broken, None);
+    assert!(s.get("e0").unwrap().is_none());
+    assert_eq!(s.get("e9").unwrap().unwrap().state, "running");
+    // Keeping nothing still stops at e9's begin: only the rejection (seq 7) before it goes.
+    assert_eq!(s.prune(None, Some(0), 1_800_000_000_000).unwrap(), PruneReport { events: 1, through_seq: 7 });
+    assert_eq!(s.prune(None, Some(0), 1_800_000_000_000).unwrap().events, 0);
+    assert_eq!(s.verify().unwrap().broken, None);
+    // Removing the checkpoints breaks the chain at the first event kept.
+    s.connection().execute("DELETE FROM audit_events WHERE kind = 'checkpoint'", []).unwrap();
+    let b = s.verify().unwrap().broken.unwrap();
+    assert_eq!((b.seq, b.problem.as_str()), (8, "removed"));
+}
+
+#[test]
+fn retention_by_age_keeps_newer_events() {
+    let (_d, mut s) = store();
+    for (i, at) in [1_000, 2_000, 3_000].iter().enumerate() {
+        let mut e = event(&format!("x{i}"), EventKind::Begin, "running");
+        e.at_ms = *at;
+        s.append(&e).unwrap();
+        let mut f = event(&format!("x{i}"), EventKind::Finish, "ok");
+        f.at_ms = *at + 10;
+        s.append(&f).unwrap();
+    }
+    let r = s.prune(Some(2_500), None, 5_000).unwrap();
+    assert_eq!(r.through_seq, 4);
+    assert!(s.get("x1").unwrap().is_none() && s.get("x2").unwrap().is_some());
+    assert_eq!(s.verify().unwrap().broken, None);
 }

@@ -221,6 +221,23 @@ impl Cgroup {
         Ok(cg)
     }
 
+    /// The cgroup `<parent>/<name>` as [`Cgroup::create`] would have made it, without touching
+    /// anything (to kill and remove what a dead service left). Missing directories are fine.
+    pub fn existing(layout: &Layout, parent: &str, name: &str) -> Self {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let roots: Vec<&PathBuf> = match layout {
+            Layout::V2 { root } => vec![root],
+            Layout::V1 { memory, cpu, cpuacct, pids } => vec![memory, cpu, cpuacct, pids],
+        };
+        for r in roots {
+            let p = r.join(parent).join(name);
+            if !dirs.contains(&p) {
+                dirs.push(p);
+            }
+        }
+        Self { layout: layout.clone(), dirs }
+    }
+
     /// The directories whose `cgroup.procs` a process writes its pid to, to join.
     pub fn dirs(&self) -> &[PathBuf] {
         &self.dirs
@@ -249,7 +266,12 @@ impl Cgroup {
     /// Errors: [`CgroupError::Read`].
     pub fn pids(&self) -> Result<Vec<i32>, CgroupError> {
         let path = self.dirs[0].join("cgroup.procs");
-        let text = fs::read_to_string(&path).map_err(|source| CgroupError::Read { path, source })?;
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            // A cgroup that is gone holds nothing.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+            Err(source) => return Err(CgroupError::Read { path, source }),
+        };
         Ok(text.split_whitespace().filter_map(|p| p.parse().ok()).collect())
     }
 

@@ -43,6 +43,7 @@ impl Server {
             .arg("--data-dir")
             .arg(&data)
             .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("SANDBOX_LOG", "warn")
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -50,6 +51,31 @@ impl Server {
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         let url = line.split_whitespace().nth(2).unwrap_or_else(|| panic!("no address in {line:?}")).to_owned();
         Self { child, url, data }
+    }
+
+    /// Starts a server again on the same configuration and data directory (after a crash).
+    pub fn restart(old: &Server) -> Self {
+        let config = old.data.parent().unwrap().join("config.toml");
+        let mut child = Command::new(bin())
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(&old.data)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("SANDBOX_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let url = line.split_whitespace().nth(2).unwrap().to_owned();
+        Self { child, url, data: old.data.clone() }
+    }
+
+    /// SIGKILL: the service dies without any clean-up of its own.
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
     }
 
     pub fn client(&self, key: Option<&str>) -> Client {

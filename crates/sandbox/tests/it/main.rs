@@ -3,6 +3,7 @@
 #![allow(missing_docs, clippy::print_stdout, clippy::print_stderr)] // test helpers
 
 mod attacks;
+mod audit;
 mod basics;
 mod cases;
 mod files;

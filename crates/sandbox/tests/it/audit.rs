@@ -1,0 +1,207 @@
+//! The audit log through the real binary: every kind of outcome recorded with its fields,
+//! crash safety (kill -9 mid-run), tamper evidence, and the query API with caller isolation.
+
+use super::http::Server;
+use super::*;
+
+/// A fresh data directory, so each test reads only its own log.
+fn data_dir() -> PathBuf {
+    let d = tempfile::Builder::new().prefix("audit-").tempdir_in(&env().dir).unwrap().keep();
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    d
+}
+
+fn cli(data: &Path, args: &[&str]) -> Output {
+    Command::new(bin()).arg("--config").arg(&env().config).arg("--data-dir").arg(data).args(args).output().unwrap()
+}
+
+fn show(data: &Path, id: &str) -> Value {
+    let out = cli(data, &["audit", "show", id]);
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn run_in(data: &Path, profile: &str, code: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["run", "--json", "--profile", profile, "-c", code];
+    args.extend_from_slice(extra);
+    serde_json::from_slice(&cli(data, &args).stdout).unwrap()
+}
+
+#[test]
+fn each_outcome_is_recorded_with_its_fields() {
+    let data = data_dir();
+    let input = scratch_file("in.csv", b"a,b\n1,2\n");
+    let file_arg = format!("in.csv={}", input.display());
+    let ok = run_in(&data, "python-default", "print(open('in.csv').read().count(','))", &["--file", &file_arg]);
+    let r = show(&data, ok["executionId"].as_str().unwrap());
+    assert_eq!((r["state"].as_str(), r["status"].as_str(), r["profile"].as_str()), (Some("finished"), Some("ok"), Some("python-default")));
+    assert!(r["caller"].as_str().unwrap().starts_with("cli:"));
+    assert_eq!(r["request"]["code"]["text"], "print(open('in.csv').read().count(','))");
+    assert_eq!(r["request"]["files"][0]["name"], "in.csv");
+    assert_eq!(r["request"]["files"][0]["bytes"], 8);
+    assert_eq!(r["request"]["files"][0]["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(r["result"]["stdout"]["text"], "2\n");
+    assert_eq!(r["result"]["exitCode"], 0);
+    assert!(r["result"]["resourceUsage"]["cpuTimeMs"].is_u64() && r["result"]["timing"]["runMs"].is_u64());
+    assert!(r["finishedAtMs"].as_i64().unwrap() >= r["receivedAtMs"].as_i64().unwrap());
+
+    let t = run_in(&data, "py-small", "while True: pass", &["--timeout", "1s"]);
+    let r = show(&data, t["executionId"].as_str().unwrap());
+    assert_eq!((r["status"].as_str(), r["result"]["timedOut"].as_bool()), (Some("timeout"), Some(true)));
+
+    let m = run_in(&data, "py-small", "x = []\nwhile True: x.append(b'x' * (16 << 20))", &[]);
+    let r = show(&data, m["executionId"].as_str().unwrap());
+    assert_eq!((r["status"].as_str(), r["result"]["oomKilled"].as_bool()), (Some("memory_limit"), Some(true)));
+    assert!(r["result"]["resourceUsage"]["peakMemoryBytes"].as_u64().unwrap() > 100 << 20);
+
+    let e = run_in(&data, "python-default", "raise KeyError('missing')", &[]);
+    let r = show(&data, e["executionId"].as_str().unwrap());
+    assert_eq!((r["status"].as_str(), r["result"]["exitCode"].as_i64()), (Some("error"), Some(1)));
+    assert!(r["result"]["stderr"]["text"].as_str().unwrap().contains("KeyError: 'missing'"));
+
+    let bad = format!("../x={}", input.display());
+    let j = run_in(&data, "python-default", "print(1)", &["--file", &bad]);
+    let r = show(&data, j["executionId"].as_str().unwrap());
+    assert_eq!((r["status"].as_str(), r["result"]["error"]["type"].as_str()), (Some("rejected"), Some("invalid_file_name")));
+    assert_eq!(r["request"]["files"][0]["name"], "../x", "the attempt is kept as sent");
+
+    let out = cli(&data, &["audit", "verify"]);
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: 10 events"), "{out:?}");
+}
+
+#[test]
+fn auth_failures_and_server_refusals_are_recorded() {
+    let s = Server::start("[[service.api_keys]]\nname = \"a\"\nsha256 = \"31a65195ae16798d1e0d6d435b997168cc1cc4175b7f8a46c1484ed962f7c041\"\nprofiles = [\"python-default\"]\n");
+    let http = reqwest::blocking::Client::new();
+    let body = serde_json::json!({"profile": "python-default", "code": "print(1)"});
+    let r = http.post(format!("{}/v1/executions", s.url)).bearer_auth("wrong").json(&body).send().unwrap();
+    assert_eq!(r.status(), 401);
+    let forbidden = serde_json::json!({"profile": "typescript-default", "code": "1"});
+    let r = http.post(format!("{}/v1/executions", s.url)).bearer_auth("test-key-all").json(&forbidden).send().unwrap();
+    assert_eq!(r.status(), 403);
+    let out = cli(&s.data, &["audit", "list", "--json"]);
+    let page: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got: Vec<(String, String, String)> = page["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["caller"].as_str().unwrap().into(), r["status"].as_str().unwrap().into(), r["request"]["error"]["type"].as_str().unwrap_or("").into()))
+        .collect();
+    assert_eq!(
+        got,
+        [("key:a".into(), "rejected".into(), "forbidden_profile".into()), ("unauthenticated".into(), "rejected".into(), "unauthorized".into())]
+    );
+}
+
+#[test]
+fn kill_9_mid_run_leaves_an_interrupted_record_and_nothing_on_the_host() {
+    let mut s = Server::start("");
+    let url = s.url.clone();
+    let req = std::thread::spawn(move || {
+        reqwest::blocking::Client::new()
+            .post(format!("{url}/v1/executions"))
+            .json(&serde_json::json!({"profile": "python-default", "code": "import time\nprint('up', flush=True)\ntime.sleep(60)"}))
+            .send()
+    });
+    // Wait until the execution is running.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let id = loop {
+        let out = cli(&s.data, &["audit", "list", "--json", "--status", "running"]);
+        let page: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if let Some(id) = page["records"][0]["executionId"].as_str() {
+            break id.to_owned();
+        }
+        assert!(Instant::now() < deadline, "the execution never started");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    s.kill9();
+    assert!(req.join().unwrap().is_err());
+    // The next start sweeps what the dead service left and marks the record.
+    let s2 = Server::restart(&s);
+    let r = show(&s2.data, &id);
+    assert_eq!((r["state"].as_str(), r["status"].as_str()), (Some("interrupted"), Some("interrupted")), "{r}");
+    assert_gone(&id);
+    let ps = Command::new("pgrep").args(["-f", "time.sleep\\(60\\)"]).output().unwrap();
+    assert!(ps.stdout.is_empty(), "the program outlived its service: {}", String::from_utf8_lossy(&ps.stdout));
+}
+
+#[test]
+fn verify_names_the_record_changed_or_deleted_with_plain_sql() {
+    let data = data_dir();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(run_in(&data, "python-default", &format!("print({i})"), &[])["executionId"].as_str().unwrap().to_owned());
+    }
+    assert!(cli(&data, &["audit", "verify"]).status.success());
+    let db = rusqlite::Connection::open(data.join("audit.db")).unwrap();
+    let backup: Vec<(i64, String)> = {
+        let mut st = db.prepare("SELECT seq, body FROM audit_events WHERE execution_id = ?1 AND kind = 'finish'").unwrap();
+        st.query_map([&ids[1]], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+    };
+    db.execute("UPDATE audit_events SET body = replace(body, '\"1\\n\"', '\"7\\n\"') WHERE execution_id = ?1 AND kind = 'finish'", [&ids[1]]).unwrap();
+    let out = cli(&data, &["audit", "verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&ids[1]) && text.contains("changed"), "{text}");
+    // Restore, then delete a whole event instead.
+    db.execute("UPDATE audit_events SET body = ?1 WHERE seq = ?2", rusqlite::params![backup[0].1, backup[0].0]).unwrap();
+    assert!(cli(&data, &["audit", "verify"]).status.success());
+    db.execute("DELETE FROM audit_events WHERE execution_id = ?1 AND kind = 'begin'", [&ids[2]]).unwrap();
+    let out = cli(&data, &["audit", "verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&ids[2]) && text.contains("removed"), "{text}");
+}
+
+#[test]
+fn query_api_filters_paginates_and_isolates_callers() {
+    let keys = "[[service.api_keys]]\nname = \"all\"\nsha256 = \"31a65195ae16798d1e0d6d435b997168cc1cc4175b7f8a46c1484ed962f7c041\"\n\
+                [[service.api_keys]]\nname = \"auditor\"\nsha256 = \"8f8d178249f7491637671709aac7e001c228d082a50338b28484fc7d5408cf81\"\nroles = [\"audit\"]\n";
+    let s = Server::start(keys);
+    let http = reqwest::blocking::Client::new();
+    let post = |key: &str, code: &str| {
+        http.post(format!("{}/v1/executions", s.url)).bearer_auth(key).json(&serde_json::json!({"profile": "python-default", "code": code})).send().unwrap()
+    };
+    for i in 0..3 {
+        assert_eq!(post("test-key-all", &format!("print({i})")).status(), 200);
+    }
+    assert_eq!(post("test-key-py", "import sys; sys.exit(2)").status(), 200);
+    let get = |key: &str, q: &str| -> Value { http.get(format!("{}/v1/executions{q}", s.url)).bearer_auth(key).send().unwrap().json().unwrap() };
+    let own = get("test-key-all", "?limit=2");
+    assert_eq!(own["records"].as_array().unwrap().len(), 2);
+    assert!(own["records"].as_array().unwrap().iter().all(|r| r["caller"] == "key:all"), "{own}");
+    let cursor = own["nextCursor"].as_i64().unwrap();
+    let rest = get("test-key-all", &format!("?limit=2&cursor={cursor}"));
+    assert_eq!(rest["records"].as_array().unwrap().len(), 1);
+    assert!(rest.get("nextCursor").is_none_or(Value::is_null));
+    // Asking for someone else's records without the audit role still yields only one's own.
+    let sneaky = get("test-key-all", "?caller=key:auditor");
+    assert!(sneaky["records"].as_array().unwrap().iter().all(|r| r["caller"] == "key:all"));
+    let all = get("test-key-py", "?limit=10");
+    assert_eq!(all["records"].as_array().unwrap().len(), 4, "the audit role sees everyone: {all}");
+    let errors = get("test-key-py", "?status=error");
+    assert_eq!(errors["records"].as_array().unwrap().len(), 1);
+    let theirs = errors["records"][0]["executionId"].as_str().unwrap();
+    let r = http.get(format!("{}/v1/executions/{theirs}", s.url)).bearer_auth("test-key-all").send().unwrap();
+    assert_eq!(r.status(), 404, "another caller's record is invisible");
+    let r = http.get(format!("{}/v1/executions/{theirs}", s.url)).bearer_auth("test-key-py").send().unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[test]
+fn retention_prunes_old_records_and_verify_still_passes() {
+    let data = data_dir();
+    for i in 0..4 {
+        run_in(&data, "python-default", &format!("print({i})"), &[]);
+    }
+    let out = cli(&data, &["audit", "prune", "--keep-last", "4"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "pruned 4 events (through #4)\n", "{out:?}");
+    let page: Value = serde_json::from_slice(&cli(&data, &["audit", "list", "--json"]).stdout).unwrap();
+    assert_eq!(page["records"].as_array().unwrap().len(), 2, "{page}");
+    let out = cli(&data, &["audit", "verify"]);
+    assert!(out.status.success(), "{out:?}");
+    let db = rusqlite::Connection::open(data.join("audit.db")).unwrap();
+    db.execute("DELETE FROM audit_events WHERE kind = 'checkpoint'", []).unwrap();
+    assert_eq!(cli(&data, &["audit", "verify"]).status.code(), Some(1), "the checkpoint vouches for the pruned prefix");
+}
