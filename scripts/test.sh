@@ -5,10 +5,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
+# The audit log's PostgreSQL backend runs the same suite against a real server.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
+fi
 cargo build --workspace --all-targets
 cargo clippy --workspace --all-targets -- -D warnings
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+pgdir="$(mktemp -d /tmp/sandbox-test-pg.XXXXXX)"
+chmod 0755 "$pgdir"
+trap 'rm -f "$log"; bash scripts/test-postgres.sh stop "$pgdir"' EXIT
+SANDBOX_TEST_POSTGRES_URL="$(bash scripts/test-postgres.sh start "$pgdir")"
+export SANDBOX_TEST_POSTGRES_URL
 export SANDBOX_BIN="$PWD/target/debug/sandbox"
 status=0
 cargo test --workspace 2>&1 | tee "$log" || status=1

@@ -7,15 +7,19 @@
 //! the next start appends `interrupted`. A request refused before an id could run is one
 //! `rejected` event. Records ([`AuditRecord`]) are those events joined by execution id.
 
-mod chain;
+pub mod chain;
+mod postgres_store;
 mod recorder;
 mod sqlite;
+mod store;
 
 use serde::{Deserialize, Serialize};
 
 pub use chain::{event_hash, GENESIS};
 pub use recorder::{AuditLog, Owner};
+pub use postgres_store::PostgresStore;
 pub use sqlite::SqliteStore;
+pub use store::{open_store, AuditStore};
 
 /// Version of the event body format, stored in every event.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -35,6 +39,15 @@ pub enum AuditError {
     /// The data directory could not be created.
     #[error("cannot create the audit log's directory {0}")]
     Io(std::path::PathBuf, #[source] std::io::Error),
+    /// PostgreSQL refused an operation.
+    #[error("audit database (postgres) {op} failed")]
+    Pg {
+        /// What was attempted.
+        op: &'static str,
+        /// The database's error.
+        #[source]
+        source: postgres::Error,
+    },
     /// An event body could not be encoded or decoded.
     #[error("audit event body is not valid JSON")]
     Json(#[from] serde_json::Error),

@@ -11,7 +11,7 @@ use sandbox_core::wire::FileContent;
 use sandbox_core::{ExecutionRequest, ExecutionResult};
 use sha2::{Digest, Sha256};
 
-use crate::{capped_text, AuditError, Caps, EventKind, NewEvent, SqliteStore, SCHEMA_VERSION};
+use crate::{capped_text, AuditError, AuditStore, Caps, EventKind, NewEvent, SCHEMA_VERSION};
 
 /// The process that owns an execution: pid and start time (clock ticks since boot, from
 /// `/proc/<pid>/stat`), so a recycled pid is not mistaken for the owner.
@@ -47,9 +47,9 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// The audit log of one data directory.
+/// The audit log: a store behind a lock, and the [`Recorder`] on it.
 pub struct AuditLog {
-    store: Mutex<SqliteStore>,
+    store: Mutex<Box<dyn AuditStore>>,
     caps: Caps,
     owner: Owner,
 }
@@ -58,12 +58,20 @@ impl AuditLog {
     /// Opens `<data_dir>/audit.db` (created if missing).
     /// Errors: [`AuditError::Db`].
     pub fn open(data_dir: &Path, caps: Caps) -> Result<Self, AuditError> {
-        std::fs::create_dir_all(data_dir).map_err(|e| AuditError::Io(data_dir.to_owned(), e))?;
-        Ok(Self { store: Mutex::new(SqliteStore::open(&data_dir.join("audit.db"))?), caps, owner: Owner::current() })
+        Self::open_url(None, data_dir, caps)
+    }
+
+    /// Opens the store `url` names (PostgreSQL), or `<data_dir>/audit.db` without one.
+    /// Errors: the backend's.
+    pub fn open_url(url: Option<&str>, data_dir: &Path, caps: Caps) -> Result<Self, AuditError> {
+        if url.is_none() {
+            std::fs::create_dir_all(data_dir).map_err(|e| AuditError::Io(data_dir.to_owned(), e))?;
+        }
+        Ok(Self { store: Mutex::new(crate::open_store(url, data_dir)?), caps, owner: Owner::current() })
     }
 
     /// The store, for queries.
-    pub fn store(&self) -> MutexGuard<'_, SqliteStore> {
+    pub fn store(&self) -> MutexGuard<'_, Box<dyn AuditStore>> {
         self.store.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -99,7 +107,7 @@ impl AuditLog {
 
     /// Applies retention: removes events older than `retention_days` and beyond
     /// `retention_max_events` (0 disables either), signed off by a checkpoint (see
-    /// [`SqliteStore::prune`]).
+    /// [`crate::SqliteStore::prune`]).
     /// Errors: [`AuditError::Db`].
     pub fn apply_retention(&self, retention_days: u32, retention_max_events: u64) -> Result<crate::PruneReport, AuditError> {
         let now = now_ms();

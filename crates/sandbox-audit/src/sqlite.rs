@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use crate::{event_hash, AuditError, AuditRecord, Broken, EventKind, ListFilter, NewEvent, Page, PruneReport, StoredEvent, VerifyReport, GENESIS};
+use crate::chain::RawEvent;
+use crate::{event_hash, AuditError, AuditRecord, EventKind, ListFilter, NewEvent, Page, PruneReport, StoredEvent, VerifyReport, GENESIS};
 
 /// Migrations, applied in order; `PRAGMA user_version` counts those applied.
 const MIGRATIONS: &[&str] = &[r"
@@ -240,76 +241,35 @@ impl SqliteStore {
     }
 
     /// Walks the chain from the first event and reports the first one that was changed,
-    /// removed or reordered.
-    /// Errors: [`AuditError::Db`] (a body that is not JSON counts as `changed`).
+    /// removed or reordered (see [`crate::chain::verify_events`]).
+    /// Errors: [`AuditError::Db`].
     pub fn verify(&self) -> Result<VerifyReport, AuditError> {
         let mut stmt = self
             .conn
             .prepare("SELECT seq, execution_id, kind, at_ms, caller, profile, language, status, body, prev_hash, hash FROM audit_events ORDER BY seq")
             .map_err(db("verify"))?;
-        // After retention the chain starts at a later event; a checkpoint in the chain must vouch
-        // for exactly that start (its sequence number and the hash before it).
-        let checkpoints: Vec<serde_json::Value> = self
-            .conn
-            .prepare("SELECT body FROM audit_events WHERE kind = 'checkpoint'")
-            .and_then(|mut st| st.query_map([], |r| r.get::<_, String>(0)).and_then(|rows| rows.collect::<Result<Vec<_>, _>>()))
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(RawEvent {
+                    seq: r.get(0)?,
+                    execution_id: r.get(1)?,
+                    kind: r.get(2)?,
+                    at_ms: r.get(3)?,
+                    caller: r.get(4)?,
+                    profile: r.get(5)?,
+                    language: r.get(6)?,
+                    status: r.get(7)?,
+                    body: r.get(8)?,
+                    prev_hash: r.get(9)?,
+                    hash: r.get(10)?,
+                })
+            })
             .map_err(db("verify"))?
-            .iter()
-            .filter_map(|b| serde_json::from_str(b).ok())
-            .collect();
-        let start: Option<(i64, String)> = self
-            .conn
-            .query_row("SELECT seq, prev_hash FROM audit_events ORDER BY seq LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()
+            .collect::<Result<Vec<_>, _>>()
             .map_err(db("verify"))?;
-        let (mut expected_seq, mut prev) = match start {
-            Some((seq, prev_hash)) if seq > 1 => {
-                let vouched = checkpoints.iter().any(|c| c["prunedThroughSeq"].as_i64() == Some(seq - 1) && c["prunedHash"].as_str() == Some(prev_hash.as_str()));
-                if vouched {
-                    (seq, prev_hash)
-                } else {
-                    (1, GENESIS.to_owned())
-                }
-            }
-            _ => (1, GENESIS.to_owned()),
-        };
-        let mut rows = stmt.query([]).map_err(db("verify"))?;
-        let mut n = 0u64;
-        while let Some(r) = rows.next().map_err(db("verify"))? {
-            n += 1;
-            let seq: i64 = r.get(0).map_err(db("verify"))?;
-            let id: String = r.get(1).map_err(db("verify"))?;
-            let kind: String = r.get(2).map_err(db("verify"))?;
-            let language: Option<String> = r.get(6).map_err(db("verify"))?;
-            let body: String = r.get(8).map_err(db("verify"))?;
-            let prev_hash: String = r.get(9).map_err(db("verify"))?;
-            let hash: String = r.get(10).map_err(db("verify"))?;
-            let broken = |problem: &str| Ok(VerifyReport { events: n, broken: Some(Broken { seq, execution_id: id.clone(), problem: problem.into() }) });
-            if seq != expected_seq {
-                return broken(if seq > expected_seq { "removed" } else { "reordered" });
-            }
-            let recomputed = event_hash(
-                seq,
-                &id,
-                &kind,
-                r.get(3).map_err(db("verify"))?,
-                &r.get::<_, String>(4).map_err(db("verify"))?,
-                &r.get::<_, String>(5).map_err(db("verify"))?,
-                language.as_deref(),
-                &r.get::<_, String>(7).map_err(db("verify"))?,
-                &body,
-                &prev_hash,
-            );
-            if recomputed != hash {
-                return broken("changed");
-            }
-            if prev_hash != prev {
-                return broken("reordered");
-            }
-            prev = hash;
-            expected_seq += 1;
-        }
-        Ok(VerifyReport { events: n, broken: None })
+        let checkpoints: Vec<serde_json::Value> =
+            rows.iter().filter(|r| r.kind == "checkpoint").filter_map(|r| serde_json::from_str(&r.body).ok()).collect();
+        Ok(crate::chain::verify_events(rows, &checkpoints))
     }
 
     /// The raw connection, for tests that tamper with the file as an attacker would.
@@ -348,7 +308,7 @@ fn row_to_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<StoredEvent, A
 }
 
 /// Joins one execution's events into a record.
-fn record_of(events: &[StoredEvent]) -> Option<AuditRecord> {
+pub(crate) fn record_of(events: &[StoredEvent]) -> Option<AuditRecord> {
     let first = events.first()?;
     let end = events.iter().rev().find(|e| matches!(e.kind, EventKind::Finish | EventKind::Interrupted));
     let (state, status) = match (first.kind, end.map(|e| e.kind)) {

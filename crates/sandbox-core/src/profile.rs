@@ -34,6 +34,9 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuditConfig {
+    /// Where the log lives: unset for SQLite at `<data_dir>/audit.db`; a PostgreSQL URL
+    /// (`postgres://user@host/db` or libpq `host=... dbname=...`) for several nodes sharing one log.
+    pub url: Option<String>,
     /// Code kept per record, in bytes (the full length and sha256 are always kept).
     pub code_max_bytes: u64,
     /// Stdout and stderr kept per record, each, in bytes.
@@ -47,7 +50,7 @@ pub struct AuditConfig {
 
 impl Default for AuditConfig {
     fn default() -> Self {
-        Self { code_max_bytes: 256 << 10, output_max_bytes: 256 << 10, retention_days: 0, retention_max_events: 0 }
+        Self { url: None, code_max_bytes: 256 << 10, output_max_bytes: 256 << 10, retention_days: 0, retention_max_events: 0 }
     }
 }
 

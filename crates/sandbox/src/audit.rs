@@ -15,7 +15,10 @@ pub fn open(data_dir: &Path, config: &sandbox_core::Config) -> anyhow::Result<Au
         code_max_bytes: usize::try_from(config.audit.code_max_bytes).unwrap_or(usize::MAX),
         output_max_bytes: usize::try_from(config.audit.output_max_bytes).unwrap_or(usize::MAX),
     };
-    AuditLog::open(data_dir, caps).with_context(|| format!("cannot open the audit log in {}", data_dir.display()))
+    match config.audit.url.as_deref() {
+        Some(url) => AuditLog::open_url(Some(url), data_dir, caps).context("cannot open the audit log ([audit] url)"),
+        None => AuditLog::open(data_dir, caps).with_context(|| format!("cannot open the audit log in {}", data_dir.display())),
+    }
 }
 
 /// After a crash: sweeps the host state of dead executions and marks their records `interrupted`.
@@ -116,7 +119,7 @@ pub fn run(data_dir: &Path, config: &sandbox_core::Config, command: AuditCommand
         println!("pruned {} events (through #{})", report.events, report.through_seq);
         return Ok(ExitCode::SUCCESS);
     }
-    let store = log.store();
+    let mut store = log.store();
     let mut out = std::io::stdout().lock();
     match command {
         AuditCommand::List { profile, status, language, caller, since, until, limit, cursor, json } => {

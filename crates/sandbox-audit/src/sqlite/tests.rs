@@ -1,5 +1,8 @@
-use super::*;
-use crate::{EventKind, PruneReport};
+#![allow(clippy::print_stderr)] // a visible skip when no PostgreSQL is configured
+//! The store suite: every test runs on SQLite and, when `SANDBOX_TEST_POSTGRES_URL` names a
+//! server (CI starts one), on PostgreSQL, so both backends keep the same behaviour.
+
+use crate::{open_store, AuditStore, EventKind, ListFilter, NewEvent, PruneReport, VerifyReport};
 
 fn event(id: &str, kind: EventKind, status: &str) -> NewEvent {
     NewEvent {
@@ -14,14 +17,50 @@ fn event(id: &str, kind: EventKind, status: &str) -> NewEvent {
     }
 }
 
-fn store() -> (tempfile::TempDir, SqliteStore) {
-    let dir = tempfile::tempdir().unwrap();
-    let s = SqliteStore::open(&dir.path().join("audit.db")).unwrap();
-    (dir, s)
+/// Keeps a test's database alive: the SQLite directory, or the PostgreSQL database to drop.
+pub(crate) enum Scratch {
+    Sqlite(#[allow(dead_code)] tempfile::TempDir),
+    Postgres { admin_url: String, db: String },
 }
 
-fn filled() -> (tempfile::TempDir, SqliteStore) {
-    let (d, mut s) = store();
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Self::Postgres { admin_url, db } = self {
+            if let Ok(mut c) = postgres::Client::connect(admin_url, postgres::NoTls) {
+                let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+            }
+        }
+    }
+}
+
+/// Runs `test` on every backend available: SQLite always; PostgreSQL when
+/// `SANDBOX_TEST_POSTGRES_URL` is set, which CI requires (a missing server fails on CI and is a
+/// visible skip elsewhere).
+pub(crate) fn on_each_backend(test: impl Fn(&mut dyn AuditStore, &dyn Fn() -> Box<dyn AuditStore>)) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_owned();
+    let reopen = move || open_store(None, &path).unwrap();
+    let mut s = reopen();
+    test(s.as_mut(), &reopen);
+    drop(Scratch::Sqlite(dir));
+    match std::env::var("SANDBOX_TEST_POSTGRES_URL") {
+        Ok(admin_url) => {
+            let db = format!("audit_test_{}", uuid::Uuid::now_v7().simple());
+            postgres::Client::connect(&admin_url, postgres::NoTls).unwrap().batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+            let scratch = Scratch::Postgres { admin_url: admin_url.clone(), db: db.clone() };
+            let url = format!("{admin_url} dbname={db}");
+            let reopen = move || open_store(Some(&url), std::path::Path::new("/nonexistent")).unwrap();
+            let mut s = reopen();
+            test(s.as_mut(), &reopen);
+            drop(s);
+            drop(scratch);
+        }
+        Err(_) if std::env::var_os("CI").is_some() => panic!("CI must provide SANDBOX_TEST_POSTGRES_URL (scripts/test.sh starts PostgreSQL)"),
+        Err(_) => eprintln!("skipped: PostgreSQL backend (set SANDBOX_TEST_POSTGRES_URL to run it)"),
+    }
+}
+
+fn filled(s: &mut dyn AuditStore) {
     for (i, status) in ["ok", "error", "timeout"].iter().enumerate() {
         let id = format!("e{i}");
         s.append(&event(&id, EventKind::Begin, "running")).unwrap();
@@ -29,12 +68,15 @@ fn filled() -> (tempfile::TempDir, SqliteStore) {
     }
     s.append(&event("r1", EventKind::Rejected, "rejected")).unwrap();
     s.append(&event("e9", EventKind::Begin, "running")).unwrap();
-    (d, s)
 }
 
 #[test]
 fn records_join_events_and_list_newest_first_with_cursor() {
-    let (_d, s) = filled();
+    on_each_backend(|s, _| records_join_events_and_list(s));
+}
+
+fn records_join_events_and_list(s: &mut dyn AuditStore) {
+    filled(s);
     let r = s.get("e1").unwrap().unwrap();
     assert_eq!((r.state.as_str(), r.status.as_str(), r.caller.as_str()), ("finished", "error", "alice"));
     assert_eq!(s.get("r1").unwrap().unwrap().state, "rejected");
@@ -55,29 +97,40 @@ fn records_join_events_and_list_newest_first_with_cursor() {
 
 #[test]
 fn verify_passes_untouched_and_names_a_changed_row() {
-    let (_d, s) = filled();
+    on_each_backend(|s, _| changed_row(s));
+}
+
+fn changed_row(s: &mut dyn AuditStore) {
+    filled(s);
     assert_eq!(s.verify().unwrap(), VerifyReport { events: 8, broken: None });
-    s.connection().execute("UPDATE audit_events SET status = 'ok' WHERE execution_id = 'e1' AND kind = 'finish'", []).unwrap();
+    s.execute_raw("UPDATE audit_events SET status = 'ok' WHERE execution_id = 'e1' AND kind = 'finish'").unwrap();
     let b = s.verify().unwrap().broken.unwrap();
     assert_eq!((b.seq, b.execution_id.as_str(), b.problem.as_str()), (4, "e1", "changed"));
 }
 
 #[test]
 fn verify_names_a_removed_row() {
-    let (_d, s) = filled();
-    s.connection().execute("DELETE FROM audit_events WHERE seq = 3", []).unwrap();
+    on_each_backend(|s, _| removed_row(s));
+}
+
+fn removed_row(s: &mut dyn AuditStore) {
+    filled(s);
+    s.execute_raw("DELETE FROM audit_events WHERE seq = 3").unwrap();
     let b = s.verify().unwrap().broken.unwrap();
     assert_eq!((b.seq, b.execution_id.as_str(), b.problem.as_str()), (4, "e1", "removed"));
 }
 
 #[test]
 fn verify_names_a_reordered_row() {
-    let (_d, s) = filled();
+    on_each_backend(|s, _| reordered_row(s));
+}
+
+fn reordered_row(s: &mut dyn AuditStore) {
+    filled(s);
     // Swap two events' positions, rehashing neither: each no longer follows its predecessor.
-    let c = s.connection();
-    c.execute("UPDATE audit_events SET seq = 100 WHERE seq = 2", []).unwrap();
-    c.execute("UPDATE audit_events SET seq = 2 WHERE seq = 3", []).unwrap();
-    c.execute("UPDATE audit_events SET seq = 3 WHERE seq = 100", []).unwrap();
+    s.execute_raw("UPDATE audit_events SET seq = 100 WHERE seq = 2").unwrap();
+    s.execute_raw("UPDATE audit_events SET seq = 2 WHERE seq = 3").unwrap();
+    s.execute_raw("UPDATE audit_events SET seq = 3 WHERE seq = 100").unwrap();
     let b = s.verify().unwrap().broken.unwrap();
     assert_eq!(b.seq, 2);
     assert!(b.problem == "changed" || b.problem == "reordered", "{b:?}");
@@ -85,9 +138,14 @@ fn verify_names_a_reordered_row() {
 
 #[test]
 fn reopening_keeps_the_chain_and_migrations_are_idempotent() {
-    let (d, s) = filled();
-    drop(s);
-    let mut s = SqliteStore::open(&d.path().join("audit.db")).unwrap();
+    on_each_backend(|s, reopen| {
+        filled(s);
+        let mut s = reopen();
+        reopened(s.as_mut());
+    });
+}
+
+fn reopened(s: &mut dyn AuditStore) {
     s.append(&event("e10", EventKind::Begin, "running")).unwrap();
     assert_eq!(s.verify().unwrap(), VerifyReport { events: 9, broken: None });
 }
@@ -104,7 +162,11 @@ fn capped_text_keeps_length_and_digest() {
 
 #[test]
 fn retention_prunes_a_prefix_that_still_verifies_and_its_checkpoint_is_guarded() {
-    let (_d, mut s) = filled();
+    on_each_backend(|s, _| retention_prefix(s));
+}
+
+fn retention_prefix(s: &mut dyn AuditStore) {
+    filled(s);
     // e9 is still running: its begin (seq 8) and everything after stay.
     let r = s.prune(None, Some(2), 1_800_000_000_000).unwrap();
     assert_eq!(r, PruneReport { events: 6, through_seq: 6 });
@@ -116,14 +178,17 @@ fn retention_prunes_a_prefix_that_still_verifies_and_its_checkpoint_is_guarded()
     assert_eq!(s.prune(None, Some(0), 1_800_000_000_000).unwrap().events, 0);
     assert_eq!(s.verify().unwrap().broken, None);
     // Removing the checkpoints breaks the chain at the first event kept.
-    s.connection().execute("DELETE FROM audit_events WHERE kind = 'checkpoint'", []).unwrap();
+    s.execute_raw("DELETE FROM audit_events WHERE kind = 'checkpoint'").unwrap();
     let b = s.verify().unwrap().broken.unwrap();
     assert_eq!((b.seq, b.problem.as_str()), (8, "removed"));
 }
 
 #[test]
 fn retention_by_age_keeps_newer_events() {
-    let (_d, mut s) = store();
+    on_each_backend(|s, _| retention_age(s));
+}
+
+fn retention_age(s: &mut dyn AuditStore) {
     for (i, at) in [1_000, 2_000, 3_000].iter().enumerate() {
         let mut e = event(&format!("x{i}"), EventKind::Begin, "running");
         e.at_ms = *at;

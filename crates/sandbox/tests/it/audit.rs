@@ -205,3 +205,50 @@ fn retention_prunes_old_records_and_verify_still_passes() {
     db.execute("DELETE FROM audit_events WHERE kind = 'checkpoint'", []).unwrap();
     assert_eq!(cli(&data, &["audit", "verify"]).status.code(), Some(1), "the checkpoint vouches for the pruned prefix");
 }
+
+#[test]
+fn postgres_backend_records_and_verifies_through_the_cli() {
+    let Ok(admin) = std::env::var("SANDBOX_TEST_POSTGRES_URL") else {
+        assert!(std::env::var_os("CI").is_none(), "CI must provide SANDBOX_TEST_POSTGRES_URL (scripts/test.sh starts PostgreSQL)");
+        eprintln!("skipped: PostgreSQL backend (set SANDBOX_TEST_POSTGRES_URL to run it)");
+        return;
+    };
+    let db = format!("audit_it_{}", std::process::id());
+    let mut c = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
+    c.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).unwrap();
+    c.batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+    let data = data_dir();
+    let config = data.join("pg.toml");
+    std::fs::write(&config, format!("{TEST_CONFIG}\n[audit]\nurl = \"{admin} dbname={db}\"\n")).unwrap();
+    let pg_cli = |args: &[&str]| Command::new(bin()).arg("--config").arg(&config).arg("--data-dir").arg(&data).args(args).output().unwrap();
+    let r: Value = serde_json::from_slice(&pg_cli(&["run", "--json", "-c", "print('pg')"]).stdout).unwrap();
+    assert_eq!(r["stdout"], "pg\n");
+    let id = r["executionId"].as_str().unwrap();
+    let out = pg_cli(&["audit", "show", id]);
+    let rec: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((rec["status"].as_str(), rec["result"]["stdout"]["text"].as_str()), (Some("ok"), Some("pg\n")));
+    assert!(!data.join("audit.db").exists(), "nothing went to SQLite");
+    assert!(pg_cli(&["audit", "verify"]).status.success());
+    let mut in_db = postgres::Client::connect(&format!("{admin} dbname={db}"), postgres::NoTls).unwrap();
+    in_db.batch_execute("UPDATE audit_events SET caller = 'someone-else' WHERE kind = 'begin'").unwrap();
+    drop(in_db);
+    let out = pg_cli(&["audit", "verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(id));
+    drop(c);
+    let mut admin_c = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
+    let _ = admin_c.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+}
+
+#[test]
+fn an_execution_that_cannot_be_recorded_does_not_run() {
+    let data = data_dir();
+    std::fs::write(data.join("audit.db"), b"this is not a database, and no execution may run unrecorded").unwrap();
+    let marker = data.join("ran");
+    let out = cli(&data, &["run", "-c", "print('RAN')"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot open the audit log"), "{out:?}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("RAN"));
+    assert!(!marker.exists());
+    assert!(!data.join("executions").exists() || std::fs::read_dir(data.join("executions")).unwrap().next().is_none());
+}

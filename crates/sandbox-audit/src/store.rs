@@ -1,0 +1,71 @@
+//! [`AuditStore`]: the one interface both backends implement, with the same behaviour (and
+//! the same test suite).
+
+use crate::{AuditError, AuditRecord, ListFilter, NewEvent, Page, PruneReport, StoredEvent, VerifyReport};
+
+/// An append-only, hash-chained event log (SQLite or PostgreSQL).
+pub trait AuditStore: Send {
+    /// Appends one event at the end of the chain, durably.
+    /// Errors: the backend's; nothing is appended then.
+    fn append(&mut self, e: &NewEvent) -> Result<StoredEvent, AuditError>;
+    /// `begin` events with neither `finish` nor `interrupted`, oldest first.
+    /// Errors: the backend's.
+    fn unfinished(&mut self) -> Result<Vec<StoredEvent>, AuditError>;
+    /// One execution's record.
+    /// Errors: the backend's.
+    fn get(&mut self, execution_id: &str) -> Result<Option<AuditRecord>, AuditError>;
+    /// A page of records, newest first.
+    /// Errors: the backend's.
+    fn list(&mut self, f: &ListFilter) -> Result<Page, AuditError>;
+    /// Every event in chain order.
+    /// Errors: the backend's.
+    fn events(&mut self) -> Result<Vec<StoredEvent>, AuditError>;
+    /// Walks the chain; names the first event changed, removed or reordered.
+    /// Errors: the backend's.
+    fn verify(&mut self) -> Result<VerifyReport, AuditError>;
+    /// Retention behind a chained checkpoint (see [`crate::SqliteStore::prune`]).
+    /// Errors: the backend's; nothing is removed then.
+    fn prune(&mut self, before_ms: Option<i64>, keep_last: Option<u64>, now_ms: i64) -> Result<PruneReport, AuditError>;
+    /// Runs raw SQL, as an attacker with database access would (tests of tamper evidence).
+    /// Errors: the backend's.
+    fn execute_raw(&mut self, sql: &str) -> Result<u64, AuditError>;
+}
+
+impl AuditStore for crate::SqliteStore {
+    fn append(&mut self, e: &NewEvent) -> Result<StoredEvent, AuditError> {
+        Self::append(self, e)
+    }
+    fn unfinished(&mut self) -> Result<Vec<StoredEvent>, AuditError> {
+        Self::unfinished(self)
+    }
+    fn get(&mut self, execution_id: &str) -> Result<Option<AuditRecord>, AuditError> {
+        Self::get(self, execution_id)
+    }
+    fn list(&mut self, f: &ListFilter) -> Result<Page, AuditError> {
+        Self::list(self, f)
+    }
+    fn events(&mut self) -> Result<Vec<StoredEvent>, AuditError> {
+        Self::events(self)
+    }
+    fn verify(&mut self) -> Result<VerifyReport, AuditError> {
+        Self::verify(self)
+    }
+    fn prune(&mut self, before_ms: Option<i64>, keep_last: Option<u64>, now_ms: i64) -> Result<PruneReport, AuditError> {
+        Self::prune(self, before_ms, keep_last, now_ms)
+    }
+    fn execute_raw(&mut self, sql: &str) -> Result<u64, AuditError> {
+        self.connection().execute(sql, []).map(|n| n as u64).map_err(|source| AuditError::Db { op: "execute", source })
+    }
+}
+
+/// Opens the store named by `url`: `postgres://...` (or a libpq key=value string starting with
+/// `host=`) for PostgreSQL, else the SQLite file `<data_dir>/audit.db`.
+/// Errors: the backend's.
+pub fn open_store(url: Option<&str>, data_dir: &std::path::Path) -> Result<Box<dyn AuditStore>, AuditError> {
+    match url {
+        Some(u) if u.starts_with("postgres://") || u.starts_with("postgresql://") || u.starts_with("host=") => {
+            Ok(Box::new(crate::PostgresStore::connect(u)?))
+        }
+        _ => Ok(Box::new(crate::SqliteStore::open(&data_dir.join("audit.db"))?)),
+    }
+}
