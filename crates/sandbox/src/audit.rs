@@ -21,6 +21,22 @@ pub fn open(data_dir: &Path, config: &sandbox_core::Config) -> anyhow::Result<Au
     }
 }
 
+/// The engine for `run` and `serve`: this binary as the helper, the audit log as its recorder,
+/// and recovery from a crashed predecessor done.
+/// Errors: the audit log cannot be opened (then nothing may run), or the binary cannot be found.
+pub fn engine(config: sandbox_core::Config, data_dir: std::path::PathBuf) -> anyhow::Result<(Engine, std::sync::Arc<AuditLog>)> {
+    let audit = std::sync::Arc::new(open(&data_dir, &config)?);
+    let options = sandbox_engine::EngineOptions {
+        config,
+        data_dir,
+        helper: std::env::current_exe().context("cannot find the sandbox binary to re-execute")?,
+        cgroup_parent: "sandbox".into(),
+    };
+    let engine = Engine::new(options, audit.clone());
+    recover(&engine, &audit);
+    Ok((engine, audit))
+}
+
 /// After a crash: sweeps the host state of dead executions and marks their records `interrupted`.
 pub fn recover(engine: &Engine, audit: &AuditLog) {
     let swept = engine.recover();

@@ -3,13 +3,12 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context as _;
 use base64::Engine as _;
 use sandbox_core::wire::FileContent;
 use sandbox_core::{Config, ErrorCode, ExecutionRequest, Status, WorkspacePath};
-use sandbox_engine::{Chunk, Engine, EngineOptions, StreamKind};
+use sandbox_engine::{Chunk, StreamKind};
 
 /// Arguments of `sandbox run`.
 #[derive(clap::Args, Debug)]
@@ -62,17 +61,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
     if let Some(url) = &args.server {
         return run_remote(url, request, &args);
     }
-    let audit = Arc::new(crate::audit::open(&data_dir, &config)?);
-    let engine = Engine::new(
-        EngineOptions {
-            config,
-            data_dir,
-            helper: std::env::current_exe().context("cannot find the sandbox binary to re-execute")?,
-            cgroup_parent: "sandbox".into(),
-        },
-        audit.clone(),
-    );
-    crate::audit::recover(&engine, &audit);
+    let (engine, _audit) = crate::audit::engine(config, data_dir)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let result = rt.block_on(async {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Chunk>();

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use sandbox_core::Config;
-use sandbox_engine::{Engine, EngineOptions};
 use sandbox_server::AppState;
 
 /// Arguments of `sandbox serve`.
@@ -36,17 +35,7 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     }
     let grace = Duration::from_millis(config.service.shutdown_grace_ms);
     let retention = (config.audit.retention_days, config.audit.retention_max_events);
-    let audit = Arc::new(crate::audit::open(&data_dir, &config)?);
-    let engine = Engine::new(
-        EngineOptions {
-            config,
-            data_dir,
-            helper: std::env::current_exe().context("cannot find the sandbox binary to re-execute")?,
-            cgroup_parent: "sandbox".into(),
-        },
-        audit.clone(),
-    );
-    crate::audit::recover(&engine, &audit);
+    let (engine, audit) = crate::audit::engine(config, data_dir)?;
     if let Some(why) = engine.host().first_failure() {
         tracing::warn!(reason = %why, "this host cannot run sandboxes; /readyz will say so");
     }

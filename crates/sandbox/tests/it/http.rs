@@ -34,12 +34,15 @@ impl Server {
     pub fn start(service_toml: &str) -> Self {
         let dir = tempfile::Builder::new().prefix("srv-").tempdir_in(&env().dir).unwrap().keep();
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let config = dir.join("config.toml");
-        std::fs::write(&config, format!("{TEST_CONFIG}\n{service_toml}")).unwrap();
-        let data = dir.join("data");
+        std::fs::write(dir.join("config.toml"), format!("{TEST_CONFIG}\n{service_toml}")).unwrap();
+        Self::spawn(&dir.join("config.toml"), dir.join("data"))
+    }
+
+    /// `sandbox serve` on a free port; its first stdout line names the address.
+    fn spawn(config: &Path, data: PathBuf) -> Self {
         let mut child = Command::new(bin())
             .arg("--config")
-            .arg(&config)
+            .arg(config)
             .arg("--data-dir")
             .arg(&data)
             .args(["serve", "--listen", "127.0.0.1:0"])
@@ -55,21 +58,7 @@ impl Server {
 
     /// Starts a server again on the same configuration and data directory (after a crash).
     pub fn restart(old: &Server) -> Self {
-        let config = old.data.parent().unwrap().join("config.toml");
-        let mut child = Command::new(bin())
-            .arg("--config")
-            .arg(&config)
-            .arg("--data-dir")
-            .arg(&old.data)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .env("SANDBOX_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let url = line.split_whitespace().nth(2).unwrap().to_owned();
-        Self { child, url, data: old.data.clone() }
+        Self::spawn(&old.data.parent().unwrap().join("config.toml"), old.data.clone())
     }
 
     /// SIGKILL: the service dies without any clean-up of its own.
