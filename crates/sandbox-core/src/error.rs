@@ -82,6 +82,11 @@ impl ErrorCode {
         }
     }
 
+    /// The code named `s` on the wire (`"invalid_file_name"`), if it is one.
+    pub fn parse(s: &str) -> Option<Self> {
+        serde_json::from_value(serde_json::Value::String(s.to_owned())).ok()
+    }
+
     /// Exit code of the `sandbox` CLI when it fails with this code before the program ran:
     /// 2 for a rejected request or bad configuration, 3 when the host cannot run the
     /// profile, 4 for an internal error. (A program that ran exits with its own code.)

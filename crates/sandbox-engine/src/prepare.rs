@@ -89,8 +89,7 @@ impl Prepared {
         // Who owns this execution: a later start sweeps it only once this process is gone.
         // Written aside and renamed, so a concurrent sweep never reads half a file.
         let (owner_tmp, owner) = (dir.join("owner.tmp"), dir.join("owner"));
-        fs::write(&owner_tmp, format!("{} {}\n", std::process::id(), crate::process_start(std::process::id()).unwrap_or(0)))
-            .map_err(io_err("write", &owner_tmp))?;
+        fs::write(&owner_tmp, owner_line()).map_err(io_err("write", &owner_tmp))?;
         fs::rename(&owner_tmp, &owner).map_err(io_err("rename", &owner))?;
         let mut p = Self {
             workspace: dir.join("workspace"),
@@ -270,6 +269,15 @@ fn root_files(language: Language, code: &str) -> Vec<RootFile> {
         f("/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", 0o444),
         f(&format!("{CODE_DIR}/{}", code_file(language)), code, 0o444),
     ]
+}
+
+/// "<pid> <start time>" of this process, read from /proc once (it cannot change).
+fn owner_line() -> &'static str {
+    static LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    LINE.get_or_init(|| {
+        let pid = std::process::id();
+        format!("{pid} {}\n", crate::process_start(pid).unwrap_or(0))
+    })
 }
 
 /// Removes what executions of dead owners left in `<data_dir>/executions` (a service killed

@@ -162,19 +162,21 @@ fn finish(state: &AppState, result: &mut ExecutionResult, queue_ms: u64) {
     }
 }
 
+/// The problem for a result that did not run (rejected, internal error); `None` for one that ran.
+/// Both the JSON and the streaming endpoint answer through this.
+fn problem_of(result: &ExecutionResult) -> Option<Problem> {
+    if !matches!(result.status, Status::Rejected | Status::InternalError) {
+        return None;
+    }
+    let e = result.error.clone().unwrap_or_else(|| sandbox_core::wire::ExecError::new("internal_error", "internal error"));
+    let code = ErrorCode::parse(&e.kind).unwrap_or(ErrorCode::InternalError);
+    Some(problem::new(code, e.message, e.field, Some(result.execution_id.clone())))
+}
+
 fn respond(result: ExecutionResult) -> Response {
-    match result.status {
-        Status::Rejected | Status::InternalError => {
-            let e = result.error.clone();
-            let code = e
-                .as_ref()
-                .and_then(|e| serde_json::from_value::<ErrorCode>(serde_json::Value::String(e.kind.clone())).ok())
-                .unwrap_or(ErrorCode::InternalError);
-            let detail = e.as_ref().map_or_else(|| "internal error".to_owned(), |e| e.message.clone());
-            let field = e.and_then(|e| e.field);
-            ProblemResponse(problem::new(code, detail, field, Some(result.execution_id))).into_response()
-        }
-        _ => Json(result).into_response(),
+    match problem_of(&result) {
+        Some(p) => ProblemResponse(p).into_response(),
+        None => Json(result).into_response(),
     }
 }
 
@@ -232,12 +234,10 @@ fn stream_execution(
         let _guard = guard;
         let event = match done_rx.await {
             // Same contract as the JSON endpoint: a result that did not run is a problem.
-            Ok(result) if matches!(result.status, Status::Rejected | Status::InternalError) => {
-                let e = result.error.clone().unwrap_or_else(|| sandbox_core::wire::ExecError::new("internal_error", "internal error"));
-                let code = serde_json::from_value::<ErrorCode>(serde_json::Value::String(e.kind)).unwrap_or(ErrorCode::InternalError);
-                Event::default().event("error").json_data(problem::new(code, e.message, e.field, Some(result.execution_id))).expect("problems serialize")
-            }
-            Ok(result) => Event::default().event("result").json_data(&result).expect("results serialize"),
+            Ok(result) => match problem_of(&result) {
+                Some(p) => Event::default().event("error").json_data(p).expect("problems serialize"),
+                None => Event::default().event("result").json_data(&result).expect("results serialize"),
+            },
             Err(_) => Event::default()
                 .event("error")
                 .json_data(problem::new(ErrorCode::InternalError, "the execution task ended without a result".into(), None, None))

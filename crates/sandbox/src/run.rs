@@ -133,7 +133,7 @@ fn finish(result: &sandbox_core::ExecutionResult, args: &RunArgs) -> anyhow::Res
     let code = match result.status {
         Status::Rejected | Status::InternalError => {
             let kind = result.error.as_ref().map(|e| e.kind.as_str()).unwrap_or("internal_error");
-            let code = serde_json::from_value::<ErrorCode>(serde_json::Value::String(kind.into())).unwrap_or(ErrorCode::InternalError);
+            let code = ErrorCode::parse(kind).unwrap_or(ErrorCode::InternalError);
             code.exit_code()
         }
         _ => result.exit_code.unwrap_or(1),
