@@ -10,6 +10,9 @@ use crate::profile::{validate_env, Config, Profile};
 use crate::wire::FileContent;
 use crate::{ErrorCode, ExecutionRequest, Harness, Language, WorkspacePath};
 
+/// Largest `input` of the function harness, serialized, in bytes (bigger data goes in `files`).
+pub const MAX_INPUT_JSON_BYTES: usize = 8 << 20;
+
 /// Most input files one request may carry.
 pub const MAX_INPUT_FILES: usize = 10_000;
 
@@ -36,6 +39,8 @@ pub struct Admitted {
     pub stdin: Vec<u8>,
     /// Caller-supplied environment variables (validated).
     pub env: BTreeMap<String, String>,
+    /// The function harness's input, serialized as JSON (`None` for the script harness or no input).
+    pub input_json: Option<String>,
 }
 
 /// One decoded input file.
@@ -95,11 +100,31 @@ pub fn admit(req: &ExecutionRequest, config: &Config) -> Result<Admitted, Reject
         None => profile.harness,
         Some("script") => Harness::Script,
         Some("function") => Harness::Function,
-        Some(h) => return reject(ErrorCode::UnsupportedHarness, format!("unknown harness {h:?}; expected \"script\""), "harness"),
+        Some(h) => {
+            return reject(ErrorCode::UnsupportedHarness, format!("unknown harness {h:?}; expected \"script\" or \"function\""), "harness")
+        }
     };
-    if harness == Harness::Function {
-        return reject(ErrorCode::UnsupportedHarness, "the function harness is not available yet; use \"script\"".into(), "harness");
-    }
+    let input_json = match (&req.input, harness) {
+        (None, _) => None,
+        (Some(_), Harness::Script) => {
+            return reject(
+                ErrorCode::InvalidRequest,
+                "input is passed to main(input) by the function harness; this request runs the script harness (set \"harness\": \"function\")".into(),
+                "input",
+            )
+        }
+        (Some(v), Harness::Function) => {
+            let text = serde_json::to_string(v).expect("a JSON value always serializes");
+            if text.len() > MAX_INPUT_JSON_BYTES {
+                return reject(
+                    ErrorCode::InputTooLarge,
+                    format!("input is {} bytes of JSON; at most {MAX_INPUT_JSON_BYTES} are accepted (send bigger data as files)", text.len()),
+                    "input",
+                );
+            }
+            Some(text)
+        }
+    };
     if req.code.trim().is_empty() {
         return reject(ErrorCode::EmptyCode, "the code is empty".into(), "code");
     }
@@ -142,6 +167,7 @@ pub fn admit(req: &ExecutionRequest, config: &Config) -> Result<Admitted, Reject
         outputs,
         stdin,
         env: req.env.clone(),
+        input_json,
     })
 }
 

@@ -273,6 +273,9 @@ pub struct OutputCaps {
     pub files_max_count: u32,
     /// Most bytes of output files returned, in total.
     pub files_max_bytes: u64,
+    /// Largest serialized `returnData` (and structured error) the harness may send back, in
+    /// bytes; a larger return value ends as status `error`, type `ReturnDataTooLarge`.
+    pub return_max_bytes: u64,
 }
 
 impl Default for OutputCaps {
@@ -283,6 +286,7 @@ impl Default for OutputCaps {
             stop_at_limit: true,
             files_max_count: 100,
             files_max_bytes: 32 << 20,
+            return_max_bytes: 16 << 20,
         }
     }
 }
@@ -394,6 +398,7 @@ impl Config {
             check_range(o.stderr_max_bytes, 1, 1 << 30, "bytes").map_err(|m| err(at("output.stderr_max_bytes"), m))?;
             check_range(o.files_max_count.into(), 0, 100_000, "").map_err(|m| err(at("output.files_max_count"), m))?;
             check_range(o.files_max_bytes, 0, 1 << 32, "bytes").map_err(|m| err(at("output.files_max_bytes"), m))?;
+            check_range(o.return_max_bytes, 1024, 1 << 30, "bytes").map_err(|m| err(at("output.return_max_bytes"), m))?;
             for (k, v) in &p.env {
                 validate_env(k, v).map_err(|m| err(at(&format!("env.{k}")), m))?;
             }

@@ -48,7 +48,8 @@ pub enum Harness {
     /// Run the file as a program; stdout is the output.
     #[default]
     Script,
-    /// Call `main(input)` and return its JSON value as `returnData` (not built yet).
+    /// Call `main(input)` (Python `def main(input)`, TypeScript default export) and return its
+    /// JSON value as `returnData`, carried on a side channel (fd 4), never parsed from stdout.
     Function,
 }
 
@@ -380,7 +381,7 @@ impl ProfileInfo {
             language: p.language,
             description: p.description.clone(),
             harness: p.harness,
-            harnesses: vec![Harness::Script],
+            harnesses: vec![Harness::Script, Harness::Function],
             memory_max_bytes: p.limits.memory_max_bytes,
             cpu_max: p.limits.cpu_max,
             pids_max: p.limits.pids_max,

@@ -1,7 +1,7 @@
 //! The program's command line and environment, built from the profile (never inherited).
 
 use sandbox_core::profile::RuntimeConfig;
-use sandbox_core::{Admitted, Language};
+use sandbox_core::{Admitted, Harness, Language};
 
 /// Where the code is placed inside the sandbox (read-only).
 pub const CODE_DIR: &str = "/code";
@@ -15,6 +15,19 @@ pub fn code_file(language: Language) -> &'static str {
     }
 }
 
+/// The harness the program runs under, by language: it runs `main.py` / `main.mjs` as a script
+/// or calls its `main(input)`, and reports the return value or an uncaught error on the side
+/// channel (fd 4, [`sandbox_runtime::spec::RESULT_FD`]).
+pub fn harness_source(language: Language) -> (&'static str, &'static str) {
+    match language {
+        Language::Python => ("_sandbox_harness.py", include_str!("harness/harness.py")),
+        Language::Typescript => ("_sandbox_harness.mjs", include_str!("harness/harness.mjs")),
+    }
+}
+
+/// Where the function harness's input (JSON) is placed inside the sandbox (read-only).
+pub const INPUT_FILE: &str = "/code/input.json";
+
 /// Argv and environment of the program. The environment is a documented allowlist:
 /// `PATH`, `HOME=/tmp`, `TMPDIR=/tmp`, `USER`/`LOGNAME=sandbox`, `LANG`/`LC_ALL=C.UTF-8`, `TZ=UTC`,
 /// for Python `PYTHONUNBUFFERED=1` (output written before a kill is kept), `PYTHONDONTWRITEBYTECODE=1`
@@ -22,14 +35,24 @@ pub fn code_file(language: Language) -> &'static str {
 /// `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`, `NUMEXPR_NUM_THREADS`) set to the profile's CPUs
 /// rounded up, then the profile's `env`, then the request's.
 pub fn program_command(a: &Admitted, rt: &RuntimeConfig) -> (Vec<String>, Vec<(String, String)>) {
-    let code = format!("{CODE_DIR}/{}", code_file(a.language));
+    let harness = format!("{CODE_DIR}/{}", harness_source(a.language).0);
+    let mode = match a.harness {
+        Harness::Script => "script".to_owned(),
+        Harness::Function => "function".to_owned(),
+    };
     let argv = match a.language {
-        Language::Python => vec![rt.python.display().to_string(), "-B".into(), code],
+        Language::Python => vec![rt.python.display().to_string(), "-B".into(), harness, mode],
         Language::Typescript => {
             // V8's heap limit below the cgroup's, so a heap overflow ends as V8's own
             // "heap out of memory" rather than a kill with no message.
             let heap_mib = (a.profile.limits.memory_max_bytes >> 20) * 3 / 4;
-            vec![rt.node.display().to_string(), "--enable-source-maps".into(), format!("--max-old-space-size={}", heap_mib.max(16)), code]
+            vec![
+                rt.node.display().to_string(),
+                "--enable-source-maps".into(),
+                format!("--max-old-space-size={}", heap_mib.max(16)),
+                harness,
+                mode,
+            ]
         }
     };
     // cpu_max is validated to 0.01..=1024, so the rounded-up value fits.

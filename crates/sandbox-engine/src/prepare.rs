@@ -13,11 +13,11 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::{chown, Gid, Pid, Uid};
 use sandbox_core::wire::{OutputFile, SkippedFile};
-use sandbox_core::{Admitted, Language};
+use sandbox_core::Admitted;
 use sandbox_runtime::cgroup::{self, Cgroup, Layout, Usage};
 use sandbox_runtime::spec::{BindMount, RootFile, Rlimits, SpawnSpec, SANDBOX_UID};
 
-use crate::command::{code_file, program_command, CODE_DIR};
+use crate::command::{code_file, harness_source, program_command, CODE_DIR, INPUT_FILE};
 use crate::EngineOptions;
 
 /// A host-side failure while preparing or tearing down.
@@ -129,7 +129,7 @@ impl Prepared {
                 .iter()
                 .map(PathBuf::from)
                 .collect(),
-            root_files: root_files(a.language, code),
+            root_files: root_files(a, code),
             tmp_bytes: fs_policy.tmp_max_bytes,
             mounts: fs_policy
                 .mounts
@@ -257,7 +257,8 @@ fn check_searchable(dir: &Path) -> Result<(), PrepareError> {
 }
 
 /// The synthesized /etc and the code file.
-fn root_files(language: Language, code: &str) -> Vec<RootFile> {
+fn root_files(a: &Admitted, code: &str) -> Vec<RootFile> {
+    let language = a.language;
     let f = |path: &str, content: &str, mode: u32| RootFile { sandbox_path: path.into(), content: content.into(), mode };
     vec![
         f("/etc/passwd", "root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:1000:1000:sandbox:/tmp:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", 0o444),
@@ -268,7 +269,11 @@ fn root_files(language: Language, code: &str) -> Vec<RootFile> {
         f("/etc/resolv.conf", "", 0o444),
         f("/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", 0o444),
         f(&format!("{CODE_DIR}/{}", code_file(language)), code, 0o444),
+        f(&format!("{CODE_DIR}/{}", harness_source(language).0), harness_source(language).1, 0o444),
     ]
+    .into_iter()
+    .chain(a.input_json.as_deref().map(|json| f(INPUT_FILE, json, 0o444)))
+    .collect()
 }
 
 /// "<pid> <start time>" of this process, read from /proc once (it cannot change).

@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 use sandbox_core::wire::{ExecError, ResourceUsage};
 use sandbox_core::{Admitted, ExecutionResult, Language, Status};
 use sandbox_runtime::cgroup::Usage;
-use sandbox_runtime::spec::{Event, CONTROL_FD};
+use sandbox_runtime::spec::{Event, CONTROL_FD, RESULT_FD};
 use sandbox_runtime::HELPER_ARGV0;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, Notify};
@@ -49,6 +49,8 @@ pub(crate) struct RunOutcome {
     failure: Option<String>,
     stdout: Captured,
     stderr: Captured,
+    /// What the harness wrote on its side channel (fd 4).
+    side: Captured,
     setup_ms: u64,
     run_ms: u64,
     landlock_abi: u32,
@@ -88,7 +90,25 @@ pub(crate) async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    if let Err(e) = cmd.fd_mappings(vec![FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD }]) {
+    // The harness's side channel: the program writes its return value or error to fd 4.
+    let (side_read, side_write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => {
+            out.failure = Some(format!("pipe: {e}"));
+            return out;
+        }
+    };
+    let side_read = match tokio::net::unix::pipe::Receiver::from_owned_fd(side_read) {
+        Ok(r) => r,
+        Err(e) => {
+            out.failure = Some(format!("side channel: {e}"));
+            return out;
+        }
+    };
+    if let Err(e) = cmd.fd_mappings(vec![
+        FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD },
+        FdMapping { parent_fd: side_write, child_fd: RESULT_FD },
+    ]) {
         out.failure = Some(format!("fd mapping: {e}"));
         return out;
     }
@@ -134,6 +154,8 @@ pub(crate) async fn run(
     let stderr_task = child.stderr.take().map(|p| {
         tokio::spawn(capture(p, StreamKind::Stderr, caps.stderr_max_bytes, output.clone(), limit_hit.clone()))
     });
+    // Its own cap and no stop: an oversized return value is reported, not streamed.
+    let side_task = Some(tokio::spawn(capture(side_read, StreamKind::Stdout, caps.return_max_bytes, None, Arc::new(Notify::new()))));
 
     let mut events = BufReader::new(ctl_read).lines();
     let deadline = tokio::time::Instant::from_std(spawned_at + Duration::from_millis(a.timeout_ms));
@@ -198,7 +220,7 @@ pub(crate) async fn run(
     if let Some(t) = stdin_task {
         t.abort();
     }
-    for (task, slot) in [(stdout_task, &mut out.stdout), (stderr_task, &mut out.stderr)] {
+    for (task, slot) in [(stdout_task, &mut out.stdout), (stderr_task, &mut out.stderr), (side_task, &mut out.side)] {
         if let Some(mut task) = task {
             match tokio::time::timeout(DRAIN_PATIENCE, &mut task).await {
                 Ok(Ok(c)) => *slot = c,
@@ -303,6 +325,56 @@ pub(crate) fn fill_result(r: &mut ExecutionResult, a: &Admitted, run: RunOutcome
     } else {
         Status::Error
     };
+    apply_side_channel(r, a, &run.side);
+}
+
+/// What the harness reports on its side channel: one JSON object, `{"returnData": value}` from
+/// the function harness, or `{"error": {type, message, traceback?, line?, column?}}` for an
+/// uncaught exception (written by `harness.py` / `harness.mjs`).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SideReport {
+    #[serde(default)]
+    return_data: Option<serde_json::Value>,
+    #[serde(default)]
+    error: Option<ExecError>,
+}
+
+/// Takes the harness's report into the result: `returnData` for a function that returned, the
+/// structured error for a program that raised. Only a program that ran to an exit is believed:
+/// after a timeout or a limit, the status and its error stand.
+fn apply_side_channel(r: &mut ExecutionResult, a: &Admitted, side: &Captured) {
+    if side.bytes.is_empty() && !side.truncated {
+        return;
+    }
+    if !matches!(r.status, Status::Ok | Status::Error) {
+        return;
+    }
+    let fail = |r: &mut ExecutionResult, kind: &str, message: String| {
+        r.status = Status::Error;
+        r.return_data = None;
+        r.error = Some(ExecError::new(kind, message));
+    };
+    if side.truncated {
+        return fail(
+            r,
+            "ReturnDataTooLarge",
+            format!("the return value is larger than the profile's output.return_max_bytes ({} bytes)", a.profile.output.return_max_bytes),
+        );
+    }
+    match serde_json::from_slice::<SideReport>(&side.bytes) {
+        Ok(SideReport { error: Some(e), .. }) => {
+            r.status = Status::Error;
+            r.error = Some(e);
+        }
+        Ok(SideReport { return_data: Some(v), error: None }) if a.harness == sandbox_core::Harness::Function => {
+            if r.status == Status::Ok {
+                r.return_data = Some(v);
+            }
+        }
+        Ok(_) => {}
+        Err(e) => fail(r, "HarnessProtocolError", format!("the harness side channel (fd 4) did not hold one JSON report ({e}); did the program write to fd 4 itself?")),
+    }
 }
 
 /// Lossy text, plus the exact bytes in base64 when they were not valid UTF-8.

@@ -63,8 +63,9 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
     for file in &spec.cgroup_join {
         step("cgroup_join", std::fs::write(file, "0").map_err(|e| format!("{}: {e}", file.display())))?;
     }
-    // No descriptor but stdio and the control socket may reach the container.
-    step("cloexec", sys::cloexec_from(4))?;
+    // No descriptor but stdio, the control socket and the harness's side channel (fd 4) may
+    // reach the container.
+    step("cloexec", sys::cloexec_from(5))?;
     let (go_read, go_write) = step("pipe", pipe())?;
     match step("clone", sys::clone_namespaces(NAMESPACES))? {
         Forked::Child => {

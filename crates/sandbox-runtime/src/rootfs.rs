@@ -30,7 +30,10 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
     // Keep our mount changes from propagating back to the host.
     step("make_private", Path::new("/"), mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>))?;
     // The new root: a small tmpfs that only holds mount points, /etc and the code.
-    step("root_tmpfs", root, mount(Some("tmpfs"), root, Some("tmpfs"), nosuid_nodev, Some("size=16m,mode=0755")))?;
+    // Sized to what it holds (code, harness, input) plus room for mount points.
+    let held: usize = spec.root_files.iter().map(|f| f.content.len()).sum();
+    let root_size = format!("size={},mode=0755", (held as u64).saturating_add(16 << 20));
+    step("root_tmpfs", root, mount(Some("tmpfs"), root, Some("tmpfs"), nosuid_nodev, Some(root_size.as_str())))?;
 
     for dir in &spec.system_dirs {
         bind_system_dir(root, dir)?;

@@ -8,6 +8,12 @@ use serde::{Deserialize, Serialize};
 /// File descriptor number of the control socket in the helper.
 pub const CONTROL_FD: i32 = 3;
 
+/// File descriptor number of the harness's side channel: the write end of a pipe the engine
+/// passes to the helper, inherited by init and the program. The harness writes one JSON
+/// document to it (the function's return value or the structured error), so prints on stdout
+/// never mix with return data.
+pub const RESULT_FD: i32 = 4;
+
 /// The uid (and gid) the program runs as inside the sandbox.
 pub const SANDBOX_UID: u32 = 1000;
 

@@ -37,6 +37,13 @@ pub struct RunArgs {
     /// Only return output files matching this glob (repeatable), e.g. `*.png`, `results/**`.
     #[arg(long = "output", value_name = "GLOB")]
     outputs: Vec<String>,
+    /// `script` (run the file) or `function` (call `main(input)`; its return value is printed as
+    /// JSON after the program's output). Default: the profile's.
+    #[arg(long, value_name = "HARNESS")]
+    harness: Option<String>,
+    /// The function harness's input, as JSON text (e.g. `'{"n": 3}'`) or `@PATH` to read a JSON file.
+    #[arg(long, value_name = "JSON")]
+    input: Option<String>,
     /// Environment variable for the program (repeatable).
     #[arg(long = "env", value_name = "KEY=VALUE")]
     env: Vec<String>,
@@ -190,12 +197,21 @@ fn build_request(args: &RunArgs) -> anyhow::Result<ExecutionRequest> {
         profile,
         language,
         code,
-        harness: None,
+        harness: args.harness.clone(),
         timeout: args.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         files,
         outputs: args.outputs.clone(),
         stdin,
-        input: None,
+        input: match &args.input {
+            None => None,
+            Some(text) => {
+                let (what, text) = match text.strip_prefix('@') {
+                    Some(path) => (path.to_owned(), std::fs::read_to_string(path).with_context(|| format!("--input: cannot read {path}"))?),
+                    None => ("the argument".to_owned(), text.clone()),
+                };
+                Some(serde_json::from_str(&text).with_context(|| format!("--input: {what} is not JSON"))?)
+            }
+        },
         env,
     })
 }
@@ -245,12 +261,16 @@ fn report(r: &sandbox_core::ExecutionResult, wrote_files: bool) {
         let field = e.field.as_deref().map(|f| format!(" ({f})")).unwrap_or_default();
         match r.status {
             Status::Rejected | Status::InternalError => eprintln!("sandbox: error[{}]{field}: {}", e.kind, e.message),
-            _ => {
-                if !r.stderr.is_empty() {
-                    eprintln!("{}", r.stderr.trim_end());
-                }
-            }
+            // Never ran (a TypeScript syntax error): nothing was streamed, so show it here.
+            _ if r.enforcement.is_none() && !r.stderr.is_empty() => eprintln!("{}", r.stderr.trim_end()),
+            _ => {}
         }
+    }
+    if let Some(v) = &r.return_data {
+        // The function harness's return value, after the program's own output.
+        let text = serde_json::to_string_pretty(v).unwrap_or_default();
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "{text}").and_then(|()| out.flush());
     }
     match r.status {
         Status::Timeout => eprintln!("sandbox: timed out after {} ms (killed by {})", r.duration_ms, r.signal_name.as_deref().unwrap_or("signal")),

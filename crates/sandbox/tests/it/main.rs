@@ -7,6 +7,7 @@ mod audit;
 mod basics;
 mod cases;
 mod files;
+mod harness;
 mod http;
 mod limits;
 mod timeouts;

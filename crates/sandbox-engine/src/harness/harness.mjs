@@ -1,0 +1,105 @@
+// The Sandbox Service's TypeScript harness (argv: MODE, "script" or "function").
+// "script" imports /code/main.mjs (the transpiled caller code, with an inline source map);
+// "function" then calls its default export (or its export named main) with the JSON value of
+// /code/input.json and awaits it. The return value, or an uncaught error as
+// {type, message, traceback, line, column} with the caller's main.ts positions, goes to the
+// side channel (fd 4) as one JSON object; never to stdout.
+import { existsSync, readFileSync, writeSync } from "node:fs";
+
+const mode = process.argv[2] ?? "script";
+process.argv.splice(1, 2, "/code/main.ts");
+const SIDE = 4;
+let reported = false;
+
+function send(obj) {
+  if (reported) return;
+  reported = true;
+  const data = Buffer.from(JSON.stringify(obj));
+  let off = 0;
+  while (off < data.length) off += writeSync(SIDE, data, off);
+}
+
+function describe(err) {
+  if (err instanceof Error) {
+    // The caller's frames only: the module loader's and the harness's own are cut.
+    const traceback = String(err.stack ?? `${err.name}: ${err.message}`)
+      .split("\n")
+      .filter((l) => !/^\s+at .*(node:internal\/modules\/|_sandbox_harness\.mjs)/.test(l))
+      .join("\n");
+    const at = /\/code\/main\.ts:(\d+):(\d+)/.exec(traceback);
+    const e = { type: err.name || err.constructor?.name || "Error", message: String(err.message), traceback };
+    if (at) Object.assign(e, { line: Number(at[1]), column: Number(at[2]) });
+    return e;
+  }
+  let message;
+  try { message = typeof err === "string" ? err : JSON.stringify(err) ?? String(err); } catch { message = String(err); }
+  return { type: "ThrownValue", message: `a non-Error value was thrown: ${message}`, traceback: `Uncaught ${message}` };
+}
+
+function fail(err, type) {
+  const e = describe(err);
+  if (type) e.type = type;
+  try { writeSync(2, `${e.traceback}\n`); } catch {}
+  try { send({ error: e }); } catch {}
+  process.exit(1);
+}
+
+process.on("uncaughtException", (err) => fail(err));
+process.on("unhandledRejection", (reason) => fail(reason));
+
+class ReturnValueNotSerializable extends TypeError {}
+
+const wrapper = {};
+function replacer(key, value) {
+  const where = this === wrapper ? "the return value" : `key ${JSON.stringify(key)}`;
+  if (typeof value === "number" && !Number.isFinite(value)) {
+    throw new ReturnValueNotSerializable(`${where} is ${value}, which JSON cannot represent; return null or a string instead`);
+  }
+  if (typeof value === "bigint") {
+    throw new ReturnValueNotSerializable(`${where} is a BigInt, which JSON cannot represent; convert it with Number() or String()`);
+  }
+  if (value instanceof Map || value instanceof Set) {
+    const how = value instanceof Map ? "Object.fromEntries(map)" : "[...set]";
+    throw new ReturnValueNotSerializable(`${where} is a ${value.constructor.name}, which JSON would turn into {}; convert it with ${how}`);
+  }
+  return value;
+}
+
+let mod;
+try {
+  mod = await import("/code/main.mjs");
+} catch (err) {
+  fail(err);
+}
+if (mode === "function") {
+  const fn = typeof mod.default === "function" ? mod.default : typeof mod.main === "function" ? mod.main : null;
+  if (!fn) {
+    const e = new ReferenceError("the function harness calls the default export (or an export named main) with the input, but the code exports neither as a function");
+    e.stack = `ReferenceError: ${e.message}`;
+    fail(e);
+  }
+  const input = existsSync("/code/input.json") ? JSON.parse(readFileSync("/code/input.json", "utf8")) : null;
+  let value;
+  try {
+    value = await fn(input);
+  } catch (err) {
+    fail(err);
+  }
+  let text;
+  try {
+    wrapper.returnData = value === undefined ? null : value;
+    text = JSON.stringify(wrapper, replacer);
+  } catch (err) {
+    if (err instanceof ReturnValueNotSerializable) {
+      err.stack = `ReturnValueNotSerializable: ${err.message}`;
+      fail(err, "ReturnValueNotSerializable");
+    }
+    // A cycle: JSON.stringify's own TypeError says where.
+    err.stack = `ReturnValueNotSerializable: ${err.message}`;
+    fail(err, "ReturnValueNotSerializable");
+  }
+  reported = true;
+  const data = Buffer.from(text);
+  let off = 0;
+  while (off < data.length) off += writeSync(SIDE, data, off);
+}

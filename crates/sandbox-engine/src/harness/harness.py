@@ -1,0 +1,137 @@
+"""The Sandbox Service's Python harness (argv: MODE, `script` or `function`).
+
+`script` runs /code/main.py as `__main__`; `function` runs it as module `main`, then calls
+`main(input)` with the JSON value of /code/input.json (awaiting it if it is a coroutine).
+The return value, or an uncaught exception as {type, message, traceback, line, column},
+goes to the side channel (fd 4) as one JSON object; never to stdout. Tracebacks start at the
+caller's code: the harness's own frames are cut, so line numbers are the caller's.
+"""
+
+import sys
+
+
+def _sandbox_harness():
+    import json
+    import math
+    import os
+    import traceback
+    import types
+
+    mode = sys.argv[1] if len(sys.argv) > 1 else "script"
+    path = "/code/main.py"
+    sys.argv = [path]
+    side = 4
+    try:
+        # Children the program starts must not inherit the channel.
+        os.set_inheritable(side, False)
+    except OSError:
+        side = None
+
+    def send(obj):
+        if side is None:
+            return
+        data = json.dumps(obj, ensure_ascii=False, allow_nan=False).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(side, view):]
+
+    def qualified(t):
+        mod = getattr(t, "__module__", "builtins")
+        return t.__qualname__ if mod in ("builtins", "__main__", "main") else f"{mod}.{t.__qualname__}"
+
+    def fail(exc, kind=None):
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next
+        te = traceback.TracebackException(type(exc), exc, tb)
+        text = f"{kind}: {exc}\n" if kind else "".join(te.format())
+        line = column = None
+        if isinstance(exc, SyntaxError) and exc.filename == path:
+            line, column = exc.lineno, exc.offset
+        else:
+            for frame in te.stack:
+                if frame.filename == path:
+                    line = frame.lineno
+        try:
+            sys.stdout.flush()
+        except Exception:
+            pass
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        err = {"type": kind or qualified(type(exc)), "message": str(exc), "traceback": text}
+        if line is not None:
+            err["line"] = line
+        if column is not None:
+            err["column"] = column
+        send({"error": err})
+        os._exit(1)
+
+    class ReturnValueNotSerializable(TypeError):
+        pass
+
+    def jsonable(v, where, depth=0):
+        if depth > 500:
+            raise ReturnValueNotSerializable(f"{where} is nested more than 500 levels deep")
+        if v is None or isinstance(v, (bool, str, int)):
+            return v
+        if isinstance(v, float):
+            if math.isnan(v) or math.isinf(v):
+                raise ReturnValueNotSerializable(f"{where} is {v!r}, which JSON cannot represent; return None or a string instead")
+            return v
+        if isinstance(v, dict):
+            out = {}
+            for k, x in v.items():
+                if isinstance(k, bool) or not isinstance(k, (str, int)):
+                    raise ReturnValueNotSerializable(f"{where} has a key {k!r} of type {type(k).__name__}; JSON object keys are strings")
+                out[str(k)] = jsonable(x, f"{where}[{k!r}]", depth + 1)
+            return out
+        if isinstance(v, (list, tuple)):
+            return [jsonable(x, f"{where}[{i}]", depth + 1) for i, x in enumerate(v)]
+        # numpy scalars and arrays become Python values (int64 -> int, ndarray -> list).
+        if type(v).__module__ == "numpy" and hasattr(v, "tolist"):
+            return jsonable(v.tolist(), where, depth + 1)
+        hint = ""
+        if type(v).__module__.startswith("pandas"):
+            hint = " (for a pandas object use .to_dict() or .tolist())"
+        raise ReturnValueNotSerializable(f"{where} is a {qualified(type(v))}, which JSON cannot represent{hint}")
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        code = compile(source, path, "exec", dont_inherit=True)
+        name = "__main__" if mode == "script" else "main"
+        module = types.ModuleType(name)
+        module.__file__ = path
+        module.__builtins__ = __builtins__
+        sys.modules[name] = module
+        exec(code, module.__dict__)
+        if mode != "function":
+            return
+        main = module.__dict__.get("main")
+        if not callable(main):
+            raise NameError("the function harness calls main(input), but the code defines no function named main")
+        try:
+            with open("/code/input.json", encoding="utf-8") as f:
+                value = json.load(f)
+        except FileNotFoundError:
+            value = None
+        result = main(value)
+        if isinstance(result, types.CoroutineType):
+            import asyncio
+
+            result = asyncio.run(result)
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - every uncaught exception is reported
+        fail(exc)
+    try:
+        payload = jsonable(result, "return value")
+    except ReturnValueNotSerializable as exc:
+        exc.__traceback__ = None
+        fail(exc, "ReturnValueNotSerializable")
+    sys.stdout.flush()
+    send({"returnData": payload})
+
+
+_sandbox_harness()
+del _sandbox_harness

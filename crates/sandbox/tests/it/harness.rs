@@ -1,0 +1,135 @@
+//! The harnesses: `function` returns `main(input)`'s value as `returnData` on the side channel
+//! (fd 4), never parsed from stdout; uncaught errors come back structured, with the caller's
+//! line numbers, from both harnesses and both languages.
+
+use super::*;
+
+#[test]
+fn python_function_returns_data_and_prints_are_harmless() {
+    let code = "import sys\nprint('{\"returnData\": \"forged\"}')\nprint('log', file=sys.stderr)\n\
+                def main(inp):\n    return {'sum': sum(inp['xs']), 'names': ('a', 'b'), 'none': None, 'n': 3}\n";
+    let r = run("python-default", code, &["--harness", "function", "--input", r#"{"xs": [1, 2, 3.5]}"#]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert_eq!(r.json["returnData"], serde_json::json!({"sum": 6.5, "names": ["a", "b"], "none": null, "n": 3}), "{r:?}");
+    assert_eq!(r.stdout(), "{\"returnData\": \"forged\"}\n", "stdout is the program's, untouched: {r:?}");
+}
+
+#[test]
+fn python_async_main_and_no_input() {
+    let r = run("python-default", "import asyncio\nasync def main(inp):\n    await asyncio.sleep(0)\n    return [inp]\n", &["--harness", "function"]);
+    assert_eq!((r.status(), &r.json["returnData"]), ("ok", &serde_json::json!([null])), "{r:?}");
+}
+
+#[test]
+fn typescript_function_returns_data() {
+    let code = "console.log(JSON.stringify({returnData: 'forged'}));\n\
+                export default async function main(input: { xs: number[] }) {\n  \
+                  await new Promise((r) => setTimeout(r, 1));\n  \
+                  return { sum: input.xs.reduce((a, b) => a + b, 0), when: new Date(0) };\n}\n";
+    let r = run("typescript-default", code, &["--harness", "function", "--input", r#"{"xs": [1, 2, 3.5]}"#]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert_eq!(r.json["returnData"], serde_json::json!({"sum": 6.5, "when": "1970-01-01T00:00:00.000Z"}), "{r:?}");
+    assert!(r.stdout().contains("forged"), "{r:?}");
+}
+
+#[test]
+fn unserializable_return_values_are_clear_errors() {
+    for (profile, code, needle) in [
+        ("python-default", "def main(i):\n    return {'x': float('nan')}\n", "return value['x'] is nan"),
+        ("python-default", "def main(i):\n    return {1.5: 2}\n", "key 1.5 of type float"),
+        ("python-default", "def main(i):\n    return object()\n", "return value is a object"),
+        ("typescript-default", "export default () => ({ m: new Map([[1, 2]]) })", "key \"m\" is a Map"),
+        ("typescript-default", "export default () => 10n", "the return value is a BigInt"),
+        ("typescript-default", "export default () => { const a: any = {}; a.self = a; return a; }", "circular"),
+    ] {
+        let r = run(profile, code, &["--harness", "function"]);
+        assert_eq!(r.status(), "error", "{r:?}");
+        assert_eq!(r.json["error"]["type"], "ReturnValueNotSerializable", "{r:?}");
+        assert!(r.json["error"]["message"].as_str().unwrap().contains(needle), "{needle}: {r:?}");
+        assert!(r.json.get("returnData").is_none(), "{r:?}");
+    }
+}
+
+#[test]
+fn missing_main_is_named() {
+    let r = run("python-default", "x = 1\n", &["--harness", "function"]);
+    assert_eq!((r.status(), r.json["error"]["type"].as_str()), ("error", Some("NameError")), "{r:?}");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("no function named main"), "{r:?}");
+    let r = run("typescript-default", "export const x = 1;\n", &["--harness", "function"]);
+    assert_eq!((r.status(), r.json["error"]["type"].as_str()), ("error", Some("ReferenceError")), "{r:?}");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("default export"), "{r:?}");
+}
+
+#[test]
+fn python_exception_points_at_the_callers_line() {
+    for harness in ["script", "function"] {
+        let code = "import json\n\ndef helper(d):\n    return d['missing']\n\ndef main(inp):\n    return helper({})\n\n\
+                    if __name__ == '__main__':\n    main(None)\n";
+        let r = run("python-default", code, &["--harness", harness]);
+        assert_eq!(r.status(), "error", "{r:?}");
+        let e = &r.json["error"];
+        assert_eq!((e["type"].as_str(), e["message"].as_str(), e["line"].as_u64()), (Some("KeyError"), Some("'missing'"), Some(4)), "{r:?}");
+        let tb = e["traceback"].as_str().unwrap();
+        assert!(tb.contains("File \"/code/main.py\", line 4, in helper"), "{tb}");
+        assert!(!tb.contains("_sandbox_harness"), "the harness's frames are cut: {tb}");
+        assert!(r.stderr_of_program().contains("KeyError: 'missing'"), "stderr still shows it: {r:?}");
+    }
+}
+
+#[test]
+fn python_syntax_error_has_line_and_column() {
+    let r = run("python-default", "x = 1\ny = (\nprint(x)\nz = ]\n", &[]);
+    let e = &r.json["error"];
+    assert_eq!((r.status(), e["type"].as_str()), ("error", Some("SyntaxError")), "{r:?}");
+    assert!(e["line"].as_u64().is_some_and(|l| (2..=4).contains(&l)), "{r:?}");
+    assert!(e["column"].as_u64().is_some(), "{r:?}");
+}
+
+#[test]
+fn typescript_throw_points_at_the_callers_line() {
+    // Type annotations shift nothing: the source map gives main.ts positions.
+    let code = "interface Row { v: number }\nconst rows: Row[] = [];\n\nfunction first(r: Row[]): number {\n  \
+                if (r.length === 0) throw new RangeError(`no rows: ${r.length}`);\n  return r[0].v;\n}\n\nfirst(rows);\n";
+    for harness in ["script", "function"] {
+        let r = run("typescript-default", code, &["--harness", harness]);
+        let e = &r.json["error"];
+        assert_eq!(r.status(), "error", "{r:?}");
+        assert_eq!((e["type"].as_str(), e["message"].as_str(), e["line"].as_u64()), (Some("RangeError"), Some("no rows: 0"), Some(5)), "{r:?}");
+        let tb = e["traceback"].as_str().unwrap();
+        assert!(tb.contains("/code/main.ts:5:"), "{tb}");
+        assert!(!tb.contains("_sandbox_harness"), "{tb}");
+    }
+    // An error thrown later, from a timer, is reported too.
+    let r = run("typescript-default", "setTimeout(() => {\n  null!.x;\n}, 1);\n", &[]);
+    assert_eq!((r.status(), r.json["error"]["type"].as_str(), r.json["error"]["line"].as_u64()), ("error", Some("TypeError"), Some(2)), "{r:?}");
+}
+
+#[test]
+fn sys_exit_and_process_exit_keep_their_codes() {
+    let r = run("python-default", "import sys\nsys.exit(7)\n", &[]);
+    assert_eq!((r.status(), r.status, r.json.get("error")), ("error", 7, None), "{r:?}");
+    let r = run("typescript-default", "process.exit(9)", &[]);
+    assert_eq!((r.status(), r.status, r.json.get("error")), ("error", 9, None), "{r:?}");
+}
+
+#[test]
+fn input_needs_the_function_harness_and_valid_json() {
+    let r = run("python-default", "print(1)", &["--input", "{}"]);
+    assert_eq!((r.status(), r.json["error"]["type"].as_str(), r.json["error"]["field"].as_str()), ("rejected", Some("invalid_request"), Some("input")), "{r:?}");
+    let out = sandbox(&["run", "--harness", "function", "--input", "{nope", "-c", "def main(i): pass"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--input"), "{out:?}");
+}
+
+#[test]
+fn return_data_over_the_cap_is_an_error_not_a_hang() {
+    // 16 MiB cap by default; 20 MiB of string.
+    let r = run("python-default", "def main(i):\n    return 'x' * (20 << 20)\n", &["--harness", "function"]);
+    assert_eq!((r.status(), r.json["error"]["type"].as_str()), ("error", Some("ReturnDataTooLarge")), "{r:?}");
+}
+
+#[test]
+fn a_program_that_forges_the_side_channel_gets_a_protocol_error() {
+    let r = run("python-default", "import os\nos.write(4, b'not json')\n", &[]);
+    assert_eq!((r.status(), r.json["error"]["type"].as_str()), ("error", Some("HarnessProtocolError")), "{r:?}");
+}
