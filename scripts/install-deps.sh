@@ -22,3 +22,4 @@ if ! command -v npm >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq npm
 fi
 bash "$(dirname "$0")/install-node.sh"
+bash "$(dirname "$0")/install-uv.sh"

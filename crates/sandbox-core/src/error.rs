@@ -35,6 +35,9 @@ pub enum ErrorCode {
     InvalidOutputPattern,
     /// The host lacks a feature the profile needs (a cgroup controller, landlock, a runtime binary).
     RuntimeUnavailable,
+    /// The profile's package environment is not installed on this host; the message names the
+    /// command that installs it (`sandbox env install NAME`).
+    EnvironmentNotInstalled,
     /// The configuration file is invalid.
     InvalidConfig,
     /// The service failed; the message names the execution id, the log has the cause.
@@ -71,6 +74,7 @@ impl ErrorCode {
             Self::InvalidEnv => "invalid_env",
             Self::InvalidOutputPattern => "invalid_output_pattern",
             Self::RuntimeUnavailable => "runtime_unavailable",
+            Self::EnvironmentNotInstalled => "environment_not_installed",
             Self::InvalidConfig => "invalid_config",
             Self::InternalError => "internal_error",
             Self::Unauthorized => "unauthorized",
@@ -92,7 +96,7 @@ impl ErrorCode {
     /// profile, 4 for an internal error. (A program that ran exits with its own code.)
     pub fn exit_code(self) -> i32 {
         match self {
-            Self::RuntimeUnavailable | Self::ShuttingDown => 3,
+            Self::RuntimeUnavailable | Self::EnvironmentNotInstalled | Self::ShuttingDown => 3,
             Self::InternalError => 4,
             _ => 2,
         }

@@ -28,6 +28,33 @@ pub struct Config {
     /// The audit log.
     #[serde(default)]
     pub audit: AuditConfig,
+    /// Package environments by name (`[environments.NAME]`), built by `sandbox env install NAME`.
+    #[serde(default)]
+    pub environments: BTreeMap<String, Environment>,
+}
+
+/// A package environment (`[environments.NAME]`): pinned Python and npm package sets installed
+/// once on the host (`sandbox env install NAME`) into `<environments_dir>/<NAME>-<spec hash>/`,
+/// then bound read-only into every run of a profile that names it. The base is the host's system
+/// directories (`[runtime] system_dirs`), read-only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Environment {
+    /// One line for humans and models.
+    #[serde(default)]
+    pub description: String,
+    /// Python distributions, each pinned exactly as `name==version` (PEP 440), installed as wheels
+    /// only (no build scripts run) by uv for `[runtime] python`. List the whole dependency closure
+    /// to make the set reproducible; what uv adds beyond it is recorded in the manifest.
+    #[serde(default)]
+    pub python: Vec<String>,
+    /// Python modules `sandbox env verify` imports inside a sandbox (e.g. `PIL` for Pillow).
+    #[serde(default)]
+    pub python_imports: Vec<String>,
+    /// npm packages, each pinned exactly as `name@version`, installed with `--ignore-scripts` and
+    /// importable by bare specifier (`import Papa from "papaparse"`).
+    #[serde(default)]
+    pub npm: Vec<String>,
 }
 
 /// The audit log (`[audit]`).
@@ -132,6 +159,16 @@ pub struct RuntimeConfig {
     /// State directory (running executions' workspaces, later the audit log); `--data-dir`
     /// overrides it. Unset: `$SANDBOX_DATA_DIR`, else `/var/lib/sandbox` as root.
     pub data_dir: Option<PathBuf>,
+    /// Where installed environments live. Unset: `<data_dir>/environments`.
+    pub environments_dir: Option<PathBuf>,
+    /// uv, which installs environments' Python packages (`scripts/install-uv.sh` provisions it).
+    pub uv: PathBuf,
+    /// npm, which installs environments' npm packages; a bare name is looked up on `PATH`.
+    pub npm: PathBuf,
+    /// The host's Python package directories, hidden inside the sandbox (an empty read-only
+    /// directory is bound over each that exists), so a run imports the standard library and its
+    /// environment's packages only, never whatever the host has installed.
+    pub python_hidden_dirs: Vec<PathBuf>,
 }
 
 impl Default for RuntimeConfig {
@@ -145,6 +182,13 @@ impl Default for RuntimeConfig {
                 .map(PathBuf::from)
                 .collect(),
             data_dir: None,
+            environments_dir: None,
+            uv: "/usr/local/lib/sandbox/uv/uv".into(),
+            npm: "npm".into(),
+            python_hidden_dirs: ["/usr/local/lib/python3.11/dist-packages", "/usr/lib/python3/dist-packages", "/usr/lib/python3.11/dist-packages"]
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
         }
     }
 }
@@ -176,6 +220,10 @@ pub struct Profile {
     /// Environment variables set for the program, on top of the fixed base set.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The package environment (`[environments.NAME]`) mounted read-only into every run; unset:
+    /// the runtime's standard library only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
 }
 
 /// Resource limits of a profile (`[profiles.NAME.limits]`).
@@ -343,6 +391,7 @@ impl Config {
         self.service = other.service;
         self.audit = other.audit;
         self.profiles.extend(other.profiles);
+        self.environments.extend(other.environments);
         self
     }
 
@@ -370,8 +419,31 @@ impl Config {
                 return Err(err(format!("service.api_keys[{i}].name"), "must not be empty".into()));
             }
         }
+        for (name, e) in &self.environments {
+            let at = |f: &str| format!("environments.{name}.{f}");
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                return Err(err(format!("environments.{name}"), "environment names use letters, digits, '-' and '_'".into()));
+            }
+            for (i, r) in e.python.iter().enumerate() {
+                validate_python_pin(r).map_err(|m| err(at(&format!("python[{i}]")), m))?;
+            }
+            for (i, m) in e.python_imports.iter().enumerate() {
+                if m.is_empty() || !m.split('.').all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')) {
+                    return Err(err(at(&format!("python_imports[{i}]")), format!("{m:?} is not a module name")));
+                }
+            }
+            for (i, r) in e.npm.iter().enumerate() {
+                validate_npm_pin(r).map_err(|m| err(at(&format!("npm[{i}]")), m))?;
+            }
+        }
         for (name, p) in &self.profiles {
             let at = |f: &str| format!("profiles.{name}.{f}");
+            if let Some(env) = &p.environment {
+                if !self.environments.contains_key(env) {
+                    let known: Vec<&str> = self.environments.keys().map(String::as_str).collect();
+                    return Err(err(at("environment"), format!("no environment named {env:?}; declared: {}", known.join(", "))));
+                }
+            }
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
                 return Err(err(format!("profiles.{name}"), "profile names use letters, digits, '-' and '_'".into()));
             }
@@ -407,9 +479,46 @@ impl Config {
     }
 }
 
+/// `name==version` with a PEP 508 distribution name and an exact version (no ranges, markers
+/// or URLs): a pinned set installs the same files every time.
+fn validate_python_pin(r: &str) -> Result<(), String> {
+    let Some((name, version)) = r.split_once("==") else {
+        return Err(format!("{r:?} is not pinned; write name==version"));
+    };
+    let name_ok = !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric());
+    let version_ok = !version.is_empty() && version.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+' | '!' | '-' | '_'));
+    if !name_ok || !version_ok {
+        return Err(format!("{r:?} is not name==version (exact version; no ranges, extras, markers or URLs)"));
+    }
+    Ok(())
+}
+
+/// `name@version` or `@scope/name@version` with an exact semver version.
+fn validate_npm_pin(r: &str) -> Result<(), String> {
+    let (name, version) = match r.rfind('@') {
+        Some(at) if at > 0 => (&r[..at], &r[at + 1..]),
+        _ => return Err(format!("{r:?} is not pinned; write name@version")),
+    };
+    let bare = name.strip_prefix('@').map_or(Some(name), |scoped| scoped.split_once('/').map(|(_, n)| n));
+    let name_ok = bare.is_some_and(|n| !n.is_empty())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.' | '@' | '/'));
+    let mut parts = version.split(['-', '+']).next().unwrap_or("").split('.');
+    let version_ok = (0..3).all(|_| parts.next().is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))) && parts.next().is_none();
+    if !name_ok || !version_ok {
+        return Err(format!("{r:?} is not name@version with an exact version such as 1.2.3"));
+    }
+    Ok(())
+}
+
 /// Paths inside the sandbox that a [`Mount`] may not cover or sit under.
 pub const RESERVED_SANDBOX_PATHS: &[&str] =
-    &["/", "/proc", "/dev", "/etc", "/tmp", "/workspace", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/sys", "/run"];
+    &["/", "/proc", "/dev", "/etc", "/tmp", "/workspace", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/sys", "/run", "/code", "/node_modules"];
+
+/// Where a profile's environment is bound inside the sandbox (read-only); its Python packages
+/// are at `<ENV_MOUNT>/python` (on `PYTHONPATH`), its npm packages are also bound at `/node_modules`.
+pub const ENV_MOUNT: &str = "/opt/sandbox/env";
 
 fn validate_mount(m: &Mount) -> Result<(), String> {
     use std::path::Component;
@@ -422,7 +531,11 @@ fn validate_mount(m: &Mount) -> Result<(), String> {
         }
     }
     let first = m.sandbox.components().nth(1).map(|c| format!("/{}", c.as_os_str().to_string_lossy()));
-    if RESERVED_SANDBOX_PATHS.iter().any(|r| first.as_deref() == Some(*r)) || m.sandbox == std::path::Path::new("/") {
+    if RESERVED_SANDBOX_PATHS.iter().any(|r| first.as_deref() == Some(*r))
+        || m.sandbox == std::path::Path::new("/")
+        || m.sandbox.starts_with("/opt/sandbox")
+        || std::path::Path::new("/opt/sandbox").starts_with(&m.sandbox)
+    {
         return Err(format!("sandbox path {} is reserved (use a path such as /data or /mnt/NAME)", m.sandbox.display()));
     }
     Ok(())

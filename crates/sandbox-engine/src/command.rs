@@ -1,6 +1,6 @@
 //! The program's command line and environment, built from the profile (never inherited).
 
-use sandbox_core::profile::RuntimeConfig;
+use sandbox_core::profile::{RuntimeConfig, ENV_MOUNT};
 use sandbox_core::{Admitted, Harness, Language};
 
 /// Where the code is placed inside the sandbox (read-only).
@@ -30,8 +30,11 @@ pub const INPUT_FILE: &str = "/code/input.json";
 
 /// Argv and environment of the program. The environment is a documented allowlist:
 /// `PATH`, `HOME=/tmp`, `TMPDIR=/tmp`, `USER`/`LOGNAME=sandbox`, `LANG`/`LC_ALL=C.UTF-8`, `TZ=UTC`,
-/// for Python `PYTHONUNBUFFERED=1` (output written before a kill is kept), `PYTHONDONTWRITEBYTECODE=1`
-/// and `PYTHONPATH=/workspace` (input files import), thread-pool sizes (`OMP_NUM_THREADS`,
+/// for Python `PYTHONUNBUFFERED=1` (output written before a kill is kept), `PYTHONDONTWRITEBYTECODE=1`,
+/// `PYTHONPATH=/workspace` (input files import) plus the environment's site directory,
+/// `MPLBACKEND=Agg` with matplotlib's config and cache under /tmp (`MPLCONFIGDIR`,
+/// `XDG_CONFIG_HOME`, `XDG_CACHE_HOME`), for TypeScript with an environment `NODE_PATH=/node_modules`,
+/// thread-pool sizes (`OMP_NUM_THREADS`,
 /// `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`, `NUMEXPR_NUM_THREADS`) set to the profile's CPUs
 /// rounded up, then the profile's `env`, then the request's.
 pub fn program_command(a: &Admitted, rt: &RuntimeConfig) -> (Vec<String>, Vec<(String, String)>) {
@@ -75,10 +78,25 @@ pub fn program_command(a: &Admitted, rt: &RuntimeConfig) -> (Vec<String>, Vec<(S
     .iter()
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
     .collect();
-    if a.language == Language::Python {
-        for (k, v) in [("PYTHONUNBUFFERED", "1"), ("PYTHONDONTWRITEBYTECODE", "1"), ("PYTHONPATH", "/workspace")] {
-            env.push((k.to_owned(), v.to_owned()));
+    let with_env = a.profile.environment.is_some();
+    match a.language {
+        Language::Python => {
+            let path = if with_env { format!("/workspace:{ENV_MOUNT}/python") } else { "/workspace".to_owned() };
+            for (k, v) in [
+                ("PYTHONUNBUFFERED", "1"),
+                ("PYTHONDONTWRITEBYTECODE", "1"),
+                ("PYTHONPATH", path.as_str()),
+                // matplotlib: no display, and its config and font cache in the writable /tmp.
+                ("MPLBACKEND", "Agg"),
+                ("MPLCONFIGDIR", "/tmp/.config/matplotlib"),
+                ("XDG_CONFIG_HOME", "/tmp/.config"),
+                ("XDG_CACHE_HOME", "/tmp/.cache"),
+            ] {
+                env.push((k.to_owned(), v.to_owned()));
+            }
         }
+        Language::Typescript if with_env => env.push(("NODE_PATH".to_owned(), "/node_modules".to_owned())),
+        Language::Typescript => {}
     }
     for (k, v) in a.profile.env.iter().chain(a.env.iter()) {
         env.retain(|(name, _)| name != k);

@@ -7,6 +7,7 @@
 
 mod collect;
 mod command;
+pub mod environment;
 mod prepare;
 mod supervise;
 pub mod typescript;
@@ -85,6 +86,29 @@ impl Engine {
         &self.opts.config
     }
 
+    /// Why `profile` cannot run on this host, if it cannot: [`ErrorCode::RuntimeUnavailable`]
+    /// (a failed host check, a missing runtime binary or mount) or
+    /// [`ErrorCode::EnvironmentNotInstalled`] (naming the install command).
+    pub fn unavailable_code(&self, profile: &str) -> Option<(ErrorCode, String)> {
+        if let Some(why) = self.unavailable(profile) {
+            return Some((ErrorCode::RuntimeUnavailable, why));
+        }
+        let p = self.opts.config.profiles.get(profile)?;
+        let name = p.environment.as_ref()?;
+        let env = self.opts.config.environments.get(name)?;
+        let envs = environment::Environments::for_runtime(&self.opts.config.runtime, &self.opts.data_dir);
+        match envs.installed(name, env, &self.opts.config.runtime) {
+            Some(_) => None,
+            None => Some((
+                ErrorCode::EnvironmentNotInstalled,
+                format!(
+                    "profile {profile:?} runs in environment {name:?}, which is not installed on this host; \
+                     install it with `sandbox env install {name}` (or `sandbox run --install ...`)"
+                ),
+            )),
+        }
+    }
+
     /// Why `profile` cannot run on this host, if it cannot (a failed host check, a missing runtime binary).
     pub fn unavailable(&self, profile: &str) -> Option<String> {
         if let Some(f) = self.host.first_failure() {
@@ -115,8 +139,8 @@ impl Engine {
     /// Errors: the [`Rejection`] `execute` would report.
     pub fn check(&self, request: &ExecutionRequest) -> Result<(), Rejection> {
         let admitted = admit(request, &self.opts.config)?;
-        match self.unavailable(&admitted.profile_name) {
-            Some(reason) => Err(Rejection::new(ErrorCode::RuntimeUnavailable, reason, None)),
+        match self.unavailable_code(&admitted.profile_name) {
+            Some((code, reason)) => Err(Rejection::new(code, reason, None)),
             None => Ok(()),
         }
     }
@@ -138,8 +162,8 @@ impl Engine {
             Err(e) => internal(&id, &request, format!("audit record could not be written: {e}")),
             Ok(()) => match admit(&request, &self.opts.config) {
                 Err(rejection) => rejected(&id, &request, rejection),
-                Ok(admitted) => match self.unavailable(&admitted.profile_name) {
-                    Some(reason) => rejected(&id, &request, Rejection::new(ErrorCode::RuntimeUnavailable, reason, None)),
+                Ok(admitted) => match self.unavailable_code(&admitted.profile_name) {
+                    Some((code, reason)) => rejected(&id, &request, Rejection::new(code, reason, None)),
                     None => self.run_admitted(&id, admitted, received, output).await,
                 },
             },

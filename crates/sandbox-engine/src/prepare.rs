@@ -13,7 +13,10 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::{chown, Gid, Pid, Uid};
 use sandbox_core::wire::{OutputFile, SkippedFile};
-use sandbox_core::Admitted;
+use sandbox_core::profile::ENV_MOUNT;
+use sandbox_core::{Admitted, Language};
+
+use crate::environment::Environments;
 use sandbox_runtime::cgroup::{self, Cgroup, Layout, Usage};
 use sandbox_runtime::spec::{BindMount, RootFile, Rlimits, SpawnSpec, SANDBOX_UID};
 
@@ -34,6 +37,9 @@ pub enum PrepareError {
         #[source]
         source: io::Error,
     },
+    /// The profile's environment is missing (it was removed after admission).
+    #[error("{0}")]
+    Environment(String),
     /// The data directory cannot be walked by the container's unprivileged init.
     #[error("{0} is not searchable by others (mode o+x is needed on every ancestor of the data directory)")]
     NotSearchable(PathBuf),
@@ -125,17 +131,26 @@ impl Prepared {
             root_dir: root,
             workspace_dir: p.workspace.clone(),
             system_dirs: rt.system_dirs.clone(),
-            etc_binds: ["/etc/ld.so.cache", "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives", "/etc/mime.types"]
+            etc_binds: ["/etc/ld.so.cache", "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives", "/etc/mime.types", "/etc/fonts"]
                 .iter()
                 .map(PathBuf::from)
                 .collect(),
             root_files: root_files(a, code),
             tmp_bytes: fs_policy.tmp_max_bytes,
-            mounts: fs_policy
-                .mounts
-                .iter()
-                .map(|m| BindMount { host: m.host.clone(), sandbox_path: m.sandbox.display().to_string(), read_only: m.read_only })
+            mounts: runtime_mounts(opts, a)?
+                .into_iter()
+                .chain(
+                    fs_policy
+                        .mounts
+                        .iter()
+                        .map(|m| BindMount { host: m.host.clone(), sandbox_path: m.sandbox.display().to_string(), read_only: m.read_only }),
+                )
                 .collect(),
+            // The host's Python package directories: a run imports its environment's packages only.
+            masked_dirs: match a.language {
+                Language::Python => rt.python_hidden_dirs.iter().map(|d| d.display().to_string()).collect(),
+                Language::Typescript => Vec::new(),
+            },
             hostname: "sandbox".into(),
             argv,
             env,
@@ -254,6 +269,26 @@ fn check_searchable(dir: &Path) -> Result<(), PrepareError> {
         }
     }
     Ok(())
+}
+
+/// Mounts the runtime adds before the profile's own: the profile's environment, read-only,
+/// at [`ENV_MOUNT`] (its `node_modules` also at `/node_modules`, where Node's bare-specifier
+/// resolution from /code finds it).
+fn runtime_mounts(opts: &EngineOptions, a: &Admitted) -> Result<Vec<BindMount>, PrepareError> {
+    let rt = &opts.config.runtime;
+    let mut mounts = Vec::new();
+    if let Some(name) = &a.profile.environment {
+        let env = opts.config.environments.get(name).ok_or_else(|| PrepareError::Environment(format!("environment {name:?} is not declared")))?;
+        let path = Environments::for_runtime(rt, &opts.data_dir)
+            .installed(name, env, rt)
+            .ok_or_else(|| PrepareError::Environment(format!("environment {name:?} is not installed (sandbox env install {name})")))?;
+        mounts.push(BindMount { host: path.clone(), sandbox_path: ENV_MOUNT.into(), read_only: true });
+        let modules = path.join("node").join("node_modules");
+        if a.language == Language::Typescript && modules.is_dir() {
+            mounts.push(BindMount { host: modules, sandbox_path: "/node_modules".into(), read_only: true });
+        }
+    }
+    Ok(mounts)
 }
 
 /// The synthesized /etc and the code file.

@@ -88,6 +88,13 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
         }
     }
 
+    for dir in &spec.masked_dirs {
+        let target = inside(root, dir);
+        if target.is_dir() {
+            let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+            step("mask", &target, mount(Some("tmpfs"), &target, Some("tmpfs"), flags, Some("size=4k,mode=0555")))?;
+        }
+    }
     for m in &spec.mounts {
         let target = inside(root, &m.sandbox_path);
         step("mount_dir", &target, fs::DirBuilder::new().recursive(true).mode(0o755).create(&target))?;

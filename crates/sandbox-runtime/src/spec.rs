@@ -42,6 +42,10 @@ pub struct SpawnSpec {
     pub tmp_bytes: u64,
     /// Extra host directories bound into the sandbox.
     pub mounts: Vec<BindMount>,
+    /// Directories inside the sandbox hidden under an empty read-only tmpfs (e.g. the host's
+    /// Python package directories); those that do not exist are skipped.
+    #[serde(default)]
+    pub masked_dirs: Vec<String>,
     /// Hostname inside.
     pub hostname: String,
     /// Program and arguments; `argv[0]` is the absolute path to execute.

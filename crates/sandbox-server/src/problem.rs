@@ -13,7 +13,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::ProfileNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
         ErrorCode::QueueFull => StatusCode::TOO_MANY_REQUESTS,
         ErrorCode::BodyTooLarge | ErrorCode::InputTooLarge | ErrorCode::CodeTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-        ErrorCode::RuntimeUnavailable | ErrorCode::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::RuntimeUnavailable | ErrorCode::EnvironmentNotInstalled | ErrorCode::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::InternalError | ErrorCode::InvalidConfig => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorCode::InvalidRequest
         | ErrorCode::UnsupportedLanguage
@@ -37,6 +37,7 @@ fn title(code: ErrorCode) -> &'static str {
         ErrorCode::QueueFull => "Too many executions",
         ErrorCode::BodyTooLarge => "Request body too large",
         ErrorCode::RuntimeUnavailable => "Runtime unavailable on this host",
+        ErrorCode::EnvironmentNotInstalled => "Environment not installed on this host",
         ErrorCode::ShuttingDown => "Service shutting down",
         ErrorCode::InternalError | ErrorCode::InvalidConfig => "Internal error",
         _ => "Invalid request",

@@ -4,6 +4,7 @@
 
 mod audit;
 mod config;
+mod env;
 mod run;
 mod serve;
 
@@ -39,6 +40,11 @@ enum Command {
         #[command(subcommand)]
         command: audit::AuditCommand,
     },
+    /// Package environments: list, install, verify, remove.
+    Env {
+        #[command(subcommand)]
+        command: env::EnvCommand,
+    },
     /// Print the OpenAPI document of the HTTP API.
     Openapi,
     /// List or show profiles.
@@ -73,7 +79,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // `run` reports failures in its own words (and the result); a server logs its work.
     let default_level = match cli.command {
-        Command::Run(_) => "off",
+        Command::Run(_) | Command::Env { .. } => "off",
         Command::Serve(_) => "info",
         _ => "warn",
     };
@@ -110,6 +116,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Audit { command } => {
             let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);
             audit::run(&data_dir, &config, command)
+        }
+        Command::Env { command } => {
+            let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);
+            env::run(config, &data_dir, command)
         }
         Command::Openapi => {
             use utoipa::OpenApi as _;

@@ -53,6 +53,9 @@ pub struct RunArgs {
     /// Write the output files here (created if missing).
     #[arg(long, value_name = "DIR")]
     out_dir: Option<PathBuf>,
+    /// Install the profile's environment first if it is missing (`sandbox env install`), with progress on stderr.
+    #[arg(long)]
+    install: bool,
     /// Run on a `sandbox serve` at this URL (e.g. http://127.0.0.1:8080) instead of locally.
     #[arg(long, value_name = "URL")]
     server: Option<String>,
@@ -67,6 +70,11 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
     let request = build_request(&args)?;
     if let Some(url) = &args.server {
         return run_remote(url, request, &args);
+    }
+    if args.install {
+        if let Some(env) = config.profiles.get(&request.profile).and_then(|p| p.environment.clone()) {
+            crate::env::install(&config, &data_dir, &env)?;
+        }
     }
     let (engine, _audit) = crate::audit::engine(config, data_dir)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

@@ -703,7 +703,8 @@ fn c34_environment_allowlist(c: &Case) {
     exited(&r, 0);
     let allowed = [
         "PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
-        "PYTHONPATH", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+        "PYTHONPATH", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "MPLBACKEND", "MPLCONFIGDIR",
+        "XDG_CONFIG_HOME", "XDG_CACHE_HOME",
     ];
     let keys_line = r.stdout().lines().find_map(|l| l.strip_prefix("env keys: ")).unwrap_or("");
     let keys: Vec<&str> =

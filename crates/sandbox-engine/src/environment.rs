@@ -1,0 +1,431 @@
+//! Package environments on the host: install (`sandbox env install`), look up, verify the
+//! integrity of, and remove the directories that profiles bind read-only into their runs.
+//!
+//! Layout: `<dir>/<name>-<spec hash>/` holds `python/` (a uv `--target` site directory, with
+//! bytecode compiled so read-only imports are fast), `node/node_modules/` (npm), and
+//! `manifest.json` ([`Manifest`]), written last. An installation is built aside in
+//! `<dir>/.build-<name>-<hash>/` and renamed into place, so a run sees a whole environment or
+//! none. The directory name carries the hash of the spec, so changing a pin makes a new
+//! environment and leaves the old one for running executions until `sandbox env remove`.
+//! Installs of one name are serialized by `flock(2)` on `<dir>/.lock-<name>`.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use sandbox_core::profile::{Environment, RuntimeConfig};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// What `manifest.json` of an installed environment says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    /// The environment's name.
+    pub name: String,
+    /// Hex SHA-256 (first 16 digits) of the spec and the runtime it was built for.
+    pub spec_hash: String,
+    /// The spec as declared.
+    pub spec: Environment,
+    /// When it was installed (RFC 3339, UTC).
+    pub installed_at: String,
+    /// Python distributions present, `name==version`, as installed (the closure uv resolved).
+    pub python_installed: Vec<String>,
+    /// npm packages present, `name@version`.
+    pub npm_installed: Vec<String>,
+    /// Files in the environment (the manifest excluded).
+    pub files: u64,
+    /// Their total size, in bytes.
+    pub bytes: u64,
+    /// Hex SHA-256 over every file's path, mode and content and every symlink's target, in path
+    /// order: `verify` recomputes it to find any change since install.
+    pub tree_sha256: String,
+}
+
+/// Why an install, lookup or removal failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    /// No `[environments.NAME]` is declared.
+    #[error("no environment named {0:?} is declared")]
+    Unknown(String),
+    /// A file system step failed.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// An installer (uv, npm) failed or could not be started.
+    #[error("{tool} failed: {message}")]
+    Installer {
+        /// `uv` or `npm`.
+        tool: &'static str,
+        /// Its exit status and last lines of output.
+        message: String,
+    },
+    /// The installed files differ from the manifest.
+    #[error("environment {name:?} at {} was changed after install: {detail}", path.display())]
+    Tampered {
+        /// The environment.
+        name: String,
+        /// Its directory.
+        path: PathBuf,
+        /// What differs.
+        detail: String,
+    },
+}
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> EnvError + 'a {
+    move |source| EnvError::Io { op, path: path.to_owned(), source }
+}
+
+/// The result of [`Environments::install`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Installed {
+    /// It was already installed with this spec: nothing was done.
+    Already(PathBuf, Manifest),
+    /// It was built now.
+    Built(PathBuf, Manifest),
+}
+
+/// One declared environment's state on this host.
+#[derive(Debug, Clone)]
+pub struct EnvStatus {
+    /// The directory of the current spec, with its manifest, if installed.
+    pub current: Option<(PathBuf, Manifest)>,
+    /// Directories of the same name built from older specs.
+    pub stale: Vec<PathBuf>,
+}
+
+/// The installed environments under one directory.
+#[derive(Debug, Clone)]
+pub struct Environments {
+    dir: PathBuf,
+}
+
+impl Environments {
+    /// Environments under `dir` (usually `<data_dir>/environments`, or `[runtime] environments_dir`).
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    /// The directory for `rt` and `data_dir`: `[runtime] environments_dir`, else `<data_dir>/environments`.
+    pub fn for_runtime(rt: &RuntimeConfig, data_dir: &Path) -> Self {
+        Self::new(rt.environments_dir.clone().unwrap_or_else(|| data_dir.join("environments")))
+    }
+
+    /// The directory holding them.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// First 16 hex digits of SHA-256 over the spec and the interpreters it is built for: any
+    /// change to a pin, the Python binary or the Node binary makes a different environment.
+    pub fn spec_hash(env: &Environment, rt: &RuntimeConfig) -> String {
+        let key = serde_json::json!({
+            "python": env.python, "npm": env.npm, "interpreter": rt.python, "node": rt.node, "layout": 1,
+        });
+        let digest = Sha256::digest(key.to_string().as_bytes());
+        hex::encode(&digest[..8])
+    }
+
+    fn path_of(&self, name: &str, hash: &str) -> PathBuf {
+        self.dir.join(format!("{name}-{hash}"))
+    }
+
+    /// The installed directory of `name` for its current spec, if it is installed (its manifest
+    /// exists). Nothing is hashed: this is the per-run lookup.
+    pub fn installed(&self, name: &str, env: &Environment, rt: &RuntimeConfig) -> Option<PathBuf> {
+        let path = self.path_of(name, &Self::spec_hash(env, rt));
+        path.join("manifest.json").is_file().then_some(path)
+    }
+
+    /// `name`'s current installation (with its manifest) and the directories of older specs.
+    pub fn status(&self, name: &str, env: &Environment, rt: &RuntimeConfig) -> EnvStatus {
+        let hash = Self::spec_hash(env, rt);
+        let current = self.installed(name, env, rt).and_then(|p| read_manifest(&p).ok().map(|m| (p, m)));
+        let stale = self.versions(name).into_iter().filter(|p| !p.ends_with(format!("{name}-{hash}"))).collect();
+        EnvStatus { current, stale }
+    }
+
+    /// Every installed directory of `name`, whatever its spec.
+    fn versions(&self, name: &str) -> Vec<PathBuf> {
+        let Ok(entries) = fs::read_dir(&self.dir) else { return Vec::new() };
+        let mut out: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .filter(|e| {
+                e.file_name().to_str().and_then(|n| n.strip_prefix(name)).and_then(|rest| rest.strip_prefix('-')).is_some_and(|h| {
+                    h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit())
+                })
+            })
+            .map(|e| e.path())
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Installs `name` unless its current spec is installed already (then nothing is done).
+    /// Python packages: `uv pip install --target` for `[runtime] python`, wheels only, bytecode
+    /// compiled; npm packages: `npm install --ignore-scripts`. `progress` receives one line per
+    /// step and the installers' own output lines. Works offline once built: a run needs nothing
+    /// but the directory.
+    /// Errors: [`EnvError`]; a failed build leaves nothing but its `.build-` directory, which
+    /// the next install removes.
+    pub fn install(&self, name: &str, env: &Environment, rt: &RuntimeConfig, progress: &mut dyn FnMut(&str)) -> Result<Installed, EnvError> {
+        fs::create_dir_all(&self.dir).map_err(io("create", &self.dir))?;
+        fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o755)).map_err(io("chmod", &self.dir))?;
+        let lock_path = self.dir.join(format!(".lock-{name}"));
+        let lock_file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io("open", &lock_path))?;
+        let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| EnvError::Io { op: "flock", path: lock_path.clone(), source: e.into() })?;
+        let hash = Self::spec_hash(env, rt);
+        let target = self.path_of(name, &hash);
+        if let Some(path) = self.installed(name, env, rt) {
+            let manifest = read_manifest(&path)?;
+            progress(&format!("{name} is installed already ({}); nothing to do", path.display()));
+            return Ok(Installed::Already(path, manifest));
+        }
+        let build = self.dir.join(format!(".build-{name}-{hash}"));
+        if build.exists() {
+            progress(&format!("removing an unfinished build at {}", build.display()));
+            fs::remove_dir_all(&build).map_err(io("remove", &build))?;
+        }
+        fs::create_dir(&build).map_err(io("create", &build))?;
+        let steps = 2 + usize::from(!env.python.is_empty()) + usize::from(!env.npm.is_empty());
+        let mut step = 0;
+        let mut say = |progress: &mut dyn FnMut(&str), what: String| {
+            step += 1;
+            progress(&format!("[{step}/{steps}] {what}"));
+        };
+        if !env.python.is_empty() {
+            say(progress, format!("Python packages for {} with uv: {}", rt.python.display(), env.python.join(" ")));
+            let site = build.join("python");
+            let mut cmd = Command::new(&rt.uv);
+            cmd.args(["pip", "install", "--no-config", "--python"])
+                .arg(&rt.python)
+                .arg("--target")
+                .arg(&site)
+                .args(["--only-binary", ":all:", "--link-mode", "copy", "--compile-bytecode"])
+                .args(&env.python);
+            run_tool("uv", cmd, progress)?;
+        }
+        if !env.npm.is_empty() {
+            say(progress, format!("npm packages: {}", env.npm.join(" ")));
+            let node = build.join("node");
+            fs::create_dir(&node).map_err(io("create", &node))?;
+            let deps: serde_json::Map<String, serde_json::Value> = env
+                .npm
+                .iter()
+                .filter_map(|p| p.rfind('@').map(|at| (p[..at].to_owned(), serde_json::Value::String(p[at + 1..].to_owned()))))
+                .collect();
+            let package = serde_json::json!({ "name": format!("sandbox-env-{name}"), "private": true, "dependencies": deps });
+            let package_json = node.join("package.json");
+            fs::write(&package_json, serde_json::to_vec_pretty(&package).expect("JSON serializes")).map_err(io("write", &package_json))?;
+            let mut cmd = Command::new(&rt.npm);
+            cmd.args(["install", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund", "--no-update-notifier", "--save-exact"])
+                .arg("--prefix")
+                .arg(&node)
+                .current_dir(&node);
+            run_tool("npm", cmd, progress)?;
+        }
+        say(progress, "checking and recording what was installed".into());
+        make_world_readable(&build)?;
+        let (files, bytes, tree_sha256) = tree_digest(&build)?;
+        let manifest = Manifest {
+            name: name.to_owned(),
+            spec_hash: hash.clone(),
+            spec: env.clone(),
+            installed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            python_installed: python_dists(&build.join("python")),
+            npm_installed: npm_packages(&build.join("node").join("node_modules")),
+            files,
+            bytes,
+            tree_sha256,
+        };
+        let manifest_path = build.join("manifest.json");
+        fs::write(&manifest_path, serde_json::to_vec_pretty(&manifest).expect("JSON serializes")).map_err(io("write", &manifest_path))?;
+        fs::set_permissions(&manifest_path, fs::Permissions::from_mode(0o444)).map_err(io("chmod", &manifest_path))?;
+        say(progress, format!("switching in {}", target.display()));
+        if target.exists() {
+            // A directory without a manifest: an older, interrupted layout. Nothing runs from it.
+            fs::remove_dir_all(&target).map_err(io("remove", &target))?;
+        }
+        fs::rename(&build, &target).map_err(io("rename", &target))?;
+        progress(&format!("{name} installed: {} files, {} MiB at {}", manifest.files, manifest.bytes >> 20, target.display()));
+        Ok(Installed::Built(target, manifest))
+    }
+
+    /// Recomputes the installed tree's digest and compares it with the manifest.
+    /// Errors: [`EnvError::Tampered`] naming what differs; [`EnvError::Unknown`] if not installed.
+    pub fn check_integrity(&self, name: &str, env: &Environment, rt: &RuntimeConfig) -> Result<(PathBuf, Manifest), EnvError> {
+        let path = self.installed(name, env, rt).ok_or_else(|| EnvError::Unknown(name.to_owned()))?;
+        let manifest = read_manifest(&path)?;
+        let (files, bytes, digest) = tree_digest(&path)?;
+        if (files, bytes, digest.as_str()) != (manifest.files, manifest.bytes, manifest.tree_sha256.as_str()) {
+            return Err(EnvError::Tampered {
+                name: name.to_owned(),
+                path,
+                detail: format!(
+                    "manifest: {} files, {} bytes, sha256 {}; now: {files} files, {bytes} bytes, sha256 {digest}",
+                    manifest.files, manifest.bytes, manifest.tree_sha256
+                ),
+            });
+        }
+        Ok((path, manifest))
+    }
+
+    /// Removes every installed version of `name` (and an unfinished build). A run that has it
+    /// mounted sees its files disappear: remove environments when no profile uses them.
+    /// Returns the directories removed.
+    /// Errors: [`EnvError::Io`].
+    pub fn remove(&self, name: &str) -> Result<Vec<PathBuf>, EnvError> {
+        let mut removed = self.versions(name);
+        if let Ok(entries) = fs::read_dir(&self.dir) {
+            let prefix = format!(".build-{name}-");
+            removed.extend(entries.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)).map(|e| e.path()));
+        }
+        for p in &removed {
+            fs::remove_dir_all(p).map_err(io("remove", p))?;
+        }
+        Ok(removed)
+    }
+}
+
+fn read_manifest(path: &Path) -> Result<Manifest, EnvError> {
+    let file = path.join("manifest.json");
+    let bytes = fs::read(&file).map_err(io("read", &file))?;
+    serde_json::from_slice(&bytes).map_err(|e| EnvError::Io { op: "parse", path: file, source: std::io::Error::other(e) })
+}
+
+/// Runs an installer, forwarding each output line to `progress`; its failure keeps the last lines.
+fn run_tool(tool: &'static str, mut cmd: Command, progress: &mut dyn FnMut(&str)) -> Result<(), EnvError> {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| EnvError::Installer {
+        tool,
+        message: format!("cannot start {:?}: {e} (scripts/install-deps.sh installs uv and npm)", cmd.get_program()),
+    })?;
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let readers: Vec<_> = [child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>)]
+        .into_iter()
+        .flatten()
+        .map(|pipe| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    let _ = tx.send(line);
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let mut tail: std::collections::VecDeque<String> = std::collections::VecDeque::new();
+    for line in rx {
+        progress(&format!("    {tool}: {line}"));
+        tail.push_back(line);
+        if tail.len() > 20 {
+            tail.pop_front();
+        }
+    }
+    for r in readers {
+        let _ = r.join();
+    }
+    let status = child.wait().map_err(|e| EnvError::Installer { tool, message: e.to_string() })?;
+    if !status.success() {
+        return Err(EnvError::Installer { tool, message: format!("{status}; last output:\n{}", Vec::from(tail).join("\n")) });
+    }
+    Ok(())
+}
+
+/// Directories 0755 and files 0644 (0755 if executable by the owner): the sandbox's unprivileged
+/// user reads them; nobody but root writes.
+fn make_world_readable(root: &Path) -> Result<(), EnvError> {
+    let meta = fs::symlink_metadata(root).map_err(io("stat", root))?;
+    if meta.file_type().is_symlink() {
+        return Ok(());
+    }
+    let mode = if meta.is_dir() || meta.mode() & 0o100 != 0 { 0o755 } else { 0o644 };
+    fs::set_permissions(root, fs::Permissions::from_mode(mode)).map_err(io("chmod", root))?;
+    if meta.is_dir() {
+        for e in fs::read_dir(root).map_err(io("read", root))? {
+            make_world_readable(&e.map_err(io("read", root))?.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// (files, bytes, hex SHA-256) over the tree below `root` in path order, `manifest.json` excluded.
+fn tree_digest(root: &Path) -> Result<(u64, u64, String), EnvError> {
+    fn walk(dir: &Path, rel: &str, h: &mut Sha256, files: &mut u64, bytes: &mut u64) -> Result<(), EnvError> {
+        let mut entries: Vec<_> = fs::read_dir(dir).map_err(io("read", dir))?.filter_map(Result::ok).collect();
+        entries.sort_by_key(fs::DirEntry::file_name);
+        for e in entries {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let rel = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            if rel == "manifest.json" {
+                continue;
+            }
+            let path = e.path();
+            let meta = fs::symlink_metadata(&path).map_err(io("stat", &path))?;
+            if meta.file_type().is_symlink() {
+                let target = fs::read_link(&path).map_err(io("readlink", &path))?;
+                h.update(format!("l {rel} {}\n", target.display()));
+            } else if meta.is_dir() {
+                h.update(format!("d {rel} {:o}\n", meta.mode() & 0o7777));
+                walk(&path, &rel, h, files, bytes)?;
+            } else {
+                let mut f = fs::File::open(&path).map_err(io("open", &path))?;
+                let mut fh = Sha256::new();
+                std::io::copy(&mut f, &mut fh).map_err(io("read", &path))?;
+                h.update(format!("f {rel} {:o} {} {}\n", meta.mode() & 0o7777, meta.len(), hex::encode(fh.finalize())));
+                *files += 1;
+                *bytes += meta.len();
+            }
+        }
+        Ok(())
+    }
+    let (mut h, mut files, mut bytes) = (Sha256::new(), 0, 0);
+    walk(root, "", &mut h, &mut files, &mut bytes)?;
+    Ok((files, bytes, hex::encode(h.finalize())))
+}
+
+/// `name==version` of each `*.dist-info` directory in a site directory.
+fn python_dists(site: &Path) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(site) else { return Vec::new() };
+    let mut out: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let n = e.file_name().to_str()?.strip_suffix(".dist-info")?.to_owned();
+            let (name, version) = n.split_once('-')?;
+            Some(format!("{name}=={version}"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `name@version` of each package in a node_modules directory (scoped ones included).
+fn npm_packages(modules: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut dirs = vec![modules.to_owned()];
+    if let Ok(entries) = fs::read_dir(modules) {
+        dirs.extend(entries.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with('@')).map(|e| e.path()));
+    }
+    for dir in dirs {
+        let Ok(entries) = fs::read_dir(&dir) else { continue };
+        for e in entries.filter_map(Result::ok) {
+            let pj = e.path().join("package.json");
+            let Ok(text) = fs::read(&pj) else { continue };
+            let Ok(v) = serde_json::from_slice::<serde_json::Value>(&text) else { continue };
+            if let (Some(n), Some(ver)) = (v["name"].as_str(), v["version"].as_str()) {
+                out.push(format!("{n}@{ver}"));
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -1,0 +1,153 @@
+//! `sandbox env`: list, install, verify and remove package environments.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use sandbox_core::profile::{Environment, Limits};
+use sandbox_core::{Config, ExecutionRequest, Language, Profile, Status};
+use sandbox_engine::environment::{Environments, Installed};
+
+/// `sandbox env ...`.
+#[derive(clap::Subcommand, Debug)]
+pub enum EnvCommand {
+    /// Each declared environment: installed or not, size, the profiles that use it.
+    List,
+    /// Build an environment (idempotent: an installed one is left as it is). Progress goes to stderr.
+    Install {
+        /// Environment name, e.g. `python-analysis`.
+        name: String,
+    },
+    /// Check an installed environment: its files against the manifest's digest, then every
+    /// package imported inside a real sandbox.
+    Verify {
+        /// Environment name.
+        name: String,
+    },
+    /// Remove every installed version of an environment.
+    Remove {
+        /// Environment name.
+        name: String,
+    },
+}
+
+fn declared<'a>(config: &'a Config, name: &str) -> anyhow::Result<&'a Environment> {
+    config.environments.get(name).with_context(|| {
+        let known: Vec<&str> = config.environments.keys().map(String::as_str).collect();
+        format!("no environment named {name:?}; declared: {}", known.join(", "))
+    })
+}
+
+/// Installs `name`, printing progress on stderr. Used by `env install` and `run --install`.
+pub fn install(config: &Config, data_dir: &Path, name: &str) -> anyhow::Result<()> {
+    let env = declared(config, name)?;
+    let envs = Environments::for_runtime(&config.runtime, data_dir);
+    let outcome = envs.install(name, env, &config.runtime, &mut |line| eprintln!("{line}"))?;
+    if let Installed::Built(_, m) = outcome {
+        eprintln!("python: {}", if m.python_installed.is_empty() { "-".into() } else { m.python_installed.join(" ") });
+        eprintln!("npm: {}", if m.npm_installed.is_empty() { "-".into() } else { m.npm_installed.join(" ") });
+    }
+    Ok(())
+}
+
+/// Runs `sandbox env COMMAND`.
+pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Result<ExitCode> {
+    let envs = Environments::for_runtime(&config.runtime, data_dir);
+    match command {
+        EnvCommand::List => {
+            println!("{:<24} {:<14} {:>9} {:<20} PROFILES", "NAME", "STATE", "SIZE", "SPEC");
+            for (name, env) in &config.environments {
+                let st = envs.status(name, env, &config.runtime);
+                let (state, size) = match &st.current {
+                    Some((_, m)) => ("installed", format!("{}MiB", m.bytes >> 20)),
+                    None => ("not installed", "-".into()),
+                };
+                let users: Vec<&str> =
+                    config.profiles.iter().filter(|(_, p)| p.environment.as_deref() == Some(name)).map(|(n, _)| n.as_str()).collect();
+                println!("{name:<24} {state:<14} {size:>9} {:<20} {}", Environments::spec_hash(env, &config.runtime), users.join(", "));
+                for s in st.stale {
+                    println!("  stale: {} (an older spec; `sandbox env remove {name}` removes every version)", s.display());
+                }
+            }
+            println!("(installed under {})", envs.dir().display());
+            Ok(ExitCode::SUCCESS)
+        }
+        EnvCommand::Install { name } => {
+            install(&config, data_dir, &name)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        EnvCommand::Remove { name } => {
+            declared(&config, &name)?;
+            let removed = envs.remove(&name)?;
+            if removed.is_empty() {
+                eprintln!("{name} was not installed");
+            }
+            for p in removed {
+                eprintln!("removed {}", p.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        EnvCommand::Verify { name } => verify(config, data_dir, &name),
+    }
+}
+
+/// Integrity first (nothing changed since install), then imports inside a sandbox, per language.
+fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCode> {
+    let env = declared(&config, name)?.clone();
+    let envs = Environments::for_runtime(&config.runtime, data_dir);
+    if envs.installed(name, &env, &config.runtime).is_none() {
+        eprintln!("sandbox: error[environment_not_installed]: {name} is not installed; run `sandbox env install {name}`");
+        return Ok(ExitCode::from(3));
+    }
+    let (path, manifest) = envs.check_integrity(name, &env, &config.runtime)?;
+    eprintln!("files: {} files, {} bytes match the manifest ({})", manifest.files, manifest.bytes, path.display());
+    let mut checks: Vec<(Language, String)> = Vec::new();
+    if !env.python_imports.is_empty() {
+        let modules = serde_json::to_string(&env.python_imports)?;
+        checks.push((
+            Language::Python,
+            format!(
+                "import importlib, importlib.metadata as md\nfor m in {modules}:\n    mod = importlib.import_module(m)\n    \
+                 print(m, getattr(mod, '__version__', ''))\n"
+            ),
+        ));
+    }
+    if !manifest.npm_installed.is_empty() {
+        let names: Vec<String> = env.npm.iter().filter_map(|p| p.rfind('@').map(|at| p[..at].to_owned())).collect();
+        let names = serde_json::to_string(&names)?;
+        checks.push((Language::Typescript, format!("for (const p of {names}) {{ const m = await import(p); console.log(p, Object.keys(m).length, 'exports'); }}\n")));
+    }
+    let mut config = config;
+    for (language, _) in &checks {
+        let profile = Profile {
+            language: *language,
+            description: format!("verifies environment {name}"),
+            harness: sandbox_core::Harness::Script,
+            limits: Limits { memory_max_bytes: 2 << 30, cpu_max: 2.0, pids_max: 256, timeout_ms: 120_000, ..Limits::default() },
+            filesystem: Default::default(),
+            output: Default::default(),
+            network: Default::default(),
+            env: Default::default(),
+            environment: Some(name.to_owned()),
+        };
+        config.profiles.insert(format!("env-verify-{}", language.as_str()), profile);
+    }
+    let (engine, _audit) = crate::audit::engine(config, data_dir.to_owned())?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let mut ok = true;
+    for (language, code) in checks {
+        let request = ExecutionRequest { profile: format!("env-verify-{}", language.as_str()), code, ..Default::default() };
+        let r = rt.block_on(engine.execute("cli:env-verify", request, None));
+        print!("{}", r.stdout);
+        if r.status != Status::Ok {
+            ok = false;
+            eprintln!("{}: {} in the sandbox: {}", language.as_str(), r.status.as_str(), r.stderr.trim_end());
+            if let Some(e) = &r.error {
+                eprintln!("  {}: {}", e.kind, e.message);
+            }
+        } else {
+            eprintln!("{}: every package imports inside the sandbox ({} ms)", language.as_str(), r.timing.run_ms);
+        }
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
