@@ -370,18 +370,52 @@ impl Config {
     /// Errors: [`ConfigError`] with the field path, for syntax, unknown fields, wrong types and
     /// values out of range.
     pub fn parse(text: &str, file: &str) -> Result<Self, ConfigError> {
+        let config = Self::read(text, file)?;
+        config.validate(file)?;
+        config.validate_references(file)?;
+        Ok(config)
+    }
+
+    /// Parses one TOML file's `text` like [`Config::parse`] and lays it over `self` (see
+    /// [`Config::layered`]); names (a profile's `environment`) may refer to either.
+    /// Errors: [`ConfigError`] naming `file` and the field.
+    pub fn parse_layered(self, text: &str, file: &str) -> Result<Self, ConfigError> {
+        let user = Self::read(text, file)?;
+        user.validate(file)?;
+        let config = self.layered(user);
+        config.validate_references(file)?;
+        Ok(config)
+    }
+
+    /// TOML to a [`Config`], errors naming the field; no validation.
+    fn read(text: &str, file: &str) -> Result<Self, ConfigError> {
         let de = toml::Deserializer::parse(text).map_err(|e| ConfigError {
             file: file.to_owned(),
             field: "<syntax>".to_owned(),
             message: e.message().to_owned() + &line_of(text, e.span()),
         })?;
-        let config: Config = serde_path_to_error::deserialize(de).map_err(|e| ConfigError {
+        serde_path_to_error::deserialize(de).map_err(|e| ConfigError {
             file: file.to_owned(),
             field: e.path().to_string(),
             message: e.inner().message().to_owned() + &line_of(text, e.inner().span()),
-        })?;
-        config.validate(file)?;
-        Ok(config)
+        })
+    }
+
+    /// Cross-references: every profile's `environment` is declared.
+    fn validate_references(&self, file: &str) -> Result<(), ConfigError> {
+        for (name, p) in &self.profiles {
+            if let Some(env) = &p.environment {
+                if !self.environments.contains_key(env) {
+                    let known: Vec<&str> = self.environments.keys().map(String::as_str).collect();
+                    return Err(ConfigError {
+                        file: file.to_owned(),
+                        field: format!("profiles.{name}.environment"),
+                        message: format!("no environment named {env:?}; declared: {}", known.join(", ")),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The built-in configuration with `other`'s runtime settings and profiles laid over it
@@ -438,12 +472,7 @@ impl Config {
         }
         for (name, p) in &self.profiles {
             let at = |f: &str| format!("profiles.{name}.{f}");
-            if let Some(env) = &p.environment {
-                if !self.environments.contains_key(env) {
-                    let known: Vec<&str> = self.environments.keys().map(String::as_str).collect();
-                    return Err(err(at("environment"), format!("no environment named {env:?}; declared: {}", known.join(", "))));
-                }
-            }
+
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
                 return Err(err(format!("profiles.{name}"), "profile names use letters, digits, '-' and '_'".into()));
             }

@@ -15,8 +15,7 @@ pub fn load(explicit: Option<&Path>) -> anyhow::Result<Config> {
     };
     let Some(path) = path else { return Ok(builtin) };
     let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read config file {}", path.display()))?;
-    let user = Config::parse(&text, &path.display().to_string()).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-    Ok(builtin.layered(user))
+    builtin.parse_layered(&text, &path.display().to_string()).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))
 }
 
 fn search_path() -> Vec<PathBuf> {

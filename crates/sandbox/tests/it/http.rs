@@ -34,7 +34,7 @@ impl Server {
     pub fn start(service_toml: &str) -> Self {
         let dir = tempfile::Builder::new().prefix("srv-").tempdir_in(&env().dir).unwrap().keep();
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        std::fs::write(dir.join("config.toml"), format!("{TEST_CONFIG}\n{service_toml}")).unwrap();
+        std::fs::write(dir.join("config.toml"), format!("{}{TEST_CONFIG}\n{service_toml}", runtime_toml())).unwrap();
         Self::spawn(&dir.join("config.toml"), dir.join("data"))
     }
 

@@ -6,6 +6,8 @@ mod attacks;
 mod audit;
 mod basics;
 mod cases;
+mod environments;
+mod examples;
 mod files;
 mod harness;
 mod http;
@@ -19,8 +21,23 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// Where the tests keep installed environments: shared between test runs (an environment's
+/// directory is keyed by the hash of its spec, so a stale one is never used), so that only the
+/// first run on a machine downloads them. `SANDBOX_TEST_ENVIRONMENTS` overrides it.
+pub fn test_environments_dir() -> String {
+    std::env::var("SANDBOX_TEST_ENVIRONMENTS").unwrap_or_else(|_| "/var/tmp/sandbox-test-environments".into())
+}
+
 /// Profiles the tests use on top of the built-in ones.
 pub const TEST_CONFIG: &str = r#"
+[profiles.py-analysis-few-pids]
+language = "python"
+environment = "python-analysis"
+[profiles.py-analysis-few-pids.limits]
+memory_max_bytes = 1073741824
+cpu_max = 2.0
+pids_max = 12
+
 [profiles.py-small]
 language = "python"
 [profiles.py-small.limits]
@@ -107,10 +124,28 @@ pub fn env() -> &'static Env {
             ro.display().to_string(),
             rw.display().to_string()
         );
-        std::fs::write(&config, format!("{TEST_CONFIG}{mounts}")).unwrap();
+        std::fs::write(&config, format!("{}{TEST_CONFIG}{mounts}", runtime_toml())).unwrap();
         let data = dir.join("data");
         Env { dir, config, data }
     })
+}
+
+/// The `[runtime]` section of every test configuration: the defaults, with the shared
+/// environments directory.
+pub fn runtime_toml() -> String {
+    format!("[runtime]\nenvironments_dir = {:?}\n", test_environments_dir())
+}
+
+/// Installs the built-in environments into [`test_environments_dir`] once per test process
+/// (a no-op when an earlier run installed them).
+pub fn environments_installed() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        for name in ["python-analysis", "typescript-analysis"] {
+            let out = sandbox(&["env", "install", name]).output().unwrap();
+            assert!(out.status.success(), "sandbox env install {name}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    });
 }
 
 pub fn bin() -> &'static str {

@@ -1,0 +1,149 @@
+//! Package environments: install (progress, idempotent, atomic, verified), the message when one
+//! is missing, the libraries working headless inside, and the host's packages staying outside.
+
+use super::*;
+
+/// A configuration whose environments live in a fresh, empty directory: a new machine.
+fn fresh_config() -> (PathBuf, PathBuf) {
+    let dir = tempfile::Builder::new().prefix("envs-").tempdir_in(&env().dir).unwrap().keep();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let envs = dir.join("environments");
+    let config = dir.join("config.toml");
+    std::fs::write(&config, format!("[runtime]\nenvironments_dir = {:?}\n", envs.display().to_string())).unwrap();
+    (config, envs)
+}
+
+fn cli(config: &Path, args: &[&str]) -> Output {
+    Command::new(bin()).arg("--config").arg(config).arg("--data-dir").arg(&env().data).args(args).output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn a_fresh_install_shows_progress_a_second_is_a_no_op_and_a_missing_one_names_the_command() {
+    let (config, envs) = fresh_config();
+    let code = "import _ from 'lodash';\nconsole.log(_.sum([1, 2, 3]));\n";
+    // Missing: refused before anything runs, naming the command that installs it.
+    let out = cli(&config, &["run", "--json", "-p", "typescript-analysis", "-c", code]);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((out.status.code(), r["status"].as_str(), r["error"]["type"].as_str()), (Some(3), Some("rejected"), Some("environment_not_installed")), "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("sandbox env install typescript-analysis"), "{r}");
+
+    let out = cli(&config, &["env", "install", "typescript-analysis"]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("[1/3] npm packages: papaparse@5.7.1"), "progress names the step: {err}");
+    assert!(err.contains("[3/3] switching in"), "{err}");
+    assert!(err.contains("npm: date-fns@4.4.0 lodash@4.18.1 papaparse@5.7.1 simple-statistics@7.12.1 zod@4.6.7"), "{err}");
+    let installed: Vec<_> = std::fs::read_dir(&envs).unwrap().filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(installed.iter().any(|n| n.starts_with("typescript-analysis-")), "{installed:?}");
+    assert!(!installed.iter().any(|n| n.starts_with(".build-")), "the build directory was switched in: {installed:?}");
+
+    let again = cli(&config, &["env", "install", "typescript-analysis"]);
+    assert!(again.status.success());
+    assert!(text(&again.stderr).contains("installed already") && !text(&again.stderr).contains("[1/3]"), "{}", text(&again.stderr));
+
+    let list = text(&cli(&config, &["env", "list"]).stdout);
+    assert!(list.lines().any(|l| l.starts_with("typescript-analysis") && l.contains(" installed ")), "{list}");
+    assert!(list.lines().any(|l| l.starts_with("python-analysis") && l.contains("not installed")), "{list}");
+
+    let out = cli(&config, &["run", "--json", "-p", "typescript-analysis", "-c", code]);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((r["status"].as_str(), r["stdout"].as_str()), (Some("ok"), Some("6\n")), "{r}");
+
+    // verify: files against the manifest, then imports inside a sandbox.
+    let out = cli(&config, &["env", "verify", "typescript-analysis"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("every package imports inside the sandbox"), "{}", text(&out.stderr));
+    // A changed file is found.
+    let dir = std::fs::read_dir(&envs).unwrap().filter_map(Result::ok).find(|e| e.file_name().to_string_lossy().starts_with("typescript-analysis-")).unwrap().path();
+    let victim = dir.join("node/node_modules/lodash/sum.js");
+    let mut content = std::fs::read(&victim).unwrap();
+    content.extend_from_slice(b"\n// changed\n");
+    std::fs::write(&victim, content).unwrap();
+    let out = cli(&config, &["env", "verify", "typescript-analysis"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("was changed after install"), "{}", text(&out.stderr));
+
+    // remove, then `run --install` installs it first.
+    let out = cli(&config, &["env", "remove", "typescript-analysis"]);
+    assert!(out.status.success() && text(&out.stderr).contains("removed"), "{}", text(&out.stderr));
+    assert!(!dir.exists());
+    let out = cli(&config, &["run", "--install", "-p", "typescript-analysis", "-c", code]);
+    assert_eq!((out.status.code(), text(&out.stdout).as_str()), (Some(0), "6\n"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("[1/3] npm packages"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn python_analysis_runs_numpy_pandas_scipy_and_matplotlib_headless_and_quietly() {
+    environments_installed();
+    let code = "import os, numpy as np, pandas as pd, scipy.stats as st\nimport matplotlib\nimport matplotlib.pyplot as plt\n\
+                print(matplotlib.get_backend(), os.environ['OMP_NUM_THREADS'], os.environ['OPENBLAS_NUM_THREADS'])\n\
+                df = pd.DataFrame({'x': np.arange(100.0), 'y': np.arange(100.0) * 2 + 1})\n\
+                print(round(st.pearsonr(df.x, df.y)[0], 6), df.y.sum())\n\
+                a = np.random.default_rng(1).random((400, 400)); print((a @ a).shape)\n\
+                fig, ax = plt.subplots(figsize=(4, 3), dpi=100); ax.plot(df.x, df.y); fig.savefig('chart.png')\n";
+    let r = run("python-analysis", code, &[]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert_eq!(r.stdout(), "Agg 2 2\n1.0 10000.0\n(400, 400)\n", "{r:?}");
+    assert_eq!(r.stderr_of_program(), "", "matplotlib neither warns nor fails (writable config and cache in /tmp): {r:?}");
+    let png = r.file_bytes("chart.png").expect("chart returned");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!((u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap())), (400, 300));
+    // The environment is read-only inside.
+    let r = run("python-analysis", "import numpy, pathlib\np = pathlib.Path(numpy.__file__)\ntry:\n    p.write_text('x')\nexcept OSError as e:\n    print('denied' if e.errno in (13, 30) else e)\n", &[]);
+    assert_eq!(r.stdout(), "denied\n", "read-only mount (EROFS) behind landlock (EACCES): {r:?}");
+}
+
+#[test]
+fn a_small_pids_limit_does_not_break_numpy() {
+    // Thread pools are sized to the profile's CPUs (2), not the host's cores: 12 pids suffice.
+    environments_installed();
+    let code = "import numpy as np\na = np.ones((300, 300))\nprint(float((a @ a).sum()))\n";
+    let r = run("py-analysis-few-pids", code, &[]);
+    assert_eq!((r.status(), r.stdout()), ("ok", "27000000.0\n"), "{r:?}");
+}
+
+#[test]
+fn typescript_analysis_imports_by_bare_specifier() {
+    environments_installed();
+    let code = "import Papa from 'papaparse';\nimport { mean } from 'simple-statistics';\nimport { format } from 'date-fns';\n\
+                import { z } from 'zod';\nimport _ from 'lodash';\nimport { createRequire } from 'node:module';\n\
+                const rows = Papa.parse<{ v: number }>('v\\n1\\n2\\n6', { header: true, dynamicTyping: true }).data;\n\
+                const n = z.number().parse(mean(rows.map((r) => r.v)));\n\
+                const cjs = createRequire(import.meta.url)('lodash');\n\
+                console.log(n, format(new Date(0), 'yyyy-MM-dd'), _.chunk([1, 2, 3], 2).length, typeof cjs.sum);\n";
+    let r = run("typescript-analysis", code, &[]);
+    assert_eq!((r.status(), r.stdout()), ("ok", "3 1970-01-01 2 function\n"), "{r:?}");
+}
+
+#[test]
+fn the_hosts_python_packages_stay_outside() {
+    // Debian's python3-yaml (and whatever pip put under /usr/local) is on the host, not inside.
+    let code = "import sys, os\nfor d in ['/usr/lib/python3/dist-packages', '/usr/local/lib/python3.11/dist-packages']:\n    \
+                print(d, os.path.isdir(d) and os.listdir(d))\ntry:\n    import yaml\n    print('yaml importable')\nexcept ImportError:\n    print('no yaml')\n";
+    let r = run("python-default", code, &[]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    for line in r.stdout().lines().take(2) {
+        assert!(line.ends_with(" []") || line.ends_with(" False"), "{line}: {r:?}");
+    }
+    assert!(r.stdout().ends_with("no yaml\n"), "{r:?}");
+}
+
+#[test]
+fn bad_environment_declarations_name_the_field() {
+    for (toml, field, needle) in [
+        ("[environments.e]\npython = [\"numpy>=2\"]\n", "environments.e.python[0]", "not pinned"),
+        ("[environments.e]\nnpm = [\"lodash@^4\"]\n", "environments.e.npm[0]", "exact version"),
+        ("[environments.e]\npython_imports = [\"no-dash\"]\n", "environments.e.python_imports[0]", "not a module name"),
+        ("[profiles.p]\nlanguage = \"python\"\nenvironment = \"nope\"\n", "profiles.p.environment", "no environment named \"nope\""),
+    ] {
+        let path = scratch_file("bad.toml", toml.as_bytes());
+        let out = Command::new(bin()).arg("--config").arg(&path).args(["profiles", "list"]).output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(field) && err.contains(needle), "{field} / {needle}: {err}");
+    }
+}
