@@ -40,13 +40,14 @@ def sha256_hex(s: str) -> str:
     return hashlib.sha256(s.encode()).hexdigest()
 
 
-def config_text(service_extra: str = "") -> str:
-    return f"""[service]
+def config_text(service_extra: str = "", head: str = "") -> str:
+    return f"""{head}
+[service]
 {service_extra}
 [[service.api_keys]]
 name = "test"
 sha256 = "{sha256_hex(API_KEY)}"
-profiles = ["python-default", "typescript-default"]
+profiles = ["python-default", "typescript-default", "python-analysis", "typescript-analysis"]
 
 [[service.api_keys]]
 name = "python-only"
@@ -69,14 +70,14 @@ class Server:
             return ""
 
 
-def start_server(service_extra: str = "") -> Server:
+def start_server(service_extra: str = "", head: str = "") -> Server:
     root = Path(tempfile.mkdtemp(prefix="sandbox-client-test-"))
     data = root / "data"
     data.mkdir()
     os.chmod(root, 0o755)
     os.chmod(data, 0o755)
     cfg = root / "config.toml"
-    cfg.write_text(config_text(service_extra))
+    cfg.write_text(config_text(service_extra, head))
     stderr = open(root / "stderr.log", "wb")
     proc = subprocess.Popen(
         [str(sandbox_bin()), "--data-dir", str(data), "--config", str(cfg), "serve", "--listen", "127.0.0.1:0"],

@@ -32,17 +32,23 @@ export interface ServerOptions {
   keys?: KeySpec[];
   /** Extra `[service]` settings, e.g. `{ max_concurrency: 1, queue_max: 0 }`. */
   service?: Record<string, number>;
+  /** `[runtime] environments_dir`: where installed package environments are found. */
+  environmentsDir?: string;
 }
 
 export interface RunningServer {
   url: string;
+  /** The server's config file (for `sandbox --config ... env install`). */
+  configPath: string;
   /** What the server wrote to stderr so far (for failure messages). */
   logs(): string;
   stop(): Promise<void>;
 }
 
 function toml(options: ServerOptions): string {
-  const lines = ['[service]'];
+  const lines = [];
+  if (options.environmentsDir) lines.push('[runtime]', `environments_dir = ${JSON.stringify(options.environmentsDir)}`, '');
+  lines.push('[service]');
   for (const [k, v] of Object.entries(options.service ?? {})) lines.push(`${k} = ${v}`);
   for (const k of options.keys ?? []) {
     lines.push('', '[[service.api_keys]]');
@@ -105,6 +111,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
 
   return {
     url,
+    configPath,
     logs: () => stderr,
     async stop() {
       if (!exited) {
