@@ -36,9 +36,10 @@ host_env = dict(os.environ, PYTHONPATH=site, MPLBACKEND="Agg", MPLCONFIGDIR=temp
 work = tempfile.mkdtemp()
 os.symlink(csv, os.path.join(work, "data.csv"))
 variants = [
-    ("import: host python3 (process)", [py, "-c", imp], host_env, work),
+    # -S: no site module, so the host's dist-packages and .pth files stay out, as inside.
+    ("import: host python3 (process)", [py, "-S", "-c", imp], host_env, work),
     ("import: sandbox run (whole CLI)", sb + ["run", "-p", "python-analysis", "-c", imp], None, None),
-    ("example.py: host python3", [py, os.path.join(root, "examples/data-analyst/analysis.py")], host_env, work),
+    ("example.py: host python3", [py, "-S", os.path.join(root, "examples/data-analyst/analysis.py")], host_env, work),
     ("example.py: sandbox run", sb + ["run", "-p", "python-analysis", "--file", f"data.csv={csv}", "--out-dir", tempfile.mkdtemp(),
                                       os.path.join(root, "examples/data-analyst/analysis.py")], None, None),
     ("example.ts: sandbox run (function)", sb + ["run", "-p", "typescript-analysis", "--harness", "function", "--file", f"data.csv={csv}",

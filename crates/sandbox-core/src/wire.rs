@@ -361,6 +361,13 @@ pub struct ProfileInfo {
     pub network: String,
     /// Paths of extra directories inside the sandbox (host paths are not shown).
     pub mounts: Vec<MountInfo>,
+    /// The package environment mounted into every run, if any (e.g. `python-analysis`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<String>,
+    /// Libraries importable besides the standard library, pinned: `numpy==2.4.6` (Python),
+    /// `papaparse@5.7.1` (npm). Empty: standard library only.
+    #[serde(default)]
+    pub libraries: Vec<String>,
 }
 
 /// An extra directory as the program sees it.
@@ -374,7 +381,21 @@ pub struct MountInfo {
 }
 
 impl ProfileInfo {
-    /// The caller's view of `profile` named `name`.
+    /// The caller's view of profile `name` of `config`, with its environment's libraries.
+    pub fn in_config(name: &str, config: &crate::Config) -> Option<Self> {
+        let p = config.profiles.get(name)?;
+        let mut info = Self::new(name, p);
+        if let Some(env) = p.environment.as_ref().and_then(|e| config.environments.get(e)) {
+            info.libraries = match p.language {
+                Language::Python => env.python.clone(),
+                Language::Typescript => env.npm.clone(),
+            };
+        }
+        Some(info)
+    }
+
+    /// The caller's view of `profile` named `name` (without its environment's libraries; see
+    /// [`ProfileInfo::in_config`]).
     pub fn new(name: &str, p: &crate::Profile) -> Self {
         Self {
             name: name.to_owned(),
@@ -400,6 +421,8 @@ impl ProfileInfo {
                 .iter()
                 .map(|m| MountInfo { path: m.sandbox.display().to_string(), read_only: m.read_only })
                 .collect(),
+            environment: p.environment.clone(),
+            libraries: Vec::new(),
         }
     }
 }

@@ -358,8 +358,8 @@ async fn list_profiles(State(state): State<AppState>, headers: HeaderMap) -> Res
         Ok(c) => c,
         Err(r) => return r,
     };
-    let profiles =
-        state.engine.config().profiles.iter().filter(|(n, _)| who.allows(n)).map(|(n, p)| ProfileInfo::new(n, p)).collect();
+    let config = state.engine.config();
+    let profiles = config.profiles.keys().filter(|n| who.allows(n)).filter_map(|n| ProfileInfo::in_config(n, config)).collect();
     Json(ProfileList { profiles }).into_response()
 }
 
@@ -376,7 +376,7 @@ async fn get_profile(State(state): State<AppState>, headers: HeaderMap, Path(nam
         Some(_) if !who.allows(&name) => {
             fail(&state, ErrorCode::ForbiddenProfile, format!("key {:?} may not use profile {name:?}", who.name()), Some("name".into()))
         }
-        Some(p) => Json(ProfileInfo::new(&name, p)).into_response(),
+        Some(_) => Json(ProfileInfo::in_config(&name, state.engine.config())).into_response(),
     }
 }
 
