@@ -134,7 +134,7 @@ impl AuditLog {
                 }
             })
             .collect();
-        serde_json::json!({
+        let mut body = serde_json::json!({
             "schemaVersion": SCHEMA_VERSION,
             "harness": r.harness,
             "timeoutMs": r.timeout,
@@ -145,7 +145,17 @@ impl AuditLog {
             "envKeys": r.env.keys().collect::<Vec<_>>(),
             "stdin": r.stdin.is_some(),
             "owner": { "pid": self.owner.pid, "start": self.owner.start },
-        })
+        });
+        // The function harness's input: whole within the code cap, else prefix, length, sha256.
+        if let (Some(input), Some(o)) = (&r.input, body.as_object_mut()) {
+            let json = input.to_string();
+            if json.len() > self.caps.code_max_bytes {
+                o.insert("inputCapped".into(), capped_text(&json, self.caps.code_max_bytes));
+            } else {
+                o.insert("input".into(), input.clone());
+            }
+        }
+        body
     }
 
     fn result_body(&self, r: &ExecutionResult) -> serde_json::Value {
@@ -162,6 +172,15 @@ impl AuditLog {
                 .map(|(n, f)| (n.clone(), serde_json::json!({ "size": f.size, "sha256": f.sha256, "mimeType": f.mime_type })))
                 .collect();
             o.insert("files".into(), files.into());
+            // The function harness's value, kept whole within the output cap; past it, the
+            // serialized JSON's prefix with its full length and sha256 (`returnDataCapped`).
+            if let Some(data) = &r.return_data {
+                let json = data.to_string();
+                if json.len() > self.caps.output_max_bytes {
+                    o.remove("returnData");
+                    o.insert("returnDataCapped".into(), capped_text(&json, self.caps.output_max_bytes));
+                }
+            }
         }
         v
     }

@@ -58,6 +58,19 @@ fn each_outcome_is_recorded_with_its_fields() {
     let r = show(&data, e["executionId"].as_str().unwrap());
     assert_eq!((r["status"].as_str(), r["result"]["exitCode"].as_i64()), (Some("error"), Some(1)));
     assert!(r["result"]["stderr"]["text"].as_str().unwrap().contains("KeyError: 'missing'"));
+    assert_eq!((r["result"]["error"]["type"].as_str(), r["result"]["error"]["line"].as_u64()), (Some("KeyError"), Some(1)), "{r}");
+
+    // The function harness: its input and its return value are in the record; a return value
+    // past the output cap is kept as its prefix, full length and sha256.
+    let f = run_in(&data, "python-default", "def main(i):\n    return {'got': i}\n", &["--harness", "function", "--input", "[1, 2]"]);
+    let r = show(&data, f["executionId"].as_str().unwrap());
+    assert_eq!(r["request"]["input"], serde_json::json!([1, 2]), "{r}");
+    assert_eq!(r["result"]["returnData"], serde_json::json!({"got": [1, 2]}), "{r}");
+    let big = run_in(&data, "python-default", "def main(i):\n    return 'x' * (1 << 20)\n", &["--harness", "function"]);
+    assert_eq!(big["status"], "ok");
+    let r = show(&data, big["executionId"].as_str().unwrap());
+    assert!(r["result"].get("returnData").is_none(), "{r}");
+    assert_eq!((r["result"]["returnDataCapped"]["truncated"].as_bool(), r["result"]["returnDataCapped"]["bytes"].as_u64()), (Some(true), Some((1 << 20) + 2)));
 
     let bad = format!("../x={}", input.display());
     let j = run_in(&data, "python-default", "print(1)", &["--file", &bad]);
@@ -66,7 +79,7 @@ fn each_outcome_is_recorded_with_its_fields() {
     assert_eq!(r["request"]["files"][0]["name"], "../x", "the attempt is kept as sent");
 
     let out = cli(&data, &["audit", "verify"]);
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: 10 events"), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("ok: 14 events"), "{out:?}");
 }
 
 #[test]

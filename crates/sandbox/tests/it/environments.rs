@@ -74,6 +74,7 @@ fn a_fresh_install_shows_progress_a_second_is_a_no_op_and_a_missing_one_names_th
     let out = cli(&config, &["run", "--install", "-p", "typescript-analysis", "-c", code]);
     assert_eq!((out.status.code(), text(&out.stdout).as_str()), (Some(0), "6\n"), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("[1/3] npm packages"), "{}", text(&out.stderr));
+    std::fs::remove_dir_all(envs).unwrap();
 }
 
 #[test]
@@ -146,4 +147,20 @@ fn bad_environment_declarations_name_the_field() {
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains(field) && err.contains(needle), "{field} / {needle}: {err}");
     }
+}
+
+#[test]
+fn python_analysis_installs_on_a_fresh_machine_as_the_readme_says() {
+    let (config, envs) = fresh_config();
+    let out = cli(&config, &["env", "install", "python-analysis"]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("[1/3] Python packages for /usr/bin/python3 with uv: numpy==2.4.6 pandas==3.1.1"), "{err}");
+    assert!(err.contains("uv: ") && err.contains("+ matplotlib==3.11.2"), "uv's own progress is shown: {err}");
+    assert!(err.contains("python-analysis installed:"), "{err}");
+    let again = cli(&config, &["env", "install", "python-analysis"]);
+    assert!(again.status.success() && text(&again.stderr).contains("nothing to do"), "{}", text(&again.stderr));
+    let out = cli(&config, &["run", "-p", "python-analysis", "-c", "import numpy, pandas, scipy, matplotlib\nprint(numpy.__version__, pandas.__version__)"]);
+    assert_eq!(text(&out.stdout), "2.4.6 3.1.1\n", "{}", text(&out.stderr));
+    std::fs::remove_dir_all(envs).unwrap(); // 380 MiB
 }
