@@ -156,11 +156,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{}", toml::to_string(&table)?);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Doctor { json } => Ok(doctor(&config, json)),
+        Command::Doctor { json } => {
+            let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);
+            Ok(doctor(&config, &data_dir, json))
+        }
     }
 }
 
-fn doctor(config: &sandbox_core::Config, json: bool) -> ExitCode {
+fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool) -> ExitCode {
+    let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, data_dir);
     let report = sandbox_runtime::probe::probe();
     let mut runtimes = Vec::new();
     for (what, path) in [("python", &config.runtime.python), ("node", &config.runtime.node)] {
@@ -179,7 +183,13 @@ fn doctor(config: &sandbox_core::Config, json: bool) -> ExitCode {
                 sandbox_core::Language::Python => &config.runtime.python,
                 sandbox_core::Language::Typescript => &config.runtime.node,
             };
-            let why = host_failure.clone().or_else(|| (!bin.is_file()).then(|| format!("runtime {} not found", bin.display())));
+            let why = host_failure.clone().or_else(|| (!bin.is_file()).then(|| format!("runtime {} not found", bin.display()))).or_else(|| {
+                let env = p.environment.as_ref()?;
+                let spec = config.environments.get(env)?;
+                envs.installed(env, spec, &config.runtime)
+                    .is_none()
+                    .then(|| format!("environment {env} is not installed (sandbox env install {env})"))
+            });
             (name.clone(), why)
         })
         .collect();
