@@ -108,6 +108,7 @@ fn profiles_list_and_show() {
 
 #[test]
 fn doctor_reports_host_features_and_runnable_profiles() {
+    environments_installed();
     let out = sandbox(&["doctor", "--json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
