@@ -70,7 +70,15 @@ fn case(id: &str) -> Case {
 }
 
 /// The profile with exactly the case's memory and pids limits (see TEST_CONFIG).
+/// Cases that import numpy or matplotlib run in the python-analysis environment.
 fn profile(c: &Case) -> &'static str {
+    if c.language == "python" && (c.code.contains("import numpy") || c.code.contains("import matplotlib")) {
+        return match (c.memory_mb, c.pids) {
+            (None | Some(512), Some(32)) => "cases-py-analysis-pids32",
+            (None | Some(512), None) => "cases-py-analysis",
+            other => panic!("{}: no analysis test profile for {other:?}; add one to TEST_CONFIG", c.id),
+        };
+    }
     match (c.language.as_str(), c.memory_mb, c.pids) {
         ("python", None | Some(512), None) => "python-default",
         ("typescript", None | Some(512), None) => "typescript-default",
@@ -476,23 +484,9 @@ fn c14_busy_loop_killed(c: &Case) {
     ensure!(&r, cpu <= bound, "cpuTimeMs {cpu} above the wall time: the loop kept running");
 }
 
-/// Whether `module` imports inside the sandbox under `c`'s profile; panics if the probe itself fails.
-fn importable(c: &Case, module: &str) -> bool {
-    let probe = format!("import importlib.util, sys\nsys.exit(0 if importlib.util.find_spec({module:?}) else 3)\n");
-    let r = exec_with(c, &probe, &[], &[]);
-    match r.json["exitCode"].as_i64() {
-        Some(0) if r.status() == "ok" => true,
-        Some(3) if r.status() == "error" => false,
-        _ => panic!("{}: probing for {module} failed\n{}", c.id, short(&r)),
-    }
-}
-
 /// numpy matmul under 32 pids: BLAS pools sized to the CPU allotment.
 fn c17_numpy_threads_vs_pids(c: &Case) {
-    if !importable(c, "numpy") {
-        println!("{}: skipped: needs numpy (issue: environments)", c.id);
-        return;
-    }
+    crate::environments_installed();
     let r = exec(c);
     status(&r, "ok");
     exited(&r, 0);
@@ -672,10 +666,7 @@ fn c31_large_input_file(c: &Case) {
 
 /// matplotlib with a writable cache dir; chart.png collected.
 fn c32_matplotlib_home(c: &Case) {
-    if !importable(c, "matplotlib") {
-        println!("{}: skipped: needs matplotlib (issue: environments)", c.id);
-        return;
-    }
+    crate::environments_installed();
     let r = exec(c);
     status(&r, "ok");
     exited(&r, 0);

@@ -86,6 +86,16 @@ language = "python"
 [profiles.cases-py-pids16.limits]
 pids_max = 16
 
+[profiles.cases-py-analysis-pids32]
+language = "python"
+environment = "python-analysis"
+[profiles.cases-py-analysis-pids32.limits]
+pids_max = 32
+
+[profiles.cases-py-analysis]
+language = "python"
+environment = "python-analysis"
+
 [profiles.cases-py-256m]
 language = "python"
 [profiles.cases-py-256m.limits]
