@@ -33,6 +33,16 @@ pub struct Config {
     pub environments: BTreeMap<String, Environment>,
 }
 
+/// The base of an environment: what the run's root filesystem is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EnvironmentBase {
+    /// The host's system directories (`[runtime] system_dirs`), bound read-only. The only base
+    /// today; an unpacked rootfs or OCI image is the planned second.
+    #[default]
+    Host,
+}
+
 /// A package environment (`[environments.NAME]`): pinned Python and npm package sets installed
 /// once on the host (`sandbox env install NAME`) into `<environments_dir>/<NAME>-<spec hash>/`,
 /// then bound read-only into every run of a profile that names it. The base is the host's system
@@ -43,6 +53,9 @@ pub struct Environment {
     /// One line for humans and models.
     #[serde(default)]
     pub description: String,
+    /// The root filesystem the packages sit on.
+    #[serde(default)]
+    pub base: EnvironmentBase,
     /// Python distributions, each pinned exactly as `name==version` (PEP 440), installed as wheels
     /// only (no build scripts run) by uv for `[runtime] python`. List the whole dependency closure
     /// to make the set reproducible; what uv adds beyond it is recorded in the manifest.
