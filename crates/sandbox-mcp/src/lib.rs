@@ -253,11 +253,8 @@ impl McpServer {
             } else {
                 r.message
             };
-            return self.refuse(&caller, Some(&request), &profile, r.code, message, r.field.or(Some(match r.code {
-                ErrorCode::ProfileNotFound => "profile".into(),
-                ErrorCode::TimeoutTooLarge | ErrorCode::InvalidTimeout => "timeout_ms".into(),
-                _ => String::new(),
-            }).filter(|f: &String| !f.is_empty())));
+            let field = r.field.or_else(|| (r.code == ErrorCode::ProfileNotFound).then(|| "profile".into()));
+            return self.refuse(&caller, Some(&request), &profile, r.code, message, field);
         }
         let received = Instant::now();
         let _slot = match &self.shared.gate {
@@ -283,6 +280,9 @@ impl McpServer {
         tracing::info!(caller = %caller, profile = %profile, queue_ms, "mcp execution admitted");
         let mut result = engine.execute(&caller, request, output).await;
         drop(progress);
+        if let Some(e) = &mut result.error {
+            e.field = e.field.take().map(argument_name);
+        }
         result.timing.queue_ms = queue_ms;
         result.duration_ms += queue_ms;
         if let Some(gate) = &self.shared.gate {
@@ -304,7 +304,7 @@ impl McpServer {
         let result = ExecutionResult {
             status: Status::Rejected,
             profile: profile.to_owned(),
-            error: Some(ExecError { field, ..ExecError::new(code.as_str(), message) }),
+            error: Some(ExecError { field: field.map(argument_name), ..ExecError::new(code.as_str(), message) }),
             ..Default::default()
         };
         render::tool_result(&result)
@@ -330,6 +330,16 @@ impl McpServer {
             }
         };
         Ok(ReadResourceResult::new(vec![contents]).with_cache_scope(CacheScope::Private))
+    }
+}
+
+/// The tool argument named by an HTTP request field (`timeout` is `timeout_ms` here; the
+/// others, e.g. `files["a.csv"]`, are the same).
+fn argument_name(field: String) -> String {
+    if field == "timeout" {
+        "timeout_ms".into()
+    } else {
+        field
     }
 }
 
@@ -513,6 +523,9 @@ pub fn http_service(server: McpServer, opts: &HttpOptions) -> StreamableHttpServ
         .with_allowed_origins(opts.allowed_origins.clone())
         .enforce_origin_validation()
         .with_max_request_body_bytes(opts.body_max_bytes)
+        // 2026-07-28 answers without notifications (resources/read of a large file) come as one
+        // JSON body rather than an SSE event, which some clients cap at 1 MiB.
+        .with_json_response(true)
         .with_cancellation_token(opts.shutdown.clone());
     StreamableHttpService::new(move || Ok(server.clone()), Arc::new(LocalSessionManager::default()), config)
 }

@@ -55,6 +55,8 @@ async fn principal(State(state): State<AppState>, mut request: Request, next: Ne
     let caller = if state.require_auth { authenticate(request.headers(), &state.engine.config().service.api_keys) } else { Some(Caller::Anonymous) };
     let Some(caller) = caller else {
         state.metrics.rejected(ErrorCode::Unauthorized.as_str());
+        // Read a small body so the connection stays usable for the client's next request.
+        let _ = axum::body::to_bytes(request.into_body(), 64 << 10).await;
         let detail = "send a valid API key as 'Authorization: Bearer <key>'".to_owned();
         return ProblemResponse(problem::new(ErrorCode::Unauthorized, detail, None, None)).into_response();
     };
