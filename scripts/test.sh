@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, then runs every test: the Rust workspace (unit tests,
 # and integration tests that create real namespaces and cgroups: run as root), and the
-# TypeScript and Python SDKs against a real `sandbox serve`. Ends with one summary line.
+# TypeScript and Python SDKs against a real `sandbox serve`, and the MCP server through the official
+# Python MCP SDK. Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh

@@ -122,65 +122,7 @@ impl McpServer {
     }
 
     fn tools(&self, principal: Option<&Principal>) -> Vec<Tool> {
-        let config = self.shared.engine.config();
-        let mut profiles_text = String::new();
-        for (name, p) in &config.profiles {
-            if principal.is_none_or(|pr| pr.allows(name)) {
-                profiles_text.push_str(&format!(
-                    "\n- {name} ({}, {}): {} MiB memory, {} CPU, timeout {} ms by default and at most {} ms, {} MiB /workspace, \
-                     stdout cap {} KiB, network none{}",
-                    p.language.as_str(),
-                    libraries(p.language),
-                    p.limits.memory_max_bytes >> 20,
-                    p.limits.cpu_max,
-                    p.limits.timeout_ms,
-                    p.limits.timeout_max_ms,
-                    p.filesystem.workspace_max_bytes >> 20,
-                    p.output.stdout_max_bytes >> 10,
-                    if p.description.is_empty() { String::new() } else { format!(". {}", p.description) },
-                ));
-            }
-        }
-        let execute_description = format!(
-            "Runs a Python or TypeScript program in a fresh, isolated Linux sandbox (no network, no access to \
-             the host) and returns its exit status, stdout, stderr and output files. Each call is a new sandbox: \
-             nothing persists between calls, so pass input data as `files`. Files the program writes to its \
-             working directory come back: PNG/JPEG as images, others as embedded resources, large ones as \
-             resource links (sandbox://executions/ID/files/NAME, read with resources/read).\n\n\
-             Result: structuredContent holds the full result (status, exitCode, stdout, stderr, files, \
-             resourceUsage, timing, error); the first text block summarizes it.\n\
-             isError is false only when the program ran and exited 0 (status `ok`). isError is true when the \
-             program ran and failed (status `error`: an exception or a non-zero exit code; fix the code), when a \
-             limit ended it (status `timeout`, `memory_limit` or `output_limit`), when the sandbox refused the \
-             request and ran nothing (status `rejected`, with error.type naming the cause, e.g. \
-             `profile_not_found`, `invalid_file_name`, `timeout_too_large`, `unsupported_language`, \
-             `invalid_request`; fix the arguments), or when the service failed (status `internal_error`).\n\n\
-             Profiles you may use:{profiles_text}"
-        );
-        let mut input = (*rmcp::handler::server::common::schema_for_input::<ExecuteArgs>().expect("an object schema")).clone();
-        if let Some(Value::Object(props)) = input.get_mut("properties") {
-            if let Some(Value::Object(profile)) = props.get_mut("profile") {
-                let base = profile.get("description").and_then(Value::as_str).unwrap_or_default().to_owned();
-                profile.insert("description".into(), json!(format!("{base} Profiles you may use:{profiles_text}")));
-            }
-        }
-        let execute = Tool::new(EXECUTE_TOOL, execute_description, Arc::new(input))
-            .with_title("Execute code in a sandbox")
-            .with_raw_output_schema(rmcp::handler::server::common::schema_for_output::<ExecuteOutput>())
-            .with_annotations(
-                ToolAnnotations::new().read_only(true).destructive(false).idempotent(false).open_world(false),
-            );
-        let profiles = Tool::new(
-            PROFILES_TOOL,
-            "Lists the sandbox profiles you may pass as `profile` to sandbox_execute_code: language, libraries \
-             available, limits (memory, CPU, processes, timeout default and maximum in ms, workspace size, output \
-             caps) and network policy.",
-            rmcp::handler::server::common::schema_for_input::<ListProfilesArgs>().expect("an object schema"),
-        )
-        .with_title("List sandbox profiles")
-        .with_raw_output_schema(rmcp::handler::server::common::schema_for_output::<ProfilesOutput>())
-        .with_annotations(ToolAnnotations::new().read_only(true).destructive(false).idempotent(true).open_world(false));
-        vec![execute, profiles]
+        tools(self.shared.engine.config(), principal)
     }
 
     fn list_profiles(&self, principal: &Principal) -> CallToolResult {
@@ -316,6 +258,10 @@ impl McpServer {
         let (id, what) = rest.split_once('/').ok_or_else(not_found)?;
         let result = self.shared.store.get(&principal.audit_name, id).ok_or_else(not_found)?;
         let contents = match what {
+            "return-data" => {
+                let data = result.return_data.as_ref().ok_or_else(not_found)?;
+                ResourceContents::text(data.to_string(), uri).with_mime_type("application/json")
+            }
             "stdout" | "stderr" => {
                 let (text, b64) = if what == "stdout" { (&result.stdout, &result.stdout_base64) } else { (&result.stderr, &result.stderr_base64) };
                 match b64 {
@@ -341,6 +287,69 @@ fn argument_name(field: String) -> String {
     } else {
         field
     }
+}
+
+/// The two tools as `principal` sees them (all profiles with `None`): schemas, and descriptions
+/// that list the profiles the caller may use with their limits.
+pub fn tools(config: &sandbox_core::Config, principal: Option<&Principal>) -> Vec<Tool> {
+    let mut profiles_text = String::new();
+    for (name, p) in &config.profiles {
+        if principal.is_none_or(|pr| pr.allows(name)) {
+            profiles_text.push_str(&format!(
+                "\n- {name} ({}, {}): {} MiB memory, {} CPU, timeout {} ms by default and at most {} ms, {} MiB /workspace, \
+                 stdout cap {} KiB, network none{}",
+                p.language.as_str(),
+                libraries(p.language),
+                p.limits.memory_max_bytes >> 20,
+                p.limits.cpu_max,
+                p.limits.timeout_ms,
+                p.limits.timeout_max_ms,
+                p.filesystem.workspace_max_bytes >> 20,
+                p.output.stdout_max_bytes >> 10,
+                if p.description.is_empty() { String::new() } else { format!(". {}", p.description) },
+            ));
+        }
+    }
+    let execute_description = format!(
+        "Runs a Python or TypeScript program in a fresh, isolated Linux sandbox (no network, no access to \
+         the host) and returns its exit status, stdout, stderr and output files. Each call is a new sandbox: \
+         nothing persists between calls, so pass input data as `files`. Files the program writes to its \
+         working directory come back: PNG/JPEG as images, others as embedded resources, large ones as \
+         resource links (sandbox://executions/ID/files/NAME, read with resources/read).\n\n\
+         Result: structuredContent holds the full result (status, exitCode, stdout, stderr, files, \
+         resourceUsage, timing, error); the first text block summarizes it.\n\
+         isError is false only when the program ran and exited 0 (status `ok`). isError is true when the \
+         program ran and failed (status `error`: an exception or a non-zero exit code; fix the code), when a \
+         limit ended it (status `timeout`, `memory_limit` or `output_limit`), when the sandbox refused the \
+         request and ran nothing (status `rejected`, with error.type naming the cause, e.g. \
+         `profile_not_found`, `invalid_file_name`, `timeout_too_large`, `unsupported_language`, \
+         `invalid_request`; fix the arguments), or when the service failed (status `internal_error`).\n\n\
+         Profiles you may use:{profiles_text}"
+    );
+    let mut input = (*rmcp::handler::server::common::schema_for_input::<ExecuteArgs>().expect("an object schema")).clone();
+    if let Some(Value::Object(props)) = input.get_mut("properties") {
+        if let Some(Value::Object(profile)) = props.get_mut("profile") {
+            let base = profile.get("description").and_then(Value::as_str).unwrap_or_default().to_owned();
+            profile.insert("description".into(), json!(format!("{base} Profiles you may use:{profiles_text}")));
+        }
+    }
+    let execute = Tool::new(EXECUTE_TOOL, execute_description, Arc::new(input))
+        .with_title("Execute code in a sandbox")
+        .with_raw_output_schema(rmcp::handler::server::common::schema_for_output::<ExecuteOutput>())
+        .with_annotations(
+            ToolAnnotations::new().read_only(true).destructive(false).idempotent(false).open_world(false),
+        );
+    let profiles = Tool::new(
+        PROFILES_TOOL,
+        "Lists the sandbox profiles you may pass as `profile` to sandbox_execute_code: language, libraries \
+         available, limits (memory, CPU, processes, timeout default and maximum in ms, workspace size, output \
+         caps) and network policy.",
+        rmcp::handler::server::common::schema_for_input::<ListProfilesArgs>().expect("an object schema"),
+    )
+    .with_title("List sandbox profiles")
+    .with_raw_output_schema(rmcp::handler::server::common::schema_for_output::<ProfilesOutput>())
+    .with_annotations(ToolAnnotations::new().read_only(true).destructive(false).idempotent(true).open_world(false));
+    vec![execute, profiles]
 }
 
 /// What code can use beyond the language's standard library, for descriptions.
@@ -473,8 +482,8 @@ impl ServerHandler for McpServer {
         let templates = vec![
             ResourceTemplate::new("sandbox://executions/{executionId}/files/{name}", "output file")
                 .with_description(format!("An output file of one of your latest {} executions", store::KEEP_RESULTS)),
-            ResourceTemplate::new("sandbox://executions/{executionId}/{stream}", "stdout or stderr")
-                .with_description("The whole captured stdout or stderr (stream: stdout or stderr) of one of your latest executions"),
+            ResourceTemplate::new("sandbox://executions/{executionId}/{stream}", "stdout, stderr or return data")
+                .with_description("The whole captured stdout or stderr, or the returnData (stream: stdout, stderr or return-data) of one of your latest executions"),
         ];
         Ok(ListResourceTemplatesResult::with_all_items(templates))
     }

@@ -20,6 +20,8 @@ pub const RESULT_MAX_BYTES: usize = 900 * 1024;
 pub const STRUCTURED_STDOUT_MAX: usize = 256 * 1024;
 /// Most bytes (as JSON text) of stderr kept in `structuredContent`.
 pub const STRUCTURED_STDERR_MAX: usize = 128 * 1024;
+/// Most bytes of serialized `returnData` kept in `structuredContent`.
+pub const STRUCTURED_RETURN_MAX: usize = 128 * 1024;
 /// Most bytes of stdout and of stderr quoted in the text block for the model.
 const TEXT_STREAM_MAX: usize = 8 * 1024;
 /// Most bytes of `returnData` quoted in the text block.
@@ -88,6 +90,13 @@ pub fn tool_result(result: &ExecutionResult) -> CallToolResult {
                 structured.insert(key.into(), Value::String(kept));
                 structured.insert(omitted_key.into(), json!(omitted));
             }
+        }
+    }
+    if let Some(data) = &result.return_data {
+        let len = data.to_string().len();
+        if len > STRUCTURED_RETURN_MAX {
+            structured.remove("returnData");
+            structured.insert("returnDataOmittedBytes".into(), json!(len));
         }
     }
     let mut files = Map::new();
@@ -255,7 +264,12 @@ fn summary(result: &ExecutionResult, structured: &Map<String, Value>, inline: &[
     }
     if let Some(data) = &result.return_data {
         let s = data.to_string();
-        let _ = writeln!(t, "--- returnData ---\n{}", excerpt(&s, TEXT_RETURN_MAX, "the whole value is structuredContent.returnData"));
+        let whole = if structured.contains_key("returnData") {
+            "the whole value is structuredContent.returnData".to_owned()
+        } else {
+            format!("the whole value is resource {}", stream_uri(id, "return-data"))
+        };
+        let _ = writeln!(t, "--- returnData ---\n{}", excerpt(&s, TEXT_RETURN_MAX, &whole));
     }
     if !result.files.is_empty() {
         let _ = writeln!(t, "--- files ---");

@@ -116,7 +116,8 @@ pub struct ListProfilesArgs {}
 /// bytes (the bytes are image or embedded-resource content blocks of the same result when they
 /// fit, else read with `resources/read`), and that stdout/stderr past 256 KiB / 128 KiB are cut
 /// here (`stdoutOmittedBytes`, `stderrOmittedBytes`; the whole stream is the resource
-/// `sandbox://executions/{executionId}/stdout` or `.../stderr`).
+/// `sandbox://executions/{executionId}/stdout` or `.../stderr`), likewise `returnData` past
+/// 128 KiB (`.../return-data`). The whole result stays under 900 KiB.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[expect(dead_code, reason = "describes structuredContent; never built")]
@@ -169,9 +170,13 @@ pub struct ExecuteOutput {
     skipped_files: Vec<SkippedOut>,
     /// Processes still alive when the main process ended, killed at teardown.
     killed_at_teardown: u32,
-    /// The `function` harness's return value.
+    /// The `function` harness's return value (absent here when over 128 KiB as JSON).
     #[serde(skip_serializing_if = "Option::is_none")]
     return_data: Option<serde_json::Value>,
+    /// Size of `returnData` as JSON when it was left out for size (read the resource
+    /// `sandbox://executions/{executionId}/return-data`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    return_data_omitted_bytes: Option<u64>,
     /// CPU time and peak memory.
     resource_usage: UsageOut,
     /// Latency breakdown in ms.

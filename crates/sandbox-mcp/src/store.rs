@@ -31,14 +31,15 @@ pub struct Store {
 impl Store {
     /// Keeps `result` for `owner` (the principal's audit name), if it has anything to read.
     pub fn keep(&self, owner: &str, result: &ExecutionResult) {
-        if result.execution_id.is_empty() || (result.files.is_empty() && result.stdout.is_empty() && result.stderr.is_empty()) {
+        if result.execution_id.is_empty() || (result.files.is_empty() && result.stdout.is_empty() && result.stderr.is_empty() && result.return_data.is_none()) {
             return;
         }
         let bytes = result.files.values().map(|f| f.base64.len()).sum::<usize>()
             + result.stdout.len()
             + result.stderr.len()
             + result.stdout_base64.as_ref().map_or(0, String::len)
-            + result.stderr_base64.as_ref().map_or(0, String::len);
+            + result.stderr_base64.as_ref().map_or(0, String::len)
+            + result.return_data.as_ref().map_or(0, |d| d.to_string().len());
         if bytes > KEEP_BYTES {
             return;
         }
