@@ -1,6 +1,7 @@
 //! An [`ExecutionResult`] as a `tools/call` result: `structuredContent` (the HTTP result object
 //! with file bytes moved to content blocks), one text block for the model, PNG/JPEG files as
-//! `image` blocks and other files as embedded resources, all within [`RESULT_MAX_BYTES`].
+//! `image` blocks and other files as embedded resources, all within [`RESULT_MAX_BYTES`]; files
+//! that do not fit are `resource_link` blocks (with size and sha256) to read with `resources/read`.
 //!
 //! `isError` is false exactly when the status is `ok` (the program ran and exited 0); every other
 //! status (the program failed, a limit ended it, the sandbox refused the request, the service
@@ -158,6 +159,14 @@ fn assemble(result: &ExecutionResult, structured: &Map<String, Value>, inline: &
             content.push(ContentBlock::resource(contents.with_mime_type(f.mime_type.clone())));
         }
     }
+    // Files that did not fit: links the client can follow with resources/read.
+    for (name, f) in result.files.iter().filter(|(n, _)| !inline.contains(n)) {
+        let link = rmcp::model::Resource::new(file_uri(&result.execution_id, name), name.clone())
+            .with_mime_type(f.mime_type.clone())
+            .with_size(f.size)
+            .with_description(format!("sha256 {}", f.sha256));
+        content.push(ContentBlock::resource_link(link));
+    }
     let mut out = if result.status == Status::Ok { CallToolResult::success(content) } else { CallToolResult::error(content) };
     out.structured_content = Some(Value::Object(structured.clone()));
     out
@@ -277,7 +286,7 @@ fn summary(result: &ExecutionResult, structured: &Map<String, Value>, inline: &[
             let how = if inline.contains(&name) {
                 if is_image(&f.mime_type) { "attached as an image" } else { "attached as an embedded resource" }
             } else {
-                "not attached (size budget): read it with resources/read"
+                "not attached (size budget): a resource link, read it with resources/read"
             };
             let _ = writeln!(t, "{name}: {} bytes, {}, sha256 {}, {how}: {}", f.size, f.mime_type, f.sha256, file_uri(id, name));
         }

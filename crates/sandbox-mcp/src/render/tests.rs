@@ -86,6 +86,10 @@ fn a_result_at_every_cap_fits_the_budget() {
     assert!(s.get("stdoutBase64").is_none());
     let inline = s["files"].as_object().expect("files").values().filter(|f| f["inline"] == true).count();
     assert!(inline > 0 && inline < 40, "{inline} of 40 files inline");
+    let json = serde_json::to_value(&out).expect("serializes");
+    let links: Vec<&Value> = json["content"].as_array().expect("content").iter().filter(|c| c["type"] == "resource_link").collect();
+    assert_eq!(links.len(), 40 - inline);
+    assert!(links.iter().all(|l| l["size"] == 60_000 && l["description"].as_str().is_some_and(|d| d.starts_with("sha256 "))));
     assert_eq!(s["files"]["f0 with space.png"]["uri"], "sandbox://executions/01j/files/f0%20with%20space.png");
 }
 

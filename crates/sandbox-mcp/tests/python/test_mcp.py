@@ -242,6 +242,8 @@ async def test_results_stay_under_the_size_budget_and_the_rest_is_a_resource(cli
     blob = s["files"]["blob.bin"]
     assert blob["inline"] is False and blob["size"] == 600_000
     assert "not attached" in text_of(r) and blob["sha256"] in text_of(r)
+    links = [c for c in r.content if c.type == "resource_link"]
+    assert [(str(link.uri), link.size, link.mime_type) for link in links] == [(blob["uri"], 600_000, "application/octet-stream")]
     read = await client.read_resource(blob["uri"])
     data = base64.b64decode(read.contents[0].blob)
     assert hashlib.sha256(data).hexdigest() == blob["sha256"]
