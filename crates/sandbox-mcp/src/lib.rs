@@ -130,23 +130,10 @@ impl McpServer {
         let mut text = String::from("Profiles you may use:\n");
         let mut list = Vec::new();
         for (name, p) in config.profiles.iter().filter(|(n, _)| principal.allows(n)) {
-            let mut v = serde_json::to_value(ProfileInfo::new(name, p)).unwrap_or(Value::Null);
+            let mut v = serde_json::to_value(ProfileInfo::new(name, p)).expect("profile info serializes");
             v["libraries"] = json!(libraries(p.language));
             list.push(v);
-            text.push_str(&format!(
-                "- {name}: {}, {}; memory {} MiB, {} CPU, {} processes, timeout {} ms (max {} ms), /workspace {} MiB, \
-                 stdout cap {} bytes, network none. {}\n",
-                p.language.as_str(),
-                libraries(p.language),
-                p.limits.memory_max_bytes >> 20,
-                p.limits.cpu_max,
-                p.limits.pids_max,
-                p.limits.timeout_ms,
-                p.limits.timeout_max_ms,
-                p.filesystem.workspace_max_bytes >> 20,
-                p.output.stdout_max_bytes,
-                p.description
-            ));
+            text.push_str(&format!("{}\n", profile_line(&ProfileInfo::new(name, p))));
         }
         let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
         out.structured_content = Some(json!({ "profiles": list }));
@@ -295,19 +282,7 @@ pub fn tools(config: &sandbox_core::Config, principal: Option<&Principal>) -> Ve
     let mut profiles_text = String::new();
     for (name, p) in &config.profiles {
         if principal.is_none_or(|pr| pr.allows(name)) {
-            profiles_text.push_str(&format!(
-                "\n- {name} ({}, {}): {} MiB memory, {} CPU, timeout {} ms by default and at most {} ms, {} MiB /workspace, \
-                 stdout cap {} KiB, network none{}",
-                p.language.as_str(),
-                libraries(p.language),
-                p.limits.memory_max_bytes >> 20,
-                p.limits.cpu_max,
-                p.limits.timeout_ms,
-                p.limits.timeout_max_ms,
-                p.filesystem.workspace_max_bytes >> 20,
-                p.output.stdout_max_bytes >> 10,
-                if p.description.is_empty() { String::new() } else { format!(". {}", p.description) },
-            ));
+            profiles_text.push_str(&format!("\n{}", profile_line(&ProfileInfo::new(name, p))));
         }
     }
     let execute_description = format!(
@@ -350,6 +325,26 @@ pub fn tools(config: &sandbox_core::Config, principal: Option<&Principal>) -> Ve
     .with_raw_output_schema(rmcp::handler::server::common::schema_for_output::<ProfilesOutput>())
     .with_annotations(ToolAnnotations::new().read_only(true).destructive(false).idempotent(true).open_world(false));
     vec![execute, profiles]
+}
+
+/// One line describing a profile for a model: name, language, libraries, limits, network.
+fn profile_line(p: &ProfileInfo) -> String {
+    format!(
+        "- {} ({}, {}): {} MiB memory, {} CPU, {} processes, timeout {} ms by default and at most {} ms, \
+         {} MiB /workspace, stdout cap {} KiB, network {}{}",
+        p.name,
+        p.language.as_str(),
+        libraries(p.language),
+        p.memory_max_bytes >> 20,
+        p.cpu_max,
+        p.pids_max,
+        p.timeout_ms,
+        p.timeout_max_ms,
+        p.workspace_max_bytes >> 20,
+        p.stdout_max_bytes >> 10,
+        p.network,
+        if p.description.is_empty() { String::new() } else { format!(". {}", p.description) },
+    )
 }
 
 /// What code can use beyond the language's standard library, for descriptions.
