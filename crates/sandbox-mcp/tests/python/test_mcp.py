@@ -100,6 +100,14 @@ async def test_input_files_text_and_base64(client: Client) -> None:
     assert r.structured_content["stdout"] == "6 00ff\n"
 
 
+async def test_input_files_past_the_sdk_default_body_limit(client: Client) -> None:
+    # 6 MB of input: over rmcp's 4 MiB default request limit, within `[service] body_max_bytes`.
+    files = {"big.txt": "a" * 6_000_000}
+    r = await client.call_tool(EXECUTE, {"code": "print(len(open('big.txt').read()))", "language": "python", "files": files})
+    assert r.is_error is False, text_of(r)
+    assert r.structured_content["stdout"] == "6000000\n"
+
+
 async def test_png_chart_arrives_as_image_content(client: Client) -> None:
     r = await client.call_tool(EXECUTE, {"code": CHART, "language": "python"})
     assert r.is_error is False, text_of(r)
