@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, then runs every test: the Rust workspace (unit tests,
 # and integration tests that create real namespaces and cgroups: run as root), and the
-# TypeScript and Python SDKs against a real `sandbox serve`. Ends with one summary line.
+# TypeScript and Python SDKs against a real `sandbox serve`, and the MCP server through the official
+# Python MCP SDK. Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -22,6 +23,8 @@ status=0
 cargo test --workspace 2>&1 | tee "$log" || status=1
 bash clients/typescript/run-tests.sh 2>&1 | tee -a "$log" || status=1
 bash clients/python/run-tests.sh -q 2>&1 | tee -a "$log" || status=1
+# The MCP server through the official Python MCP SDK (stdio and streamable HTTP).
+bash crates/sandbox-mcp/tests/python/run-tests.sh -q 2>&1 | tee -a "$log" || status=1
 # One closing line for every runner: cargo's "test result:" lines, node's "# pass/# fail", pytest's "N passed, M failed".
 awk '
   /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }

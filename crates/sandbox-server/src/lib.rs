@@ -3,10 +3,12 @@
 //!
 //! Routes: `POST /v1/executions` (JSON, or `text/event-stream` when the request accepts it),
 //! `GET /v1/profiles`, `GET /v1/profiles/{name}`, `GET /healthz`, `GET /readyz`, `GET /metrics`,
-//! `GET /openapi.json`. Errors are `application/problem+json` ([`Problem`]) with a stable code.
+//! `GET /openapi.json`, and the MCP endpoint `/mcp` (streamable HTTP, [`sandbox_mcp`]). Errors
+//! are `application/problem+json` ([`Problem`]) with a stable code.
 
 mod admission;
 mod auth;
+mod mcp;
 mod metrics;
 mod problem;
 mod routes;
@@ -20,6 +22,7 @@ use sandbox_engine::Engine;
 
 pub use admission::Admission;
 pub use auth::Caller;
+pub use mcp::gate as mcp_gate;
 pub use metrics::Metrics;
 pub use problem::status_of;
 pub use routes::ApiDoc;
@@ -37,6 +40,8 @@ pub struct AppState {
     pub require_auth: bool,
     /// The audit log, for `GET /v1/executions` (absent: those routes answer 404).
     pub audit: Option<Arc<sandbox_audit::AuditLog>>,
+    /// Settings of `/mcp`: allowed `Host` and `Origin` values, body limit, shutdown token.
+    pub mcp: sandbox_mcp::HttpOptions,
 }
 
 impl AppState {
@@ -47,7 +52,8 @@ impl AppState {
         let slots = if svc.max_concurrency == 0 { default_concurrency(engine.config()) } else { svc.max_concurrency };
         let require_auth = !svc.api_keys.is_empty();
         let admission = Arc::new(Admission::new(slots, svc.queue_max));
-        Self { engine, admission, metrics: Arc::new(Metrics::default()), require_auth, audit }
+        let mcp = sandbox_mcp::HttpOptions::new(usize::try_from(svc.body_max_bytes).unwrap_or(usize::MAX));
+        Self { engine, admission, metrics: Arc::new(Metrics::default()), require_auth, audit, mcp }
     }
 }
 

@@ -42,6 +42,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
+        .merge(crate::mcp::router(&state))
         .fallback(|| async { ProblemResponse(problem::new(ErrorCode::NotFound, "no such route".into(), None, None)) })
         .method_not_allowed_fallback(|| async {
             let mut p = problem::new(ErrorCode::NotFound, "this route does not take that method".into(), None, None);

@@ -5,6 +5,7 @@
 mod audit;
 mod config;
 mod env;
+mod mcp;
 mod run;
 mod serve;
 
@@ -33,8 +34,12 @@ struct Cli {
 enum Command {
     /// Run a program in a fresh sandbox; exits with its exit code (128+signal when killed).
     Run(Box<run::RunArgs>),
-    /// Serve the HTTP API (POST /v1/executions, GET /v1/profiles, /healthz, /readyz, /metrics, /openapi.json).
+    /// Serve the HTTP API (POST /v1/executions, GET /v1/profiles, /healthz, /readyz, /metrics, /openapi.json)
+    /// and MCP over streamable HTTP at /mcp.
     Serve(serve::ServeArgs),
+    /// Serve MCP (Model Context Protocol) on stdin/stdout: tools sandbox_execute_code and
+    /// sandbox_list_profiles, for agents that spawn their tools (`{"command": "sandbox", "args": ["mcp"]}`).
+    Mcp,
     /// Read the audit log: list, show, export, verify.
     Audit {
         #[command(subcommand)]
@@ -112,6 +117,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => {
             let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);
             serve::serve(config, data_dir, args)
+        }
+        Command::Mcp => {
+            let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);
+            mcp::stdio(config, data_dir)
         }
         Command::Audit { command } => {
             let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);

@@ -19,6 +19,14 @@ pub struct ServeArgs {
     /// Allow a non-loopback address without API keys. Anyone who can reach it can run code.
     #[arg(long)]
     insecure_no_auth: bool,
+    /// A `Host` (name or name:port) /mcp accepts besides localhost, 127.0.0.1, ::1 and the
+    /// listen address (DNS rebinding defence); repeatable, e.g. `--mcp-allowed-host sandbox.example.com`.
+    #[arg(long, value_name = "HOST")]
+    mcp_allowed_host: Vec<String>,
+    /// A browser `Origin` /mcp accepts (`https://app.example.com`, `http://localhost:*`); repeatable.
+    /// Requests with any other Origin get 403; requests without one (non-browser clients) pass.
+    #[arg(long, value_name = "ORIGIN")]
+    mcp_allowed_origin: Vec<String>,
 }
 
 /// Serves until SIGTERM or SIGINT; then stops accepting, lets in-flight executions run up to
@@ -41,7 +49,16 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     }
     let engine = Arc::new(engine);
     let retention_audit = audit.clone();
-    let state = AppState::new(engine.clone(), Some(audit));
+    let mut state = AppState::new(engine.clone(), Some(audit));
+    if !addr.ip().is_loopback() && !addr.ip().is_unspecified() {
+        state.mcp.allowed_hosts.push(match addr.ip() {
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            ip => ip.to_string(),
+        });
+    }
+    state.mcp.allowed_hosts.extend(args.mcp_allowed_host);
+    state.mcp.allowed_origins.extend(args.mcp_allowed_origin);
+    let mcp_shutdown = state.mcp.shutdown.clone();
     let slots = state.admission.slots();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
@@ -77,6 +94,8 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
             // Each remaining execution is killed, torn down and answered as internal_error;
             // the graceful shutdown then completes once those responses are out.
             engine.abort_all();
+            // MCP sessions and their streams end too, so the drain can complete.
+            mcp_shutdown.cancel();
             std::future::pending::<()>().await;
         };
         tokio::select! {

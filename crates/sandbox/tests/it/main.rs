@@ -12,6 +12,7 @@ mod files;
 mod harness;
 mod http;
 mod limits;
+mod mcp;
 mod timeouts;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,25 @@
+//! `sandbox mcp`: the MCP server over stdin/stdout, for agents that spawn their tools.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use sandbox_core::Config;
+use sandbox_mcp::{McpServer, Principal};
+use sandbox_server::AppState;
+
+/// Serves one MCP client on stdin/stdout until it closes stdin. Executions are recorded as
+/// `mcp:cli:<user>/<client>@<version>` and share the slots and queue `sandbox serve` would have.
+/// Errors: the audit log cannot be opened, or the transport failed.
+pub fn stdio(config: Config, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
+    let max_message_bytes = usize::try_from(config.service.body_max_bytes).unwrap_or(usize::MAX);
+    let (engine, audit) = crate::audit::engine(config, data_dir)?;
+    let state = AppState::new(Arc::new(engine), Some(audit));
+    let server = McpServer::new(state.engine.clone(), Some(sandbox_server::mcp_gate(&state)));
+    let principal = Principal { audit_name: crate::audit::cli_caller(), profiles: vec!["*".into()] };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(server.serve_stdio(principal, max_message_bytes))?;
+    // Executions still running (the client closed stdin mid-call) are dropped with the runtime
+    // and tear their sandboxes down.
+    Ok(ExitCode::SUCCESS)
+}
