@@ -64,7 +64,9 @@ def _sandbox_harness():
         if column is not None:
             err["column"] = column
         send({"error": err})
-        os._exit(1)
+        # As an uncaught exception would: exit status 1 after atexit handlers and non-daemon
+        # threads, nothing more printed.
+        raise SystemExit(1) from None
 
     class ReturnValueNotSerializable(TypeError):
         pass

@@ -77,6 +77,13 @@ fn python_exception_points_at_the_callers_line() {
 }
 
 #[test]
+fn after_an_uncaught_exception_atexit_handlers_still_run() {
+    let r = run("python-default", "import atexit\natexit.register(lambda: print('cleanup ran'))\nraise ValueError('x')\n", &[]);
+    assert_eq!((r.status(), r.stdout(), r.json["error"]["type"].as_str()), ("error", "cleanup ran\n", Some("ValueError")), "{r:?}");
+    assert_eq!(r.status, 1);
+}
+
+#[test]
 fn python_syntax_error_has_line_and_column() {
     let r = run("python-default", "x = 1\ny = (\nprint(x)\nz = ]\n", &[]);
     let e = &r.json["error"];
