@@ -7,6 +7,7 @@
 
 mod collect;
 mod command;
+mod network;
 mod prepare;
 mod supervise;
 pub mod typescript;
@@ -206,7 +207,7 @@ impl Engine {
             cgroup: layout.version().into(),
             landlock_abi: 0,
             seccomp: true,
-            network: "none".into(),
+            network: admitted.profile.network.mode().into(),
         });
         let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output, self.abort.subscribe()).await;
         let collect_start = Instant::now();

@@ -76,6 +76,10 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
             let map = format!("0 {} 65536\n", spec.uid_base);
             step("uid_map", std::fs::write(format!("/proc/{init}/uid_map"), &map))?;
             step("gid_map", std::fs::write(format!("/proc/{init}/gid_map"), &map))?;
+            if spec.tun {
+                // Allowlist network: init's namespace gets a TUN device whose packets the engine decides.
+                crate::tun::setup(init)?;
+            }
             send(ctl, &Event::Started { init_pid: init.as_raw() });
             step("release_init", nix::unistd::write(go_write.as_fd(), b"g"))?;
             drop(go_write);
