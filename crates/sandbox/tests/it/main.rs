@@ -9,6 +9,7 @@ mod cases;
 mod files;
 mod http;
 mod limits;
+mod network;
 mod timeouts;
 
 use std::path::{Path, PathBuf};
