@@ -5,7 +5,9 @@
 # `sandbox doctor` says if a runtime is missing.
 set -euo pipefail
 need=()
-for pkg in libseccomp-dev pkg-config python3; do
+# iproute2 and openssl: the network tests add test addresses and serve HTTPS with a test CA;
+# python3-requests: the network tests use `requests` from the sandbox (the host's /usr is bound read-only).
+for pkg in libseccomp-dev pkg-config python3 iproute2 openssl python3-requests; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

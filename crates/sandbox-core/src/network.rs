@@ -85,6 +85,11 @@ impl Rule {
         let (target, ports) = s.rsplit_once(':').ok_or_else(|| format!("{s:?} has no port: write TARGET:PORT or TARGET:LOW-HIGH"))?;
         let ports = parse_ports(ports).map_err(|m| format!("{s:?}: {m}"))?;
         let target = parse_target(target).map_err(|m| format!("{s:?}: {m}"))?;
+        if let Target::Cidr(ip, len) = target {
+            if ip.is_loopback() && (ip.is_ipv6() || len >= 8) {
+                return Err(format!("{s:?}: loopback is the sandbox's own (its network namespace), never the host's; give the service a non-loopback address"));
+            }
+        }
         Ok(Rule { target, ports, text: s.to_owned() })
     }
 

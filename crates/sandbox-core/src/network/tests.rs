@@ -27,6 +27,8 @@ fn rules_parse_or_say_why() {
     check("host:90-80", Some("empty"));
     check("host:http", Some("not a number"));
     check("-bad.example:1", Some("invalid label"));
+    check("127.0.0.2:80", Some("loopback is the sandbox's own"));
+    check("[::1]:80", Some("loopback is the sandbox's own"));
 }
 
 #[test]

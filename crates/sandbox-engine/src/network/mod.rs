@@ -42,6 +42,10 @@ use report::{now, Reporter};
 const MTU: u16 = 1500;
 /// How long connecting to an allowed destination may take.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
+/// How often a quiet stream is polled again (see `copy_counting`).
+const REPOLL: Duration = Duration::from_millis(250);
+/// How long passing an end of stream on may take.
+const SHUTDOWN_PATIENCE: Duration = Duration::from_secs(1);
 /// DNS questions answered at once; more are dropped (the client retries).
 const DNS_CONCURRENCY: usize = 32;
 /// Packets queued for the TCP stack; past that they are dropped (TCP retransmits).
@@ -179,18 +183,31 @@ async fn splice(stream: IpStackTcpStream, policy: Arc<Policy>, reporter: Reporte
     conn.end(a.err().or(b.err()).map(|e| e.to_string()));
 }
 
-/// Copies `from` to `to` until EOF (then shuts `to` down), adding each chunk to `count`.
+/// Copies `from` to `to` until EOF or an error, then shuts `to` down (so the other side sees
+/// the end either way), adding each chunk to `count`.
 async fn copy_counting(from: &mut (impl AsyncRead + Unpin), to: &mut (impl AsyncWrite + Unpin), count: &AtomicU64) -> io::Result<()> {
     let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = from.read(&mut buf).await?;
-        if n == 0 {
-            let _ = to.shutdown().await;
-            return Ok(());
+    let result = loop {
+        // Re-polled: ipstack 1.0.1 does not wake a pending read when the sandbox closes the
+        // connection; polling again sees the closed state (reads are cancel-safe).
+        let n = match tokio::time::timeout(REPOLL, from.read(&mut buf)).await {
+            Err(_elapsed) => continue,
+            Ok(read) => read,
+        };
+        let n = match n {
+            Ok(0) => break Ok(()),
+            Ok(n) => n,
+            Err(e) => break Err(e),
+        };
+        if let Err(e) = to.write_all(&buf[..n]).await {
+            break Err(e);
         }
-        to.write_all(&buf[..n]).await?;
         count.fetch_add(n as u64, Ordering::Relaxed);
-    }
+    };
+    tracing::debug!(?result, "splice: one direction ended");
+    // Bounded: ipstack's shutdown can wait on a session the sandbox already closed.
+    let _ = tokio::time::timeout(SHUTDOWN_PATIENCE, to.shutdown()).await;
+    result
 }
 
 /// The TCP stack's view of the TUN: it reads only the packets the filter passed, and writes

@@ -91,7 +91,13 @@ impl Fixture {
         Run { json, status: out.status.code().unwrap_or(-1), elapsed: start.elapsed(), stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
     }
 
-    fn audit_record(&self, id: &str) -> Value {
+    /// Question names the upstream DNS server received so far.
+    pub fn queries(&self) -> Vec<String> {
+        self.queries.lock().unwrap().clone()
+    }
+
+    /// `sandbox audit show ID` as JSON.
+    pub fn audit_record(&self, id: &str) -> Value {
         let out = Command::new(bin()).arg("--config").arg(&self.config).arg("--data-dir").arg(&env().data).args(["audit", "show", id]).output().unwrap();
         assert!(out.status.success(), "{out:?}");
         serde_json::from_slice(&out.stdout).unwrap()
@@ -235,12 +241,16 @@ s.sendall(b"ping"); out["echo"] = s.recv(100).decode(); s.close()
 # HTTPS with the test CA from SSL_CERT_FILE: no special code, TLS end to end.
 r = urllib.request.urlopen("https://secure.test:8443/", timeout=8)
 out["https"] = [r.status, r.read().decode(errors="replace")[:200]]
+import requests  # Debian's python3-requests under the host's /usr (scripts/install-deps.sh)
+out["requests"] = requests.get("http://api.test:8080/c", timeout=8).text
+out["requests_tls"] = requests.get("https://secure.test:8443/", timeout=8).status_code
 print(json.dumps(out))
 "#,
-        &["--env", "SSL_CERT_FILE=/workspace/ca.pem"],
+        &["--env", "SSL_CERT_FILE=/workspace/ca.pem", "--env", "REQUESTS_CA_BUNDLE=/workspace/ca.pem"],
     );
     let out = output_json(&r);
     assert_eq!(out["name"], "hello from 198.18.1.2", "{r:?}");
+    assert_eq!((out["requests"].as_str(), out["requests_tls"].as_u64()), (Some("hello from 198.18.1.2"), Some(200)), "{r:?}");
     assert_eq!(out["ip"], "hello from 198.18.1.2");
     assert_eq!(out["echo"], "ping");
     assert_eq!(out["https"][0], 200, "{r:?}");
