@@ -101,6 +101,9 @@ impl Engine {
                 return Some(format!("profile {profile:?} mounts host directory {} at {}, which does not exist", m.host.display(), m.sandbox.display()));
             }
         }
+        if matches!(p.network, sandbox_core::network::Network::Allowlist(_)) && !std::path::Path::new("/dev/net/tun").exists() {
+            return Some(format!("profile {profile:?} has a network allowlist, which needs the tun driver (/dev/net/tun: modprobe tun)"));
+        }
         if !bin.is_file() {
             let hint = match p.language {
                 Language::Python => "install python3 or set [runtime] python",
