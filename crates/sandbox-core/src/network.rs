@@ -332,7 +332,8 @@ pub struct BlockedAttempt {
     pub at: String,
     /// Stable reason: `not_allowed` (no rule covers address and port), `name_not_allowed` (DNS
     /// question for a name no rule covers), `internal_address` (an allowed name resolved to a
-    /// loopback, link-local or private address), `protocol_not_allowed` (only TCP and DNS pass).
+    /// loopback, link-local or private address), `protocol_not_allowed` (only TCP and DNS pass),
+    /// `too_many_connections` (more than 256 allowed connections open at once).
     pub reason: String,
 }
 

@@ -28,7 +28,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ipstack::{IpStack, IpStackConfig, IpStackStream, IpStackTcpStream};
-use sandbox_core::network::{AllowedConnection, Allowlist, NetworkReport};
+use sandbox_core::network::{AllowedConnection, Allowlist, BlockedAttempt, NetworkReport};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{mpsc, Semaphore};
@@ -46,6 +46,9 @@ const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
 const REPOLL: Duration = Duration::from_millis(250);
 /// How long passing an end of stream on may take.
 const SHUTDOWN_PATIENCE: Duration = Duration::from_secs(1);
+/// Allowed connections open at once per sandbox (each holds a host socket); past that, new ones
+/// are reset and reported as `too_many_connections`.
+const MAX_CONNECTIONS: usize = 256;
 /// DNS questions answered at once; more are dropped (the client retries).
 const DNS_CONCURRENCY: usize = 32;
 /// Packets queued for the TCP stack; past that they are dropped (TCP retransmits).
@@ -107,6 +110,7 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
     let mut stack = IpStack::new(config, Device { tun: tun.clone(), rx: from_filter });
     let mut tasks = JoinSet::new();
     let dns_slots = Arc::new(Semaphore::new(DNS_CONCURRENCY));
+    let connection_slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut buf = vec![0u8; 65536];
     loop {
         tokio::select! {
@@ -135,9 +139,27 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
                 }
             }
             accepted = stack.accept() => match accepted {
-                Ok(IpStackStream::Tcp(stream)) => {
-                    tasks.spawn(splice(stream, policy.clone(), reporter.clone()));
-                }
+                Ok(IpStackStream::Tcp(stream)) => match connection_slots.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        let (policy, reporter) = (policy.clone(), reporter.clone());
+                        tasks.spawn(async move {
+                            let _permit = permit;
+                            splice(stream, policy, reporter).await;
+                        });
+                    }
+                    Err(_) => {
+                        let dst = stream.peer_addr();
+                        reporter.blocked(BlockedAttempt {
+                            host: policy.host_of(dst.ip()),
+                            address: dst.ip().to_string(),
+                            port: Some(dst.port()),
+                            protocol: "tcp".into(),
+                            at: now(),
+                            reason: "too_many_connections".into(),
+                        });
+                        // Dropping the stream resets the connection.
+                    }
+                },
                 Ok(_) => {}
                 Err(e) => return Err(io::Error::other(e)),
             },
