@@ -60,6 +60,22 @@ pub(crate) struct Network {
     reporter: Reporter,
 }
 
+/// The runtime every sandbox's network runs on: multi-threaded even under the CLI's
+/// current-thread runtime, because ipstack 1.0.1 drops a stream with `block_in_place`, which
+/// panics anywhere else. Two workers, started at the first allowlist execution, for the life of
+/// the process.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("sandbox-network")
+            .enable_all()
+            .build()
+            .expect("a tokio runtime can be built (threads and an epoll instance)")
+    })
+}
+
 impl Network {
     /// Starts serving the sandbox whose init sends its TUN descriptor on `channel` (see
     /// `sandbox_runtime::tun::NET_FD`), under `allowlist`; allowed names are resolved with
@@ -68,7 +84,7 @@ impl Network {
         let reporter = Reporter::default();
         let policy = Arc::new(Policy::new(allowlist));
         let r = reporter.clone();
-        let task = tokio::spawn(async move {
+        let task = runtime().spawn(async move {
             // EOF (no descriptor) means init failed before its network was up; it reports why.
             let fd = match tokio::task::spawn_blocking(move || sandbox_runtime::recv_fd(&channel)).await {
                 Ok(Ok(Some(fd))) => fd,
@@ -124,6 +140,14 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
                     Verdict::Pass => {
                         let _ = to_stack.try_send(buf[..n].to_vec());
                     }
+                    Verdict::Connect { dst, refusal } => {
+                        if connection_slots.available_permits() == 0 {
+                            too_many(&reporter, &policy, dst);
+                            write_packet(&tun, &refusal);
+                        } else {
+                            let _ = to_stack.try_send(buf[..n].to_vec());
+                        }
+                    }
                     Verdict::Reply(p) => write_packet(&tun, &p),
                     Verdict::Dns { query, client } => {
                         let Ok(permit) = dns_slots.clone().try_acquire_owned() else { continue };
@@ -147,18 +171,8 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
                             splice(stream, policy, reporter).await;
                         });
                     }
-                    Err(_) => {
-                        let dst = stream.peer_addr();
-                        reporter.blocked(BlockedAttempt {
-                            host: policy.host_of(dst.ip()),
-                            address: dst.ip().to_string(),
-                            port: Some(dst.port()),
-                            protocol: "tcp".into(),
-                            at: now(),
-                            reason: "too_many_connections".into(),
-                        });
-                        // Dropping the stream resets the connection.
-                    }
+                    // Rare: SYNs raced past the filter's check. The stream is dropped.
+                    Err(_) => too_many(&reporter, &policy, stream.peer_addr()),
                 },
                 Ok(_) => {}
                 Err(e) => return Err(io::Error::other(e)),
@@ -166,6 +180,17 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
         }
     }
+}
+
+fn too_many(reporter: &Reporter, policy: &Policy, dst: SocketAddr) {
+    reporter.blocked(BlockedAttempt {
+        host: policy.host_of(dst.ip()),
+        address: dst.ip().to_string(),
+        port: Some(dst.port()),
+        protocol: "tcp".into(),
+        at: now(),
+        reason: "too_many_connections".into(),
+    });
 }
 
 /// Writes one packet to the sandbox; a full queue drops it (TCP retransmits, DNS retries).

@@ -16,6 +16,14 @@ use super::report::{now, Reporter};
 pub(crate) enum Verdict {
     /// Allowed TCP: hand it to the userspace stack.
     Pass,
+    /// An allowed TCP SYN: hand it to the stack, unless the sandbox has too many connections
+    /// open, then answer with `refusal` (a RST).
+    Connect {
+        /// Destination.
+        dst: SocketAddr,
+        /// The RST that refuses it.
+        refusal: Vec<u8>,
+    },
     /// Refused: write this packet back to the sandbox (RST or ICMP unreachable).
     Reply(Vec<u8>),
     /// A DNS question to the sandbox's resolver: the UDP payload and who asked.
@@ -59,6 +67,11 @@ pub(crate) fn classify(pkt: &[u8], policy: &Policy, report: &Reporter) -> Verdic
     match &p.transport {
         Some(TransportSlice::Tcp(t)) => {
             if policy.tcp_allowed(dst, t.destination_port()) {
+                if t.syn() && !t.ack() {
+                    let ack = t.sequence_number().wrapping_add(1);
+                    let refusal = tcp_rst(dst, src, t.destination_port(), t.source_port(), 0, ack);
+                    return Verdict::Connect { dst: SocketAddr::new(dst, t.destination_port()), refusal };
+                }
                 return Verdict::Pass;
             }
             if t.rst() {

@@ -428,3 +428,38 @@ print(json.dumps({"ifaces": ifaces, "reached": reached, "resolved": resolved}))
     let r = fx.run("net-py", code, &[]);
     assert_eq!(output_json(&r)["ifaces"], serde_json::json!(["lo", "eth0"]), "{r:?}");
 }
+
+#[test]
+fn allowed_connections_are_capped_per_sandbox() {
+    let fx = Fixture::new(8);
+    let r = fx.run(
+        "net-py",
+        r#"
+import json, socket, time
+t = time.time()
+socks, refused = [], 0
+for _ in range(260):
+    try:
+        socks.append(socket.create_connection(("198.18.{N}.2", 7007), timeout=8))
+    except ConnectionRefusedError:
+        refused += 1
+ok = failed = 0
+for s in socks:
+    try:
+        s.sendall(b"x")
+        if s.recv(1) == b"x":
+            ok += 1
+        else:
+            failed += 1
+    except OSError:
+        failed += 1
+print(json.dumps({"ok": ok, "failed": failed, "refused": refused, "secs": time.time() - t}))
+"#,
+        &[],
+    );
+    let out = output_json(&r);
+    assert_eq!((out["ok"].as_u64(), out["failed"].as_u64(), out["refused"].as_u64()), (Some(256), Some(0), Some(4)), "{r:?}");
+    assert!(out["secs"].as_f64().unwrap() < 2.0 * QUICK, "refused connections hung: {r:?}");
+    let over = blocked(&r).iter().filter(|b| b["reason"] == "too_many_connections" && b["port"] == 7007).count();
+    assert_eq!(over, 4, "{:#}", r.json["network"]);
+}
