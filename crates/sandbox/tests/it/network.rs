@@ -61,7 +61,7 @@ impl Fixture {
         let profile = |name: &str, language: &str| {
             format!(
                 "[profiles.{name}]\nlanguage = \"{language}\"\n[profiles.{name}.limits]\ntimeout_ms = 30000\n\
-                 [profiles.{name}.network]\nallow = [\"api.test:8080\", \"{allowed}:7007-7008\", \"secure.test:8443\", \"up.test:8080\", \"rebind.test:80\"]\n\
+                 [profiles.{name}.network]\nallow = [\"api.test:8080\", \"{allowed}:7007-7008\", \"secure.test:8443\", \"up.test:8080\", \"rebind.test:80\", \"*.wild.test:8080\"]\n\
                  hosts = {{ \"api.test\" = \"{allowed}\", \"secure.test\" = \"{allowed}\" }}\n"
             )
         };
@@ -165,7 +165,8 @@ fn dns_server(sock: UdpSocket, allowed: Ipv4Addr, seen: Arc<Mutex<Vec<String>>>)
             let mut r = Message::response(q.metadata.id, OpCode::Query);
             r.add_query(question.clone());
             let ip = match name.as_str() {
-                "up.test" => Some(allowed),
+                "up.test" | "wild.test" => Some(allowed),
+                n if n.ends_with(".wild.test") => Some(allowed),
                 "rebind.test" => Some(Ipv4Addr::new(169, 254, 169, 254)),
                 _ => None,
             };
@@ -377,6 +378,8 @@ res = {
     "random_subdomain": look(random_label + ".api.test"),
     "exfil": look(b"fake-secret-1234".hex() + ".exfil-canary.invalid"),
     "rebind": look("rebind.test"),
+    "wildcard": look("a.b.wild.test"),
+    "wildcard_apex": look("wild.test"),
     "random_label": random_label,
 }
 print(json.dumps(res))
@@ -386,7 +389,8 @@ print(json.dumps(res))
     let out = output_json(&r);
     assert_eq!(out["upstream"][0], "198.18.4.2", "{r:?}");
     assert_eq!(out["static"][0], "198.18.4.2", "{r:?}");
-    for name in ["other", "random_subdomain", "exfil", "rebind"] {
+    assert_eq!(out["wildcard"][0], "198.18.4.2", "{r:?}");
+    for name in ["other", "random_subdomain", "exfil", "rebind", "wildcard_apex"] {
         assert_eq!(out[name][0], "gaierror", "{name}: {r:?}");
         assert!(out[name][1].as_f64().unwrap() < QUICK, "{name} did not fail quickly: {r:?}");
     }
@@ -397,7 +401,7 @@ print(json.dumps(res))
     assert!(blocked(&r).iter().any(|b| b["host"] == "rebind.test" && b["reason"] == "internal_address"), "{:#}", r.json["network"]);
     // Only allowed names, and only those not in the profile's hosts, reached the upstream server.
     let seen = fx.queries.lock().unwrap().clone();
-    assert!(seen.iter().all(|q| q == "up.test" || q == "rebind.test"), "upstream saw {seen:?}");
+    assert!(seen.iter().all(|q| q == "up.test" || q == "rebind.test" || q == "a.b.wild.test"), "upstream saw {seen:?}");
     assert!(seen.iter().any(|q| q == "up.test"), "upstream saw {seen:?}");
 }
 
