@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ipstack::{IpStack, IpStackConfig, IpStackStream, IpStackTcpStream};
+use ipstack::{IpStack, IpStackConfig, IpStackStream, IpStackTcpStream, TcpConfig};
 use sandbox_core::network::{AllowedConnection, Allowlist, BlockedAttempt, NetworkReport};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -123,6 +123,14 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
     let (to_stack, from_filter) = mpsc::channel(STACK_QUEUE);
     let mut config = IpStackConfig::default();
     config.mtu(MTU).map_err(io::Error::other)?;
+    let mut tcp = TcpConfig::default();
+    // The defaults (16 KiB in flight, 16 KiB receive buffer) cap throughput far below the
+    // window TCP without scaling allows (64 KiB); and an idle allowed connection (a long poll)
+    // must not be reset after 60 s: the execution's own timeout ends it.
+    tcp.max_unacked_bytes = 64 << 10;
+    tcp.read_buffer_size = 64 << 10;
+    tcp.timeout = Duration::from_secs(24 * 3600);
+    config.with_tcp_config(tcp);
     let mut stack = IpStack::new(config, Device { tun: tun.clone(), rx: from_filter });
     let mut tasks = JoinSet::new();
     let dns_slots = Arc::new(Semaphore::new(DNS_CONCURRENCY));
