@@ -42,6 +42,8 @@ use report::{now, Reporter};
 const MTU: u16 = 1500;
 /// How long connecting to an allowed destination may take.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
+/// Packets read from the TUN per wake-up.
+const READ_BATCH: usize = 64;
 /// How often a quiet stream is polled again (see `copy_counting`).
 const REPOLL: Duration = Duration::from_millis(250);
 /// How long passing an end of stream on may take.
@@ -140,34 +142,37 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
         tokio::select! {
             ready = tun.readable() => {
                 let mut guard = ready?;
-                let n = match guard.try_io(|fd| nix::unistd::read(fd, &mut buf).map_err(io::Error::from)) {
-                    Ok(n) => n?,
-                    Err(_would_block) => continue,
-                };
-                match packet::classify(&buf[..n], &policy, &reporter) {
-                    Verdict::Pass => {
-                        let _ = to_stack.try_send(buf[..n].to_vec());
-                    }
-                    Verdict::Connect { dst, refusal } => {
-                        if connection_slots.available_permits() == 0 {
-                            too_many(&reporter, &policy, dst);
-                            write_packet(&tun, &refusal);
-                        } else {
+                // Up to a batch of packets per wake-up, then let the stack and the splices run.
+                for _ in 0..READ_BATCH {
+                    let n = match guard.try_io(|fd| nix::unistd::read(fd, &mut buf).map_err(io::Error::from)) {
+                        Ok(n) => n?,
+                        Err(_would_block) => break,
+                    };
+                    match packet::classify(&buf[..n], &policy, &reporter) {
+                        Verdict::Pass => {
                             let _ = to_stack.try_send(buf[..n].to_vec());
                         }
-                    }
-                    Verdict::Reply(p) => write_packet(&tun, &p),
-                    Verdict::Dns { query, client } => {
-                        let Ok(permit) = dns_slots.clone().try_acquire_owned() else { continue };
-                        let (tun, policy, reporter) = (tun.clone(), policy.clone(), reporter.clone());
-                        tasks.spawn(async move {
-                            let _permit = permit;
-                            if let Some(reply) = dns::answer(&query, &policy, &reporter, upstream).await.and_then(|a| packet::dns_reply(client, &a)) {
-                                write_packet(&tun, &reply);
+                        Verdict::Connect { dst, refusal } => {
+                            if connection_slots.available_permits() == 0 {
+                                too_many(&reporter, &policy, dst);
+                                write_packet(&tun, &refusal);
+                            } else {
+                                let _ = to_stack.try_send(buf[..n].to_vec());
                             }
-                        });
+                        }
+                        Verdict::Reply(p) => write_packet(&tun, &p),
+                        Verdict::Dns { query, client } => {
+                            let Ok(permit) = dns_slots.clone().try_acquire_owned() else { continue };
+                            let (tun, policy, reporter) = (tun.clone(), policy.clone(), reporter.clone());
+                            tasks.spawn(async move {
+                                let _permit = permit;
+                                if let Some(reply) = dns::answer(&query, &policy, &reporter, upstream).await.and_then(|a| packet::dns_reply(client, &a)) {
+                                    write_packet(&tun, &reply);
+                                }
+                            });
+                        }
+                        Verdict::Drop => {}
                     }
-                    Verdict::Drop => {}
                 }
             }
             accepted = stack.accept() => match accepted {
