@@ -38,8 +38,6 @@ use packet::Verdict;
 use policy::Policy;
 use report::{now, Reporter};
 
-/// MTU of the sandbox's TUN device (the kernel's default for TUN), in bytes.
-const MTU: u16 = 1500;
 /// How long connecting to an allowed destination may take.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
 /// Packets read from the TUN per wake-up.
@@ -124,7 +122,7 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
     let tun = Arc::new(AsyncFd::new(fd)?);
     let (to_stack, from_filter) = mpsc::channel(STACK_QUEUE);
     let mut config = IpStackConfig::default();
-    config.mtu(MTU).map_err(io::Error::other)?;
+    config.mtu(sandbox_runtime::tun::MTU).map_err(io::Error::other)?;
     let mut tcp = TcpConfig::default();
     // The defaults (16 KiB in flight, 16 KiB receive buffer) cap throughput far below the
     // window TCP without scaling allows (64 KiB); and an idle allowed connection (a long poll)

@@ -110,6 +110,16 @@ pub fn if_up_ipv4(name: &str, addr: Ipv4Addr, prefix: u8) -> io::Result<()> {
     link_up(&sock, name)
 }
 
+/// Sets the MTU of interface `name`, in bytes.
+/// Errors: the kernel's errno (EINVAL outside the device's range).
+pub fn if_set_mtu(name: &str, mtu: u16) -> io::Result<()> {
+    let sock = socket(libc::AF_INET)?;
+    let mut req = ifreq(name)?;
+    req.ifr_ifru.ifru_mtu = libc::c_int::from(mtu);
+    // SAFETY: SIOCSIFMTU reads the ifreq we own.
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFMTU, &req) })
+}
+
 fn link_up(sock: &OwnedFd, name: &str) -> io::Result<()> {
     let mut req = ifreq(name)?;
     // SAFETY: SIOCGIFFLAGS writes into the ifreq we own.
