@@ -1,4 +1,4 @@
-"""Driver of bench/network.sh: start-up overhead of an allowlist profile, and download throughput."""
+"""Driver of bench/network.sh: start-up overhead of an allowlist profile, download and upload throughput."""
 import http.server, json, os, statistics, subprocess, sys, tempfile, threading, time
 
 sandbox, n = sys.argv[1], int(sys.argv[2])
@@ -13,6 +13,18 @@ class Blob(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         for _ in range(SIZE // len(CHUNK)):
             self.wfile.write(CHUNK)
+    def do_POST(self):
+        n, got = int(self.headers["Content-Length"]), 0
+        while got < n:
+            b = self.rfile.read(min(1 << 20, n - got))
+            if not b:
+                break
+            got += len(b)
+        body = str(got).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
     def log_message(self, *a):
         pass
 
@@ -28,6 +40,14 @@ while True:
     n += len(b)
 dt = time.perf_counter() - t
 print(n, dt)
+"""
+
+UPLOAD = f"""
+import time, urllib.request
+data = b"z" * {SIZE}
+t = time.perf_counter()
+got = urllib.request.urlopen(urllib.request.Request("http://{ADDR}:{PORT}/", data=data, method="POST"), timeout=60).read()
+print(int(got), time.perf_counter() - t)
 """
 
 def main():
@@ -65,19 +85,20 @@ def main():
             print(f"| {p} | {statistics.median(v):.1f} | {q(v, 0.95):.1f} |")
         print(f"allowlist overhead p50: +{statistics.median(times['bench-net']) - statistics.median(times['bench-none']):.1f} ms\n")
 
-        host, inside = [], []
-        for _ in range(3):
-            out = subprocess.run([sys.executable, "-c", CLIENT], capture_output=True, text=True, check=True).stdout.split()
-            host.append(int(out[0]) / float(out[1]) / (1 << 20))
-            out = run("bench-net", CLIENT)[1].split()
-            assert int(out[0]) == SIZE, out
-            inside.append(int(out[0]) / float(out[1]) / (1 << 20))
-        print("100 MiB HTTP download from an allowed local server (MiB/s, median of 3):")
-        print("| client | MiB/s |")
-        print("|---|---|")
-        print(f"| host python3 urllib | {statistics.median(host):.0f} |")
-        print(f"| allowlist sandbox, same code | {statistics.median(inside):.0f} |")
-        print(f"ratio: {statistics.median(inside) / statistics.median(host):.2f}")
+        for what, code in (("download", CLIENT), ("upload (POST)", UPLOAD)):
+            host, inside = [], []
+            for _ in range(3):
+                out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+                host.append(int(out[0]) / float(out[1]) / (1 << 20))
+                out = run("bench-net", code)[1].split()
+                assert int(out[0]) == SIZE, out
+                inside.append(int(out[0]) / float(out[1]) / (1 << 20))
+            print(f"100 MiB HTTP {what}, allowed local server (MiB/s, median of 3):")
+            print("| client | MiB/s |")
+            print("|---|---|")
+            print(f"| host python3 urllib | {statistics.median(host):.0f} |")
+            print(f"| allowlist sandbox, same code | {statistics.median(inside):.0f} |")
+            print(f"ratio: {statistics.median(inside) / statistics.median(host):.2f}\n")
     finally:
         subprocess.run(["ip", "addr", "del", f"{ADDR}/32", "dev", "lo"])
         subprocess.run(["rm", "-rf", tmp])
