@@ -92,6 +92,11 @@ pub fn tun_create(name: &str) -> io::Result<OwnedFd> {
     req.ifr_ifru.ifru_flags = libc::c_short::try_from(libc::IFF_TUN | libc::IFF_NO_PI).expect("TUN flags fit a short");
     // SAFETY: TUNSETIFF reads (and writes back the name into) the ifreq we own.
     check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req) })?;
+    // Persistent: closing the descriptor then does not unregister the device synchronously
+    // (an RCU grace period, ~15 ms, in the closer's exit path); the device goes when the
+    // namespace dies, in the kernel's namespace clean-up (a TUN is never moved to the host).
+    // SAFETY: TUNSETPERSIST takes an integer argument, no memory.
+    check(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETPERSIST, 1 as libc::c_ulong) })?;
     Ok(fd)
 }
 
