@@ -182,8 +182,15 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
                             splice(stream, policy, reporter).await;
                         });
                     }
-                    // Rare: SYNs raced past the filter's check. The stream is dropped.
-                    Err(_) => too_many(&reporter, &policy, stream.peer_addr()),
+                    // Rare: SYNs raced past the filter's check (the stack answers a SYN before
+                    // the stream is accepted). The connection is closed at once.
+                    Err(_) => {
+                        too_many(&reporter, &policy, stream.peer_addr());
+                        tasks.spawn(async move {
+                            let mut stream = stream;
+                            let _ = tokio::time::timeout(SHUTDOWN_PATIENCE, stream.shutdown()).await;
+                        });
+                    }
                 },
                 Ok(_) => {}
                 Err(e) => return Err(io::Error::other(e)),

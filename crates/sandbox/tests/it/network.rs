@@ -462,7 +462,10 @@ print(json.dumps({"ok": ok, "failed": failed, "refused": refused, "secs": time.t
         &[],
     );
     let out = output_json(&r);
-    assert_eq!((out["ok"].as_u64(), out["failed"].as_u64(), out["refused"].as_u64()), (Some(256), Some(0), Some(4)), "{r:?}");
+    // Past the cap a SYN is reset (refused); one racing the cap may be accepted and closed at
+    // once (failed). Either way at once, and exactly 256 work.
+    assert_eq!(out["ok"].as_u64(), Some(256), "{r:?}");
+    assert_eq!(out["failed"].as_u64().unwrap() + out["refused"].as_u64().unwrap(), 4, "{r:?}");
     assert!(out["secs"].as_f64().unwrap() < 2.0 * QUICK, "refused connections hung: {r:?}");
     let over = blocked(&r).iter().filter(|b| b["reason"] == "too_many_connections" && b["port"] == 7007).count();
     assert_eq!(over, 4, "{:#}", r.json["network"]);
