@@ -295,9 +295,17 @@ console.log(JSON.stringify({ plain, byIp, tls, other }));
     assert_eq!(fx.forbidden_hits.load(Ordering::SeqCst), 0);
 }
 
+/// The host's network interfaces (`/sys/class/net`).
+fn host_links() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/sys/class/net").unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
 #[test]
 fn everything_else_is_refused_at_once_and_reported() {
     let fx = Fixture::new(3);
+    let links_before = host_links();
     let r = fx.run(
         "net-py",
         r#"
@@ -355,6 +363,8 @@ print(json.dumps(res))
     // 127.0.0.1 inside is the sandbox's own loopback: the host's service saw nothing.
     assert_eq!(fx.forbidden_hits.load(Ordering::SeqCst), 0);
     assert_gone(r.json["executionId"].as_str().unwrap());
+    // The sandbox's device lived in its namespace only; the host gained no interface.
+    assert_eq!(host_links(), links_before);
 }
 
 #[test]
