@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what building and testing the Sandbox Service needs on Debian 12, idempotently:
-# libseccomp (the seccomp filter is built with it), pkg-config, and the pinned Node.js LTS that
-# TypeScript profiles run on (scripts/install-node.sh). Python is the host's /usr/bin/python3;
+# libseccomp (the seccomp filter is built with it), pkg-config, the pinned Node.js LTS that
+# TypeScript profiles run on (scripts/install-node.sh) and uv, which installs environments'
+# Python packages (scripts/install-uv.sh). Python is the host's /usr/bin/python3;
 # `sandbox doctor` says if a runtime is missing.
 set -euo pipefail
 need=()
-for pkg in libseccomp-dev pkg-config python3; do
+# iproute2 and openssl: the network tests add test addresses and serve HTTPS with a test CA.
+for pkg in libseccomp-dev pkg-config python3 iproute2 openssl; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

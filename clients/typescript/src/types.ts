@@ -90,6 +90,16 @@ export interface Enforcement {
   network: string;
 }
 
+/** What an allowlist sandbox reached and what it was refused (times RFC 3339 UTC). */
+export interface NetworkReport {
+  allowed: Array<{ host?: string; address: string; port: number; protocol: string; bytesSent: number;
+    bytesReceived: number; startedAt: string; durationMs: number; error?: string }>;
+  /** `reason`: not_allowed, name_not_allowed, internal_address, protocol_not_allowed, too_many_connections. */
+  blocked: Array<{ host?: string; address: string; port?: number; protocol: string; at: string; reason: string }>;
+  allowedOmitted: number;
+  blockedOmitted: number;
+}
+
 /** A structured error inside a result: the program's exception or a service failure. */
 export interface ExecError {
   type: string;
@@ -132,6 +142,8 @@ export interface ExecutionResult<F = OutputFile> {
   returnData?: unknown;
   resourceUsage: ResourceUsage;
   timing: Timing;
+  /** Connections allowed and attempts blocked (allowlist profiles only). */
+  network?: NetworkReport;
   enforcement?: Enforcement;
   error?: ExecError;
 }

@@ -31,6 +31,9 @@ pub struct Config {
     /// Package environments by name (`[environments.NAME]`), built by `sandbox env install NAME`.
     #[serde(default)]
     pub environments: BTreeMap<String, Environment>,
+    /// Network settings of allowlist sandboxes (`[network]`).
+    #[serde(default)]
+    pub network: NetworkConfig,
 }
 
 /// The base of an environment: what the run's root filesystem is made of.
@@ -227,7 +230,8 @@ pub struct Profile {
     /// Output caps.
     #[serde(default)]
     pub output: OutputCaps,
-    /// Network policy; only `none` (an empty network namespace, loopback only) for now.
+    /// Network policy: `none` (an empty network namespace, loopback only, the default) or an
+    /// allowlist table (see [`crate::network::Allowlist`]).
     #[serde(default)]
     pub network: Network,
     /// Environment variables set for the program, on top of the fixed base set.
@@ -352,14 +356,7 @@ impl Default for OutputCaps {
     }
 }
 
-/// Network policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Network {
-    /// An empty network namespace: loopback only.
-    #[default]
-    None,
-}
+pub use crate::network::{Network, NetworkConfig};
 
 /// A configuration error naming the file, the field and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -437,6 +434,7 @@ impl Config {
         self.runtime = other.runtime;
         self.service = other.service;
         self.audit = other.audit;
+        self.network = other.network;
         self.profiles.extend(other.profiles);
         self.environments.extend(other.environments);
         self
@@ -513,6 +511,9 @@ impl Config {
             check_range(o.files_max_count.into(), 0, 100_000, "").map_err(|m| err(at("output.files_max_count"), m))?;
             check_range(o.files_max_bytes, 0, 1 << 32, "bytes").map_err(|m| err(at("output.files_max_bytes"), m))?;
             check_range(o.return_max_bytes, 1024, 1 << 30, "bytes").map_err(|m| err(at("output.return_max_bytes"), m))?;
+            if let Network::Allowlist(a) = &p.network {
+                a.validate().map_err(|(f, m)| err(at(&format!("network.{f}")), m))?;
+            }
             for (k, v) in &p.env {
                 validate_env(k, v).map_err(|m| err(at(&format!("env.{k}")), m))?;
             }

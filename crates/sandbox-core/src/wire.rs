@@ -229,7 +229,7 @@ pub struct Enforcement {
     pub landlock_abi: u32,
     /// Whether the seccomp filter was installed.
     pub seccomp: bool,
-    /// `none` for an empty network namespace.
+    /// `none` for an empty network namespace, `allowlist` for the engine's filtered network.
     pub network: String,
 }
 
@@ -290,6 +290,9 @@ pub struct ExecutionResult {
     pub resource_usage: ResourceUsage,
     /// Latency breakdown.
     pub timing: Timing,
+    /// Connections allowed and attempts blocked (allowlist profiles only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::network::NetworkReport>,
     /// Isolation actually enforced (absent for rejected requests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforcement: Option<Enforcement>,
@@ -357,7 +360,7 @@ pub struct ProfileInfo {
     pub files_max_count: u32,
     /// Most bytes of output files returned.
     pub files_max_bytes: u64,
-    /// Network policy: `none`.
+    /// Network policy: `none` or `allowlist`.
     pub network: String,
     /// Paths of extra directories inside the sandbox (host paths are not shown).
     pub mounts: Vec<MountInfo>,
@@ -414,7 +417,7 @@ impl ProfileInfo {
             stderr_max_bytes: p.output.stderr_max_bytes,
             files_max_count: p.output.files_max_count,
             files_max_bytes: p.output.files_max_bytes,
-            network: "none".into(),
+            network: p.network.mode().into(),
             mounts: p
                 .filesystem
                 .mounts

@@ -8,6 +8,7 @@
 mod collect;
 mod command;
 pub mod environment;
+mod network;
 mod prepare;
 mod supervise;
 pub mod typescript;
@@ -124,6 +125,9 @@ impl Engine {
                 return Some(format!("profile {profile:?} mounts host directory {} at {}, which does not exist", m.host.display(), m.sandbox.display()));
             }
         }
+        if matches!(p.network, sandbox_core::network::Network::Allowlist(_)) && !std::path::Path::new("/dev/net/tun").exists() {
+            return Some(format!("profile {profile:?} has a network allowlist, which needs the tun driver (/dev/net/tun: modprobe tun)"));
+        }
         if !bin.is_file() {
             let hint = match p.language {
                 Language::Python => "install python3 or set [runtime] python",
@@ -230,7 +234,7 @@ impl Engine {
             cgroup: layout.version().into(),
             landlock_abi: 0,
             seccomp: true,
-            network: "none".into(),
+            network: admitted.profile.network.mode().into(),
         });
         let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output, self.abort.subscribe()).await;
         let collect_start = Instant::now();

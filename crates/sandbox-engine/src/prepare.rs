@@ -160,7 +160,13 @@ impl Prepared {
                 // No file larger than the largest tmpfs, with room so that a full tmpfs says ENOSPC first.
                 fsize_bytes: fs_policy.workspace_max_bytes.max(fs_policy.tmp_max_bytes) + (1 << 20),
             },
+            tun: matches!(a.profile.network, sandbox_core::network::Network::Allowlist(_)),
         };
+        if p.spec.tun {
+            // The engine answers DNS at the gateway of the sandbox's TUN (crate::network).
+            let resolver = format!("nameserver {}\noptions timeout:2 attempts:2\n", sandbox_runtime::tun::GATEWAY_IPV4);
+            p.spec.root_files.iter_mut().filter(|f| f.sandbox_path == "/etc/resolv.conf").for_each(|f| f.content = resolver.clone());
+        }
         Ok(p)
     }
 
@@ -300,7 +306,7 @@ fn root_files(a: &Admitted, code: &str) -> Vec<RootFile> {
         f("/etc/group", "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n", 0o444),
         f("/etc/hostname", "sandbox\n", 0o444),
         f("/etc/hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n", 0o444),
-        // No resolver: the network namespace is empty.
+        // No resolver: the network namespace is empty (allowlist profiles get one in `new`).
         f("/etc/resolv.conf", "", 0o444),
         f("/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", 0o444),
         f(&format!("{CODE_DIR}/{}", code_file(language)), code, 0o444),

@@ -10,6 +10,7 @@ use base64::Engine as _;
 use command_fds::{CommandFdExt, FdMapping};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+use sandbox_core::network::NetworkReport;
 use sandbox_core::wire::{ExecError, ResourceUsage};
 use sandbox_core::{Admitted, ExecutionResult, Language, Status};
 use sandbox_runtime::cgroup::Usage;
@@ -18,6 +19,7 @@ use sandbox_runtime::HELPER_ARGV0;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, Notify};
 
+use crate::network::Network;
 use crate::prepare::Prepared;
 use crate::{ms, EngineOptions};
 
@@ -54,6 +56,7 @@ pub(crate) struct RunOutcome {
     setup_ms: u64,
     run_ms: u64,
     landlock_abi: u32,
+    network: Option<NetworkReport>,
 }
 
 #[derive(Debug, Default)]
@@ -105,10 +108,25 @@ pub(crate) async fn run(
             return out;
         }
     };
-    if let Err(e) = cmd.fd_mappings(vec![
+    let mut fds = vec![
         FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD },
         FdMapping { parent_fd: side_write, child_fd: RESULT_FD },
-    ]) {
+    ];
+    // Allowlist profiles: a second socket on which the helper sends the sandbox's TUN device.
+    let mut net_channel = None;
+    if let sandbox_core::network::Network::Allowlist(allow) = &a.profile.network {
+        match std::os::unix::net::UnixStream::pair() {
+            Ok((engine, helper)) => {
+                fds.push(FdMapping { parent_fd: helper.into(), child_fd: sandbox_runtime::tun::NET_FD });
+                net_channel = Some((engine, allow));
+            }
+            Err(e) => {
+                out.failure = Some(format!("socketpair: {e}"));
+                return out;
+            }
+        }
+    }
+    if let Err(e) = cmd.fd_mappings(fds) {
         out.failure = Some(format!("fd mapping: {e}"));
         return out;
     }
@@ -124,6 +142,7 @@ pub(crate) async fn run(
             return out;
         }
     };
+    let network = net_channel.map(|(channel, allow)| Network::start(channel, allow, opts.config.network.upstream_dns));
     let ctl = match engine_end.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(engine_end)) {
         Ok(s) => s,
         Err(e) => {
@@ -215,6 +234,7 @@ pub(crate) async fn run(
     }
     let ended = Instant::now();
     let _ = child.wait().await;
+    out.network = network.map(Network::finish);
     // Every process of the sandbox is gone once init is; the pipes close with them.
     prepared.stop_everything();
     if let Some(t) = stdin_task {
@@ -287,6 +307,7 @@ pub(crate) fn fill_result(r: &mut ExecutionResult, a: &Admitted, run: RunOutcome
     r.stdout_truncated = run.stdout.truncated;
     r.stderr_truncated = run.stderr.truncated;
     r.killed_at_teardown = run.killed_at_teardown;
+    r.network = run.network;
     r.timed_out = run.timed_out;
     r.timing.setup_ms = run.setup_ms;
     r.timing.run_ms = run.run_ms;

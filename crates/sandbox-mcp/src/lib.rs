@@ -286,13 +286,14 @@ pub fn tools(config: &sandbox_core::Config, principal: Option<&Principal>) -> Ve
         }
     }
     let execute_description = format!(
-        "Runs a Python or TypeScript program in a fresh, isolated Linux sandbox (no network, no access to \
-         the host) and returns its exit status, stdout, stderr and output files. Each call is a new sandbox: \
+        "Runs a Python or TypeScript program in a fresh, isolated Linux sandbox (no access to the host; no \
+         network unless the profile's network is `allowlist`, and then only its listed endpoints) and returns its exit status, stdout, stderr and output files. Each call is a new sandbox: \
          nothing persists between calls, so pass input data as `files`. Files the program writes to its \
          working directory come back: PNG/JPEG as images, others as embedded resources, large ones as \
          resource links (sandbox://executions/ID/files/NAME, read with resources/read).\n\n\
          Result: structuredContent holds the full result (status, exitCode, stdout, stderr, files, \
-         resourceUsage, timing, error); the first text block summarizes it.\n\
+         resourceUsage, timing, error; for allowlist profiles a network report of what was reached and what \
+         was refused); the first text block summarizes it.\n\
          isError is false only when the program ran and exited 0 (status `ok`). isError is true when the \
          program ran and failed (status `error`: an exception or a non-zero exit code; fix the code), when a \
          limit ended it (status `timeout`, `memory_limit` or `output_limit`), when the sandbox refused the \

@@ -187,6 +187,72 @@ pub struct ExecuteOutput {
     /// Why it was rejected or failed, or the program's error.
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<ErrorOut>,
+    /// What the program reached and what was refused (allowlist profiles only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    network: Option<NetworkOut>,
+}
+
+/// The network report of an allowlist profile's run.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[expect(dead_code, reason = "schema only")]
+struct NetworkOut {
+    /// Connections let through.
+    allowed: Vec<AllowedOut>,
+    /// Attempts refused (connections, datagrams, DNS questions for names not allowed).
+    blocked: Vec<BlockedOut>,
+    /// Allowed connections beyond the list's cap, counted only.
+    allowed_omitted: u64,
+    /// Blocked attempts beyond the list's cap, counted only.
+    blocked_omitted: u64,
+}
+
+/// One allowed connection.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[expect(dead_code, reason = "schema only")]
+struct AllowedOut {
+    /// The allowed name that resolved to the address, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<String>,
+    /// Destination IP address.
+    address: String,
+    /// Destination port.
+    port: u16,
+    /// `tcp`.
+    protocol: String,
+    /// Bytes sent to the destination.
+    bytes_sent: u64,
+    /// Bytes received from it.
+    bytes_received: u64,
+    /// When it was opened (RFC 3339, UTC).
+    started_at: String,
+    /// How long it lasted, in ms.
+    duration_ms: u64,
+    /// Why it ended abnormally, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// One refused attempt.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[expect(dead_code, reason = "schema only")]
+struct BlockedOut {
+    /// The name asked for or resolved, if known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host: Option<String>,
+    /// Destination IP address.
+    address: String,
+    /// Destination port, where the protocol has ports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    port: Option<u16>,
+    /// `tcp`, `udp`, `icmp`, `dns` or `ip:N`.
+    protocol: String,
+    /// When (RFC 3339, UTC).
+    at: String,
+    /// `not_allowed`, `name_not_allowed`, `internal_address`, `protocol_not_allowed` or `too_many_connections`.
+    reason: String,
 }
 
 /// How an execution ended.
@@ -271,7 +337,7 @@ struct EnforcementOut {
     landlock_abi: u32,
     /// Whether the seccomp filter was installed.
     seccomp: bool,
-    /// Network policy, `none`: no network.
+    /// Network policy: `none` (an empty network namespace) or `allowlist` (the engine's filtered network).
     network: String,
 }
 
@@ -351,7 +417,7 @@ struct ProfileOut {
     files_max_count: u32,
     /// Most bytes of output files returned.
     files_max_bytes: u64,
-    /// Network policy: `none` (no network at all).
+    /// Network policy: `none` (no network at all) or `allowlist` (only the profile's listed endpoints).
     network: String,
     /// Extra directories inside the sandbox.
     mounts: Vec<MountOut>,

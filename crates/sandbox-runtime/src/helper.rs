@@ -64,7 +64,7 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
         step("cgroup_join", std::fs::write(file, "0").map_err(|e| format!("{}: {e}", file.display())))?;
     }
     // No descriptor but stdio, the control socket and the harness's side channel (fd 4) may
-    // reach the container.
+    // reach the container (the network channel, fd 5, is the helper's own and close-on-exec).
     step("cloexec", sys::cloexec_from(5))?;
     let (go_read, go_write) = step("pipe", pipe())?;
     match step("clone", sys::clone_namespaces(NAMESPACES))? {
@@ -77,6 +77,10 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
             let map = format!("0 {} 65536\n", spec.uid_base);
             step("uid_map", std::fs::write(format!("/proc/{init}/uid_map"), &map))?;
             step("gid_map", std::fs::write(format!("/proc/{init}/gid_map"), &map))?;
+            if spec.tun {
+                // Allowlist network: init's namespace gets a TUN device whose packets the engine decides.
+                crate::tun::setup(init)?;
+            }
             send(ctl, &Event::Started { init_pid: init.as_raw() });
             step("release_init", nix::unistd::write(go_write.as_fd(), b"g"))?;
             drop(go_write);

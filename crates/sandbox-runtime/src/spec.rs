@@ -56,6 +56,10 @@ pub struct SpawnSpec {
     pub cwd: String,
     /// Resource limits applied to the program.
     pub rlimits: Rlimits,
+    /// Create a TUN device as the sandbox's network and send its descriptor to the engine on
+    /// [`crate::tun::NET_FD`] (allowlist profiles); `false` leaves loopback only.
+    #[serde(default)]
+    pub tun: bool,
 }
 
 /// A file created in the sandbox's root before it is made read-only.

@@ -147,6 +147,8 @@ class ExecutionResult:
     return_data: Any = None
     enforcement: Optional[Enforcement] = None
     error: Optional[ExecError] = None
+    network: Optional[Dict[str, Any]] = None
+    """Allowlist profiles: ``{"allowed": [...], "blocked": [...], "allowedOmitted", "blockedOmitted"}`` (camelCase, as sent)."""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received."""
 
@@ -179,6 +181,7 @@ class ExecutionResult:
             return_data=d.get("returnData"),
             enforcement=None if enforcement is None else Enforcement.from_json(enforcement),
             error=None if error is None else ExecError.from_json(error),
+            network=d.get("network"),
             raw=dict(d),
         )
 

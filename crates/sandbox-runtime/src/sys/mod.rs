@@ -9,6 +9,9 @@ use std::os::unix::net::UnixStream;
 use nix::sched::CloneFlags;
 use nix::unistd::Pid;
 
+mod tun;
+pub use tun::{if_ipv6_default, if_set_mtu, if_up_ipv4, recv_fd, route_default_ipv4, send_fd, tun_create};
+
 /// Which side of a fork-like call we are on.
 pub enum Forked {
     /// In the new process.

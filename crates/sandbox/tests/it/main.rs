@@ -13,6 +13,7 @@ mod harness;
 mod http;
 mod limits;
 mod mcp;
+mod network;
 mod timeouts;
 
 use std::path::{Path, PathBuf};

