@@ -93,9 +93,9 @@ pub struct ExecutionRequest {
     /// Bytes fed to the program's standard input (text, or `{ "base64": ... }`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<FileContent>,
-    /// Input value for the `function` harness.
+    /// Input value for the `function` harness: any JSON value, passed to `main(input)`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub input: Option<serde_json::Value>,
     /// Extra environment variables, added to the profile's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -282,9 +282,10 @@ pub struct ExecutionResult {
     pub skipped_files: Vec<SkippedFile>,
     /// Processes still alive when the program's main process ended, killed at teardown.
     pub killed_at_teardown: u32,
-    /// The `function` harness's return value.
+    /// The `function` harness's return value: any JSON value (`null` when `main` returned
+    /// None/null; absent when the harness is `script` or nothing was returned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub return_data: Option<serde_json::Value>,
     /// CPU time and peak memory.
     pub resource_usage: ResourceUsage,

@@ -350,15 +350,24 @@ pub(crate) fn fill_result(r: &mut ExecutionResult, a: &Admitted, run: RunOutcome
 }
 
 /// What the harness reports on its side channel: one JSON object, `{"returnData": value}` from
-/// the function harness, or `{"error": {type, message, traceback?, line?, column?}}` for an
-/// uncaught exception (written by `harness.py` / `harness.mjs`).
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct SideReport {
-    #[serde(default)]
-    return_data: Option<serde_json::Value>,
-    #[serde(default)]
-    error: Option<ExecError>,
+/// the function harness (`null` included: a function that returned None), or
+/// `{"error": {type, message, traceback?, line?, column?}}` for an uncaught exception (written by
+/// `harness.py` / `harness.mjs`).
+enum SideReport {
+    Returned(serde_json::Value),
+    Raised(ExecError),
+}
+
+impl SideReport {
+    fn parse(bytes: &[u8]) -> Result<Self, String> {
+        let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        let serde_json::Value::Object(mut o) = v else { return Err("not a JSON object".into()) };
+        match (o.remove("returnData"), o.remove("error")) {
+            (_, Some(e)) => serde_json::from_value(e).map(Self::Raised).map_err(|e| e.to_string()),
+            (Some(v), None) => Ok(Self::Returned(v)),
+            (None, None) => Err("neither returnData nor error".into()),
+        }
+    }
 }
 
 /// Takes the harness's report into the result: `returnData` for a function that returned, the
@@ -383,17 +392,17 @@ fn apply_side_channel(r: &mut ExecutionResult, a: &Admitted, side: &Captured) {
             format!("the return value is larger than the profile's output.return_max_bytes ({} bytes)", a.profile.output.return_max_bytes),
         );
     }
-    match serde_json::from_slice::<SideReport>(&side.bytes) {
-        Ok(SideReport { error: Some(e), .. }) => {
+    match SideReport::parse(&side.bytes) {
+        Ok(SideReport::Raised(e)) => {
             r.status = Status::Error;
             r.error = Some(e);
         }
-        Ok(SideReport { return_data: Some(v), error: None }) if a.harness == sandbox_core::Harness::Function => {
+        Ok(SideReport::Returned(v)) if a.harness == sandbox_core::Harness::Function => {
             if r.status == Status::Ok {
                 r.return_data = Some(v);
             }
         }
-        Ok(_) => {}
+        Ok(SideReport::Returned(_)) => {}
         Err(e) => fail(r, "HarnessProtocolError", format!("the harness side channel (fd 4) did not hold one JSON report ({e}); did the program write to fd 4 itself?")),
     }
 }

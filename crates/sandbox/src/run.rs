@@ -277,8 +277,10 @@ fn report(r: &sandbox_core::ExecutionResult, wrote_files: bool) {
     if let Some(v) = &r.return_data {
         // The function harness's return value, after the program's own output.
         let text = serde_json::to_string_pretty(v).unwrap_or_default();
+        // On a line of its own, even after output that did not end in a newline.
+        let sep = if r.stdout.is_empty() || r.stdout.ends_with('\n') { "" } else { "\n" };
         let mut out = std::io::stdout();
-        let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+        let _ = writeln!(out, "{sep}{text}").and_then(|()| out.flush());
     }
     match r.status {
         Status::Timeout => eprintln!("sandbox: timed out after {} ms (killed by {})", r.duration_ms, r.signal_name.as_deref().unwrap_or("signal")),

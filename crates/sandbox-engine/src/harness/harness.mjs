@@ -98,8 +98,9 @@ if (mode === "function") {
     err.stack = `ReturnValueNotSerializable: ${err.message}`;
     fail(err, "ReturnValueNotSerializable");
   }
-  reported = true;
-  const data = Buffer.from(text);
-  let off = 0;
-  while (off < data.length) off += writeSync(SIDE, data, off);
+  // Sent when the process exits, not now: a timer or a rejection that fails after main returned
+  // still ends the run as an error, and then its report, not this value, is sent.
+  process.on("exit", () => {
+    if (!reported) send(JSON.parse(text));
+  });
 }

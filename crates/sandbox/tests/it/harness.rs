@@ -77,6 +77,36 @@ fn python_exception_points_at_the_callers_line() {
 }
 
 #[test]
+fn a_typescript_error_after_main_returned_is_reported_not_the_value() {
+    for code in [
+        "export default function main(i: unknown) {\n  setTimeout(() => { throw new Error('late'); }, 20);\n  return 'early';\n}\n",
+        "export default function main(i: unknown) {\n  Promise.reject(new TypeError('rejected'));\n  return 5;\n}\n",
+    ] {
+        let r = run("typescript-default", code, &["--harness", "function"]);
+        assert_eq!(r.status(), "error", "{r:?}");
+        assert!(matches!(r.json["error"]["type"].as_str(), Some("Error" | "TypeError")), "{r:?}");
+        assert_eq!(r.json["error"]["line"], 2, "{r:?}");
+        assert!(r.json.get("returnData").is_none(), "{r:?}");
+    }
+}
+
+#[test]
+fn returning_none_is_null_not_absent() {
+    let r = run("python-default", "def main(i):\n    return None\n", &["--harness", "function"]);
+    assert_eq!((r.status(), r.json.get("returnData")), ("ok", Some(&Value::Null)), "{r:?}");
+    let r = run("typescript-default", "export default () => null;\n", &["--harness", "function"]);
+    assert_eq!((r.status(), r.json.get("returnData")), ("ok", Some(&Value::Null)), "{r:?}");
+    let r = run("python-default", "import sys\ndef main(i):\n    sys.exit(0)\n", &["--harness", "function"]);
+    assert_eq!((r.status(), r.json.get("returnData")), ("ok", None), "exited without returning: {r:?}");
+}
+
+#[test]
+fn the_cli_prints_the_return_value_on_its_own_line() {
+    let out = sandbox(&["run", "--harness", "function", "-c", "def main(i):\n    print('x', end='')\n    return [1, 2]\n"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "x\n[\n  1,\n  2\n]\n", "{out:?}");
+}
+
+#[test]
 fn after_an_uncaught_exception_atexit_handlers_still_run() {
     let r = run("python-default", "import atexit\natexit.register(lambda: print('cleanup ran'))\nraise ValueError('x')\n", &[]);
     assert_eq!((r.status(), r.stdout(), r.json["error"]["type"].as_str()), ("error", "cleanup ran\n", Some("ValueError")), "{r:?}");
