@@ -124,6 +124,12 @@ impl Environments {
         &self.dir
     }
 
+    /// The first ancestor of the directory (or the directory itself) that others may not
+    /// search (mode o+x): the container's unprivileged init could not bind an environment below it.
+    pub fn unsearchable_ancestor(&self) -> Option<PathBuf> {
+        self.dir.ancestors().find(|a| fs::metadata(a).is_ok_and(|m| m.mode() & 0o001 == 0)).map(Path::to_owned)
+    }
+
     /// First 16 hex digits of SHA-256 over the spec and the interpreters it is built for: any
     /// change to a pin, the Python binary or the Node binary makes a different environment.
     pub fn spec_hash(env: &Environment, rt: &RuntimeConfig) -> String {
@@ -257,6 +263,13 @@ impl Environments {
         }
         fs::rename(&build, &target).map_err(io("rename", &target))?;
         progress(&format!("{name} installed: {} files, {} MiB at {}", manifest.files, manifest.bytes >> 20, target.display()));
+        if let Some(a) = self.unsearchable_ancestor() {
+            progress(&format!(
+                "warning: {} is not searchable by others (mode o+x), so sandboxes cannot mount this environment; \
+                 chmod o+x it or move [runtime] environments_dir",
+                a.display()
+            ));
+        }
         Ok(Installed::Built(target, manifest))
     }
 

@@ -99,7 +99,16 @@ impl Engine {
         let env = self.opts.config.environments.get(name)?;
         let envs = environment::Environments::for_runtime(&self.opts.config.runtime, &self.opts.data_dir);
         match envs.installed(name, env, &self.opts.config.runtime) {
-            Some(_) => None,
+            Some(_) => envs.unsearchable_ancestor().map(|a| {
+                (
+                    ErrorCode::RuntimeUnavailable,
+                    format!(
+                        "environment {name:?} is installed under {}, which is not searchable by others (mode o+x on every \
+                         ancestor is needed for the sandbox to mount it)",
+                        a.display()
+                    ),
+                )
+            }),
             None => Some((
                 ErrorCode::EnvironmentNotInstalled,
                 format!(

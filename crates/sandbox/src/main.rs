@@ -136,17 +136,30 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Profiles { command: ProfilesCommand::List } => {
-            println!("{:<24} {:<11} {:>9} {:>5} {:>5} {:>9} {:<8} DESCRIPTION", "NAME", "LANGUAGE", "MEMORY", "CPU", "PIDS", "TIMEOUT", "NETWORK");
+            println!(
+                "{:<24} {:<11} {:>9} {:>5} {:>5} {:>9} {:<10} {:<22} DESCRIPTION",
+                "NAME", "LANGUAGE", "MEMORY", "CPU", "PIDS", "TIMEOUT", "NETWORK", "ENVIRONMENT"
+            );
+            let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);
+            let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, &data_dir);
             for (name, p) in &config.profiles {
+                let environment = match p.environment.as_deref() {
+                    None => "-".to_owned(),
+                    Some(e) => match config.environments.get(e).and_then(|spec| envs.installed(e, spec, &config.runtime)) {
+                        Some(_) => e.to_owned(),
+                        None => format!("{e} (missing)"),
+                    },
+                };
                 println!(
-                    "{:<24} {:<11} {:>6}MiB {:>5} {:>5} {:>8}s {:<8} {}",
+                    "{:<24} {:<11} {:>6}MiB {:>5} {:>5} {:>8}s {:<10} {:<22} {}",
                     name,
                     p.language.as_str(),
                     p.limits.memory_max_bytes >> 20,
                     p.limits.cpu_max,
                     p.limits.pids_max,
                     p.limits.timeout_ms / 1000,
-                    "none",
+                    p.network.mode(),
+                    environment,
                     p.description
                 );
             }

@@ -164,3 +164,21 @@ fn python_analysis_installs_on_a_fresh_machine_as_the_readme_says() {
     assert_eq!(text(&out.stdout), "2.4.6 3.1.1\n", "{}", text(&out.stderr));
     std::fs::remove_dir_all(envs).unwrap(); // 380 MiB
 }
+
+#[test]
+fn an_environment_the_sandbox_cannot_reach_is_refused_before_it_runs() {
+    // environments_dir below a 0700 directory: install warns, runs are refused (not an
+    // internal error at mount time).
+    let dir = tempfile::Builder::new().prefix("envs-private-").tempdir_in(&env().dir).unwrap().keep();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(&config, format!("[runtime]\nenvironments_dir = {:?}\n", dir.join("environments").display().to_string())).unwrap();
+    let out = cli(&config, &["env", "install", "typescript-analysis"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("is not searchable by others"), "{}", text(&out.stderr));
+    let out = cli(&config, &["run", "--json", "-p", "typescript-analysis", "-c", "console.log(1)"]);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((out.status.code(), r["error"]["type"].as_str()), (Some(3), Some("runtime_unavailable")), "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("not searchable"), "{r}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
