@@ -202,6 +202,25 @@ impl Environments {
             fs::remove_dir_all(&build).map_err(io("remove", &build))?;
         }
         fs::create_dir(&build).map_err(io("create", &build))?;
+        let built = self.build(name, env, rt, &hash, &build, &target, progress);
+        if built.is_err() {
+            // Nothing half-built stays behind (the next install would remove it anyway).
+            let _ = fs::remove_dir_all(&build);
+        }
+        built
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        &self,
+        name: &str,
+        env: &Environment,
+        rt: &RuntimeConfig,
+        hash: &str,
+        build: &Path,
+        target: &Path,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<Installed, EnvError> {
         let steps = 2 + usize::from(!env.python.is_empty()) + usize::from(!env.npm.is_empty());
         let mut step = 0;
         let mut say = |progress: &mut dyn FnMut(&str), what: String| {
@@ -240,11 +259,11 @@ impl Environments {
             run_tool("npm", cmd, progress)?;
         }
         say(progress, "checking and recording what was installed".into());
-        make_world_readable(&build)?;
-        let (files, bytes, tree_sha256) = tree_digest(&build)?;
+        make_world_readable(build)?;
+        let (files, bytes, tree_sha256) = tree_digest(build)?;
         let manifest = Manifest {
             name: name.to_owned(),
-            spec_hash: hash.clone(),
+            spec_hash: hash.to_owned(),
             spec: env.clone(),
             installed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             python_installed: python_dists(&build.join("python")),
@@ -259,9 +278,9 @@ impl Environments {
         say(progress, format!("switching in {}", target.display()));
         if target.exists() {
             // A directory without a manifest: an older, interrupted layout. Nothing runs from it.
-            fs::remove_dir_all(&target).map_err(io("remove", &target))?;
+            fs::remove_dir_all(target).map_err(io("remove", target))?;
         }
-        fs::rename(&build, &target).map_err(io("rename", &target))?;
+        fs::rename(build, target).map_err(io("rename", target))?;
         progress(&format!("{name} installed: {} files, {} MiB at {}", manifest.files, manifest.bytes >> 20, target.display()));
         if let Some(a) = self.unsearchable_ancestor() {
             progress(&format!(
@@ -270,7 +289,7 @@ impl Environments {
                 a.display()
             ));
         }
-        Ok(Installed::Built(target, manifest))
+        Ok(Installed::Built(target.to_owned(), manifest))
     }
 
     /// Recomputes the installed tree's digest and compares it with the manifest.
@@ -338,6 +357,9 @@ fn run_tool(tool: &'static str, mut cmd: Command, progress: &mut dyn FnMut(&str)
     drop(tx);
     let mut tail: std::collections::VecDeque<String> = std::collections::VecDeque::new();
     for line in rx {
+        if line.trim().is_empty() {
+            continue;
+        }
         progress(&format!("    {tool}: {line}"));
         tail.push_back(line);
         if tail.len() > 20 {

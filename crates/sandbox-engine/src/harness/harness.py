@@ -58,7 +58,11 @@ def _sandbox_harness():
             pass
         sys.stderr.write(text)
         sys.stderr.flush()
-        err = {"type": kind or qualified(type(exc)), "message": str(exc), "traceback": text}
+        try:
+            message = str(exc)
+        except Exception:  # noqa: BLE001 - an exception whose __str__ itself fails
+            message = f"<unprintable {type(exc).__name__} object>"
+        err = {"type": kind or qualified(type(exc)), "message": message, "traceback": text}
         if line is not None:
             err["line"] = line
         if column is not None:
@@ -71,9 +75,13 @@ def _sandbox_harness():
     class ReturnValueNotSerializable(TypeError):
         pass
 
-    def jsonable(v, where, depth=0):
+    def jsonable(v, where, depth=0, seen=()):
         if depth > 500:
             raise ReturnValueNotSerializable(f"{where} is nested more than 500 levels deep")
+        if isinstance(v, (dict, list, tuple)):
+            if id(v) in seen:
+                raise ReturnValueNotSerializable(f"{where} contains itself (a cycle), which JSON cannot represent")
+            seen = seen + (id(v),)
         if v is None or isinstance(v, (bool, str, int)):
             return v
         if isinstance(v, float):
@@ -85,10 +93,10 @@ def _sandbox_harness():
             for k, x in v.items():
                 if isinstance(k, bool) or not isinstance(k, (str, int)):
                     raise ReturnValueNotSerializable(f"{where} has a key {k!r} of type {type(k).__name__}; JSON object keys are strings")
-                out[str(k)] = jsonable(x, f"{where}[{k!r}]", depth + 1)
+                out[str(k)] = jsonable(x, f"{where}[{k!r}]", depth + 1, seen)
             return out
         if isinstance(v, (list, tuple)):
-            return [jsonable(x, f"{where}[{i}]", depth + 1) for i, x in enumerate(v)]
+            return [jsonable(x, f"{where}[{i}]", depth + 1, seen) for i, x in enumerate(v)]
         # numpy scalars and arrays become Python values (int64 -> int, ndarray -> list).
         if type(v).__module__ == "numpy" and hasattr(v, "tolist"):
             return jsonable(v.tolist(), where, depth + 1)
@@ -131,6 +139,11 @@ def _sandbox_harness():
     except ReturnValueNotSerializable as exc:
         exc.__traceback__ = None
         fail(exc, "ReturnValueNotSerializable")
+    try:
+        json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:  # e.g. an int past the 4300-digit conversion limit
+        exc.__traceback__ = None
+        fail(ReturnValueNotSerializable(f"return value cannot be written as JSON: {exc}"), "ReturnValueNotSerializable")
     sys.stdout.flush()
     send({"returnData": payload})
 

@@ -38,6 +38,8 @@ fn unserializable_return_values_are_clear_errors() {
         ("python-default", "def main(i):\n    return {'x': float('nan')}\n", "return value['x'] is nan"),
         ("python-default", "def main(i):\n    return {1.5: 2}\n", "key 1.5 of type float"),
         ("python-default", "def main(i):\n    return object()\n", "return value is a object"),
+        ("python-default", "def main(i):\n    d = {}\n    d['self'] = d\n    return d\n", "contains itself (a cycle)"),
+        ("python-default", "def main(i):\n    return 10 ** 5000\n", "cannot be written as JSON"),
         ("typescript-default", "export default () => ({ m: new Map([[1, 2]]) })", "key \"m\" is a Map"),
         ("typescript-default", "export default () => 10n", "the return value is a BigInt"),
         ("typescript-default", "export default () => { const a: any = {}; a.self = a; return a; }", "circular"),
@@ -48,6 +50,14 @@ fn unserializable_return_values_are_clear_errors() {
         assert!(r.json["error"]["message"].as_str().unwrap().contains(needle), "{needle}: {r:?}");
         assert!(r.json.get("returnData").is_none(), "{r:?}");
     }
+}
+
+#[test]
+fn an_exception_that_cannot_print_itself_is_still_reported() {
+    let code = "class Odd(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\n\nraise Odd()\n";
+    let r = run("python-default", code, &[]);
+    assert_eq!((r.status(), r.json["error"]["type"].as_str(), r.json["error"]["line"].as_u64()), ("error", Some("Odd"), Some(5)), "{r:?}");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains("unprintable"), "{r:?}");
 }
 
 #[test]
