@@ -7,19 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 VENV=.venv
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
-    rm -rf "$VENV"
-    if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
-        rm -rf "$VENV"
-        echo "python3 -m venv failed; installing python3-venv" >&2
-        if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-            ver=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
-            apt-get update -qq
-            apt-get install -y -qq python3-venv || apt-get install -y -qq "python${ver}-venv"
-        fi
-        python3 -m venv "$VENV"
-    fi
-fi
+bash ../../../../scripts/python-venv.sh "$VENV"
 
 # Idempotent: pip skips what requirements.txt already pins.
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt
