@@ -77,7 +77,8 @@ impl Server {
             .unwrap_or_default()
     }
 
-    fn terminate(&mut self) -> std::process::ExitStatus {
+    /// SIGTERM, then waits for the server to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
         self.child.wait().unwrap()
     }

@@ -2,30 +2,15 @@
 //! tested through the official Python MCP SDK in crates/sandbox-mcp/tests/python): a legacy
 //! session's open event stream does not hold the shutdown past its grace period.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::Stdio;
+use std::io::Read;
 
-use super::*;
 
 const JSON_AND_SSE: &str = "application/json, text/event-stream";
 
 #[test]
 fn shutdown_ends_open_mcp_sessions() {
-    let dir = tempfile::Builder::new().prefix("mcp-").tempdir_in(&env().dir).unwrap().keep();
-    std::fs::write(dir.join("config.toml"), format!("{TEST_CONFIG}\n[service]\nshutdown_grace_ms = 500\n")).unwrap();
-    let mut child = Command::new(bin())
-        .arg("--config")
-        .arg(dir.join("config.toml"))
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("SANDBOX_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let url = format!("{}/mcp", line.split_whitespace().nth(2).unwrap());
+    let mut server = super::http::Server::start("[service]\nshutdown_grace_ms = 500\n");
+    let url = format!("{}/mcp", server.url);
     let http = reqwest::blocking::Client::new();
     // The 2025-11-25 handshake opens a session.
     let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -41,10 +26,10 @@ fn shutdown_ends_open_mcp_sessions() {
     // The session's standalone event stream stays open, as clients keep it.
     let mut stream = http.get(&url).header("accept", "text/event-stream").header("mcp-session-id", &session).header("mcp-protocol-version", "2025-11-25").send().unwrap();
     assert_eq!(stream.status(), 200);
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
-    // The stream ends and the server exits (it would wait on the open stream forever otherwise).
+    // SIGTERM: the server exits (it would wait on the open stream forever otherwise), and the
+    // stream ends with it.
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}");
     let mut rest = Vec::new();
     let _ = stream.read_to_end(&mut rest);
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{status:?}");
 }
