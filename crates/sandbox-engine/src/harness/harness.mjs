@@ -12,9 +12,13 @@ const SIDE = 4;
 let reported = false;
 
 function send(obj) {
+  write(JSON.stringify(obj));
+}
+
+function write(text) {
   if (reported) return;
   reported = true;
-  const data = Buffer.from(JSON.stringify(obj));
+  const data = Buffer.from(text);
   let off = 0;
   while (off < data.length) off += writeSync(SIDE, data, off);
 }
@@ -100,7 +104,5 @@ if (mode === "function") {
   }
   // Sent when the process exits, not now: a timer or a rejection that fails after main returned
   // still ends the run as an error, and then its report, not this value, is sent.
-  process.on("exit", () => {
-    if (!reported) send(JSON.parse(text));
-  });
+  process.on("exit", () => write(text));
 }

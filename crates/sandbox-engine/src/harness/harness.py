@@ -40,10 +40,12 @@ def _sandbox_harness():
             pass
 
     def send(obj):
+        write(json.dumps(obj, ensure_ascii=False, allow_nan=False))
+
+    def write(text):
         if side is None:
             return
-        data = json.dumps(obj, ensure_ascii=False, allow_nan=False).encode()
-        view = memoryview(data)
+        view = memoryview(text.encode())
         while view:
             view = view[os.write(side, view):]
 
@@ -152,12 +154,12 @@ def _sandbox_harness():
         exc.__traceback__ = None
         fail(exc, "ReturnValueNotSerializable")
     try:
-        json.dumps(payload, allow_nan=False)
+        text = json.dumps({"returnData": payload}, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:  # e.g. an int past the 4300-digit conversion limit
         exc.__traceback__ = None
         fail(ReturnValueNotSerializable(f"return value cannot be written as JSON: {exc}"), "ReturnValueNotSerializable")
     sys.stdout.flush()
-    send({"returnData": payload})
+    write(text)
 
 
 _sandbox_harness()
