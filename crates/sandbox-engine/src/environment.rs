@@ -151,6 +151,12 @@ impl Environments {
         path.join("manifest.json").is_file().then_some(path)
     }
 
+    /// The installed directory of the environment `config` declares as `name`; `None` when it
+    /// is not declared or its current spec is not installed.
+    pub fn installed_in(&self, config: &sandbox_core::Config, name: &str) -> Option<PathBuf> {
+        config.environments.get(name).and_then(|env| self.installed(name, env, &config.runtime))
+    }
+
     /// `name`'s current installation (with its manifest) and the directories of older specs.
     pub fn status(&self, name: &str, env: &Environment, rt: &RuntimeConfig) -> EnvStatus {
         let hash = Self::spec_hash(env, rt);

@@ -96,9 +96,8 @@ impl Engine {
         }
         let p = self.opts.config.profiles.get(profile)?;
         let name = p.environment.as_ref()?;
-        let env = self.opts.config.environments.get(name)?;
         let envs = environment::Environments::for_runtime(&self.opts.config.runtime, &self.opts.data_dir);
-        match envs.installed(name, env, &self.opts.config.runtime) {
+        match envs.installed_in(&self.opts.config, name) {
             Some(_) => envs.unsearchable_ancestor().map(|a| {
                 (
                     ErrorCode::RuntimeUnavailable,

@@ -284,9 +284,8 @@ fn runtime_mounts(opts: &EngineOptions, a: &Admitted) -> Result<Vec<BindMount>, 
     let rt = &opts.config.runtime;
     let mut mounts = Vec::new();
     if let Some(name) = &a.profile.environment {
-        let env = opts.config.environments.get(name).ok_or_else(|| PrepareError::Environment(format!("environment {name:?} is not declared")))?;
         let path = Environments::for_runtime(rt, &opts.data_dir)
-            .installed(name, env, rt)
+            .installed_in(&opts.config, name)
             .ok_or_else(|| PrepareError::Environment(format!("environment {name:?} is not installed (sandbox env install {name})")))?;
         mounts.push(BindMount { host: path.clone(), sandbox_path: ENV_MOUNT.into(), read_only: true });
         let modules = path.join("node").join("node_modules");

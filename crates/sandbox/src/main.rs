@@ -145,7 +145,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             for (name, p) in &config.profiles {
                 let environment = match p.environment.as_deref() {
                     None => "-".to_owned(),
-                    Some(e) => match config.environments.get(e).and_then(|spec| envs.installed(e, spec, &config.runtime)) {
+                    Some(e) => match envs.installed_in(&config, e) {
                         Some(_) => e.to_owned(),
                         None => format!("{e} (missing)"),
                     },
@@ -207,8 +207,7 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
             };
             let why = host_failure.clone().or_else(|| (!bin.is_file()).then(|| format!("runtime {} not found", bin.display()))).or_else(|| {
                 let env = p.environment.as_ref()?;
-                let spec = config.environments.get(env)?;
-                envs.installed(env, spec, &config.runtime)
+                envs.installed_in(config, env)
                     .is_none()
                     .then(|| format!("environment {env} is not installed (sandbox env install {env})"))
             });

@@ -74,8 +74,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
     if args.install {
         if let Some(env) = config.profiles.get(&request.profile).and_then(|p| p.environment.clone()) {
             let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, &data_dir);
-            let installed = config.environments.get(&env).and_then(|spec| envs.installed(&env, spec, &config.runtime));
-            if installed.is_none() {
+            if envs.installed_in(&config, &env).is_none() {
                 crate::env::install(&config, &data_dir, &env)?;
             }
         }
