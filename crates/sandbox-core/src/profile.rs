@@ -71,6 +71,10 @@ pub struct Environment {
     /// importable by bare specifier (`import Papa from "papaparse"`).
     #[serde(default)]
     pub npm: Vec<String>,
+    /// Python modules a warm template of this environment imports before its first fork
+    /// (e.g. `pandas`, `matplotlib.pyplot`), so that executions start with them loaded.
+    #[serde(default)]
+    pub preload: Vec<String>,
 }
 
 /// The audit log (`[audit]`).
@@ -241,6 +245,45 @@ pub struct Profile {
     /// the runtime's standard library only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<String>,
+    /// Warm starts (`[profiles.NAME.warm]`): how a long-running service (`sandbox serve`,
+    /// `sandbox mcp`) starts this profile's executions. `sandbox run` starts cold unless `--warm`.
+    #[serde(default)]
+    pub warm: Warm,
+}
+
+/// How executions of a profile start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WarmMode {
+    /// Every execution starts its interpreter from nothing (the cold path).
+    #[default]
+    Off,
+    /// A template (Python only): an interpreter with the environment's `preload` modules imported,
+    /// in a sandbox of its own, forks one child per execution; the child enters the execution's
+    /// own namespaces, cgroup, uid, landlock and seccomp before the caller's first instruction.
+    /// Without a ready template an execution starts cold.
+    Template,
+}
+
+/// Warm-start settings of a profile (`[profiles.NAME.warm]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Warm {
+    /// `off` (the default) or `template`.
+    pub mode: WarmMode,
+    /// A template is replaced by a fresh one after this many forks.
+    pub max_forks: u64,
+    /// A template is replaced by a fresh one after this long, in ms.
+    pub max_age_ms: u64,
+    /// Memory cap of the template's own cgroup (its interpreter and imported libraries, shared
+    /// copy-on-write with its children, whose own pages count against the execution's limit), in bytes.
+    pub template_memory_max_bytes: u64,
+}
+
+impl Default for Warm {
+    fn default() -> Self {
+        Self { mode: WarmMode::Off, max_forks: 10_000, max_age_ms: 3_600_000, template_memory_max_bytes: 1 << 30 }
+    }
 }
 
 /// Resource limits of a profile (`[profiles.NAME.limits]`).
@@ -358,6 +401,11 @@ impl Default for OutputCaps {
 
 pub use crate::network::{Network, NetworkConfig};
 
+/// A dotted Python module name (`matplotlib.pyplot`).
+fn is_module_name(m: &str) -> bool {
+    !m.is_empty() && m.split('.').all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+}
+
 /// A configuration error naming the file, the field and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{file}: {field}: {message}")]
@@ -473,12 +521,17 @@ impl Config {
                 validate_python_pin(r).map_err(|m| err(at(&format!("python[{i}]")), m))?;
             }
             for (i, m) in e.python_imports.iter().enumerate() {
-                if m.is_empty() || !m.split('.').all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')) {
+                if !is_module_name(m) {
                     return Err(err(at(&format!("python_imports[{i}]")), format!("{m:?} is not a module name")));
                 }
             }
             for (i, r) in e.npm.iter().enumerate() {
                 validate_npm_pin(r).map_err(|m| err(at(&format!("npm[{i}]")), m))?;
+            }
+            for (i, m) in e.preload.iter().enumerate() {
+                if !is_module_name(m) {
+                    return Err(err(at(&format!("preload[{i}]")), format!("{m:?} is not a module name")));
+                }
             }
         }
         for (name, p) in &self.profiles {
@@ -516,6 +569,18 @@ impl Config {
             }
             for (k, v) in &p.env {
                 validate_env(k, v).map_err(|m| err(at(&format!("env.{k}")), m))?;
+            }
+            if p.warm.mode == WarmMode::Template {
+                if p.language != Language::Python {
+                    return Err(err(at("warm.mode"), "templates fork a pre-imported interpreter, which only Python profiles have".into()));
+                }
+                if !matches!(p.network, Network::None) {
+                    return Err(err(at("warm.mode"), "templates serve profiles with network = \"none\"; allowlist profiles start cold".into()));
+                }
+                check_range(p.warm.max_forks, 1, 1 << 40, "").map_err(|m| err(at("warm.max_forks"), m))?;
+                check_range(p.warm.max_age_ms, 1_000, 30 * 86_400_000, "ms").map_err(|m| err(at("warm.max_age_ms"), m))?;
+                check_range(p.warm.template_memory_max_bytes, 16 << 20, 1 << 40, "bytes")
+                    .map_err(|m| err(at("warm.template_memory_max_bytes"), m))?;
             }
         }
         Ok(())

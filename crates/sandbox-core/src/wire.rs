@@ -187,6 +187,10 @@ pub struct Timing {
     pub run_ms: u64,
     /// Reading output files, resource usage and tearing down.
     pub collect_ms: u64,
+    /// The program was forked from a warm template (its interpreter and the environment's
+    /// preloaded modules were already loaded) rather than started cold.
+    #[serde(default)]
+    pub warm: bool,
 }
 
 /// A structured error: a rejection, a service failure, or (later) a program's exception.

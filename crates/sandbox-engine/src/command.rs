@@ -1,6 +1,8 @@
 //! The program's command line and environment, built from the profile (never inherited).
 
-use sandbox_core::profile::{RuntimeConfig, ENV_MOUNT};
+use std::collections::BTreeMap;
+
+use sandbox_core::profile::{Profile, RuntimeConfig, ENV_MOUNT};
 use sandbox_core::{Admitted, Harness, Language};
 
 /// Where the code is placed inside the sandbox (read-only).
@@ -24,6 +26,10 @@ pub fn harness_source(language: Language) -> (&'static str, &'static str) {
         Language::Typescript => ("_sandbox_harness.mjs", include_str!("harness/harness.mjs")),
     }
 }
+
+/// A warm template's script (Python): imports the environment's `preload` modules, then forks
+/// one child per execution (see `harness/template.py`).
+pub const TEMPLATE_SOURCE: (&str, &str) = ("_sandbox_template.py", include_str!("harness/template.py"));
 
 /// Where the function harness's input (JSON) is placed inside the sandbox (read-only).
 pub const INPUT_FILE: &str = "/code/input.json";
@@ -58,9 +64,32 @@ pub fn program_command(a: &Admitted, rt: &RuntimeConfig) -> (Vec<String>, Vec<(S
             ]
         }
     };
+    (argv, program_env(&a.profile, a.language, &a.env))
+}
+
+/// The argv and environment of a warm template for `profile` (Python): the program's
+/// environment without any request's variables, BLAS and OpenMP pools single-threaded (a
+/// template must be single-threaded when it forks; each child gets the profile's count back),
+/// plus `SANDBOX_PRELOAD` (modules to import) and `SANDBOX_WARM_LIB` (the library to load).
+pub fn template_command(profile: &Profile, rt: &RuntimeConfig, preload: &[String], warm_lib: &str) -> (Vec<String>, Vec<(String, String)>) {
+    let script = format!("{CODE_DIR}/{}", TEMPLATE_SOURCE.0);
+    let argv = vec![rt.python.display().to_string(), "-B".into(), script];
+    let mut env = program_env(profile, Language::Python, &BTreeMap::new());
+    for (k, v) in env.iter_mut() {
+        if matches!(k.as_str(), "OMP_NUM_THREADS" | "OPENBLAS_NUM_THREADS" | "MKL_NUM_THREADS" | "NUMEXPR_NUM_THREADS") {
+            *v = "1".into();
+        }
+    }
+    env.push(("SANDBOX_PRELOAD".into(), preload.join(",")));
+    env.push(("SANDBOX_WARM_LIB".into(), warm_lib.into()));
+    (argv, env)
+}
+
+/// The program's environment (see [`program_command`]) for `profile`, with `request_env` last.
+fn program_env(profile: &Profile, language: Language, request_env: &BTreeMap<String, String>) -> Vec<(String, String)> {
     // cpu_max is validated to 0.01..=1024, so the rounded-up value fits.
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let threads = (a.profile.limits.cpu_max.ceil().max(1.0) as u64).to_string();
+    let threads = (profile.limits.cpu_max.ceil().max(1.0) as u64).to_string();
     let mut env: Vec<(String, String)> = [
         ("PATH", "/usr/local/bin:/usr/bin:/bin"),
         ("HOME", "/tmp"),
@@ -78,8 +107,8 @@ pub fn program_command(a: &Admitted, rt: &RuntimeConfig) -> (Vec<String>, Vec<(S
     .iter()
     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
     .collect();
-    let with_env = a.profile.environment.is_some();
-    match a.language {
+    let with_env = profile.environment.is_some();
+    match language {
         Language::Python => {
             let path = if with_env { format!("/workspace:{ENV_MOUNT}/python") } else { "/workspace".to_owned() };
             for (k, v) in [
@@ -98,9 +127,9 @@ pub fn program_command(a: &Admitted, rt: &RuntimeConfig) -> (Vec<String>, Vec<(S
         Language::Typescript if with_env => env.push(("NODE_PATH".to_owned(), "/node_modules".to_owned())),
         Language::Typescript => {}
     }
-    for (k, v) in a.profile.env.iter().chain(a.env.iter()) {
+    for (k, v) in profile.env.iter().chain(request_env.iter()) {
         env.retain(|(name, _)| name != k);
         env.push((k.clone(), v.clone()));
     }
-    (argv, env)
+    env
 }

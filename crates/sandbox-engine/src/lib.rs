@@ -12,6 +12,7 @@ mod network;
 mod prepare;
 mod supervise;
 pub mod typescript;
+pub mod warm;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,13 +50,70 @@ pub struct Engine {
     recorder: Arc<dyn Recorder>,
     /// Set by [`Engine::abort_all`]: running executions end as `internal_error`.
     abort: tokio::sync::watch::Sender<bool>,
+    /// Warm templates, once [`Engine::enable_warm`] started them.
+    templates: std::sync::OnceLock<Arc<warm::Templates>>,
 }
 
 impl Engine {
     /// Probes the host once and keeps the options. Never fails: a host that lacks a feature
     /// makes each execution fail with `runtime_unavailable` and the reason.
     pub fn new(opts: EngineOptions, recorder: Arc<dyn Recorder>) -> Self {
-        Self { opts, host: sandbox_runtime::probe::probe(), recorder, abort: tokio::sync::watch::channel(false).0 }
+        Self {
+            opts,
+            host: sandbox_runtime::probe::probe(),
+            recorder,
+            abort: tokio::sync::watch::channel(false).0,
+            templates: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Starts, in the background, a warm template for every profile with `[warm] mode =
+    /// "template"` that can run on this host; until one is ready (and whenever it is not), that
+    /// profile's executions start cold. For long-running services (`serve`, `mcp`) and
+    /// `sandbox run --warm`. Returns whether any profile is warm.
+    /// Errors: warm starts are configured but cannot work here (the warm-start library is not
+    /// built, no cgroup layout); executions then all run cold.
+    pub fn enable_warm(&self) -> Result<bool, String> {
+        self.start_templates(self.opts.clone())
+    }
+
+    /// Like [`Engine::enable_warm`], for `profile` alone and whatever its `[warm] mode` says
+    /// (`sandbox run --warm`, and the tests that run the attack suite warm). Returns false when
+    /// the profile cannot have a template (not Python, or an allowlist network): it runs cold.
+    /// Errors: as [`Engine::enable_warm`].
+    pub fn enable_warm_for(&self, profile: &str) -> Result<bool, String> {
+        let mut opts = self.opts.clone();
+        for (name, p) in &mut opts.config.profiles {
+            let can = name == profile && p.language == Language::Python && matches!(p.network, sandbox_core::network::Network::None);
+            p.warm.mode = if can { sandbox_core::profile::WarmMode::Template } else { sandbox_core::profile::WarmMode::Off };
+        }
+        if !opts.config.profiles.values().any(|p| p.warm.mode == sandbox_core::profile::WarmMode::Template) {
+            return Ok(false);
+        }
+        self.start_templates(opts)
+    }
+
+    fn start_templates(&self, opts: EngineOptions) -> Result<bool, String> {
+        if self.templates.get().is_some() {
+            return Ok(true);
+        }
+        let Some(t) = warm::Templates::new(opts, self.host.cgroup.clone())? else { return Ok(false) };
+        t.start(|profile| self.unavailable_code(profile).is_none());
+        let _ = self.templates.set(t);
+        Ok(true)
+    }
+
+    /// The warm templates, if [`Engine::enable_warm`] started them (for `doctor`, `/metrics`
+    /// and waiting until one is ready).
+    pub fn templates(&self) -> Option<&Arc<warm::Templates>> {
+        self.templates.get()
+    }
+
+    /// Stops every warm template (after the service drained): nothing of them is left.
+    pub fn stop_warm(&self) {
+        if let Some(t) = self.templates.get() {
+            t.shutdown();
+        }
     }
 
     /// Ends every running execution now (service shutdown past its grace period): each is
@@ -244,7 +302,8 @@ impl Engine {
             seccomp: true,
             network: admitted.profile.network.mode().into(),
         });
-        let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output, self.abort.subscribe()).await;
+        let templates = self.templates.get();
+        let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output, self.abort.subscribe(), templates).await;
         let collect_start = Instant::now();
         prepared.stop_everything();
         let usage = prepared.usage();

@@ -5,7 +5,7 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,10 +18,13 @@ use sandbox_core::{Admitted, Language};
 
 use crate::environment::Environments;
 use sandbox_runtime::cgroup::{self, Cgroup, Layout, Usage};
-use sandbox_runtime::spec::{BindMount, RootFile, Rlimits, SpawnSpec, SANDBOX_UID};
+use sandbox_runtime::spec::{BindMount, RootFile, Rlimits, SpawnSpec, SANDBOX_UID, UID_SLOTS};
 
 use crate::command::{code_file, harness_source, program_command, CODE_DIR, INPUT_FILE};
 use crate::EngineOptions;
+
+/// Host files under /etc bound read-only into every sandbox.
+pub(crate) const ETC_BINDS: [&str; 6] = ["/etc/ld.so.cache", "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives", "/etc/mime.types", "/etc/fonts"];
 
 /// A host-side failure while preparing or tearing down.
 #[derive(Debug, thiserror::Error)]
@@ -59,8 +62,42 @@ pub enum PrepareError {
     Cgroup(#[from] cgroup::CgroupError),
 }
 
-fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> PrepareError + 'a {
+pub(crate) fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> PrepareError + 'a {
     move |source| PrepareError::Io { op, path: path.to_owned(), source }
+}
+
+/// A host uid held by one running execution: the program runs as `SANDBOX_UID + slot` inside,
+/// host `uid_base + SANDBOX_UID + slot`. Held with `flock` on
+/// `/run/sandbox/uid-slots-<uid_base>/<slot>`, so every process on the host (a service, CLI
+/// runs) hands out distinct uids, and a dead process's slots free themselves.
+pub(crate) struct UidSlot {
+    /// The slot, `0..UID_SLOTS`.
+    pub(crate) slot: u32,
+    _lock: nix::fcntl::Flock<fs::File>,
+}
+
+impl UidSlot {
+    /// Takes a free slot, starting at a random one.
+    /// Errors: the directory cannot be made, or all [`UID_SLOTS`] are held.
+    pub(crate) fn acquire(uid_base: u32) -> io::Result<Self> {
+        let dir = PathBuf::from(format!("/run/sandbox/uid-slots-{uid_base}"));
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+        // Random enough to spread concurrent starters (the low bits of a v7 uuid are random).
+        let start = u32::from_le_bytes(uuid::Uuid::now_v7().as_bytes()[12..].try_into().expect("4 bytes")) % UID_SLOTS;
+        for i in 0..UID_SLOTS {
+            let slot = (start + i) % UID_SLOTS;
+            let file = fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(dir.join(slot.to_string()))?;
+            if let Ok(lock) = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+                return Ok(Self { slot, _lock: lock });
+            }
+        }
+        Err(io::Error::new(io::ErrorKind::WouldBlock, format!("all {UID_SLOTS} uid slots are in use")))
+    }
+
+    /// The uid the program runs as inside.
+    pub(crate) fn uid(&self) -> u32 {
+        SANDBOX_UID + self.slot
+    }
 }
 
 /// One execution's host state.
@@ -68,12 +105,16 @@ pub(crate) struct Prepared {
     pub(crate) dir: PathBuf,
     pub(crate) workspace: PathBuf,
     workspace_mounted: bool,
+    /// A warm child's `warm/` tmpfs (code and /etc files) is mounted.
+    warm_mounted: bool,
     pub(crate) cgroup: Option<Cgroup>,
     /// Host pid of the container's init, once known.
     pub(crate) init_pid: Option<i32>,
     /// SHA-256 of each input file, to tell changed outputs from untouched inputs.
     inputs: Vec<(String, [u8; 32])>,
     pub(crate) spec: SpawnSpec,
+    /// The execution's own uid, held until teardown.
+    pub(crate) uid: UidSlot,
     torn_down: bool,
 }
 
@@ -82,6 +123,7 @@ impl Prepared {
     /// Errors: [`PrepareError`]; whatever was made is undone by `Drop`.
     pub(crate) fn new(opts: &EngineOptions, layout: &Layout, id: &str, a: &Admitted, code: &str) -> Result<Self, PrepareError> {
         let rt = &opts.config.runtime;
+        let uid = UidSlot::acquire(rt.uid_base).map_err(io_err("acquire a uid slot in", Path::new("/run/sandbox")))?;
         let executions = opts.data_dir.join("executions");
         fs::DirBuilder::new().recursive(true).mode(0o711).create(&executions).map_err(io_err("create", &executions))?;
         check_searchable(&executions)?;
@@ -101,22 +143,25 @@ impl Prepared {
             workspace: dir.join("workspace"),
             dir,
             workspace_mounted: false,
+            warm_mounted: false,
             cgroup: None,
             init_pid: None,
             inputs: Vec::new(),
             spec: SpawnSpec::default(),
+            uid,
             torn_down: false,
         };
         let root = p.dir.join("root");
         fs::DirBuilder::new().mode(0o755).create(&root).map_err(io_err("create", &root))?;
         fs::DirBuilder::new().mode(0o755).create(&p.workspace).map_err(io_err("create", &p.workspace))?;
-        let user = rt.uid_base + SANDBOX_UID;
+        let user = rt.uid_base + p.uid.uid();
+        let group = rt.uid_base + SANDBOX_UID;
         let fs_policy = &a.profile.filesystem;
-        let options = format!("size={},mode=0755,uid={user},gid={user}", fs_policy.workspace_max_bytes);
+        let options = format!("size={},mode=0755,uid={user},gid={group}", fs_policy.workspace_max_bytes);
         mount(Some("tmpfs"), &p.workspace, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(options.as_str()))
             .map_err(|source| PrepareError::Mount { op: "mount", path: p.workspace.clone(), source })?;
         p.workspace_mounted = true;
-        p.write_inputs(a, rt.uid_base)?;
+        p.write_inputs(a, rt.uid_base, user)?;
         let limits = cgroup::Limits {
             memory_max_bytes: a.profile.limits.memory_max_bytes,
             cpu_max: a.profile.limits.cpu_max,
@@ -127,17 +172,16 @@ impl Prepared {
         p.spec = SpawnSpec {
             execution_id: id.to_owned(),
             uid_base: rt.uid_base,
+            program_uid: p.uid.uid(),
+            template_slots: 0,
             cgroup_join: p.cgroup.as_ref().map(Cgroup::join_files).unwrap_or_default(),
             root_dir: root,
             workspace_dir: p.workspace.clone(),
             system_dirs: rt.system_dirs.clone(),
-            etc_binds: ["/etc/ld.so.cache", "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives", "/etc/mime.types", "/etc/fonts"]
-                .iter()
-                .map(PathBuf::from)
-                .collect(),
-            root_files: root_files(a, code),
+            etc_binds: ETC_BINDS.iter().map(PathBuf::from).collect(),
+            root_files: root_files(a.language, p.uid.uid(), Some((code, a.input_json.as_deref()))),
             tmp_bytes: fs_policy.tmp_max_bytes,
-            mounts: runtime_mounts(opts, a)?
+            mounts: runtime_mounts(opts, &a.profile, a.language)?
                 .into_iter()
                 .chain(
                     fs_policy
@@ -170,9 +214,46 @@ impl Prepared {
         Ok(p)
     }
 
-    fn write_inputs(&mut self, a: &Admitted, uid_base: u32) -> Result<(), PrepareError> {
+    /// Writes what a warm child binds from its execution directory: `code/` (the code, the
+    /// harness, the function's input and `_sandbox_run.json` with the harness mode and the
+    /// program's environment) and `etc/passwd`, `etc/group` naming the execution's uid.
+    /// Errors: [`PrepareError::Io`].
+    pub(crate) fn write_warm_files(&mut self, a: &Admitted) -> Result<(), PrepareError> {
+        // A small tmpfs of its own, so that the sandbox's mountinfo names no host path.
+        let warm = self.dir.join("warm");
+        fs::DirBuilder::new().mode(0o755).create(&warm).map_err(io_err("create", &warm))?;
+        let held: usize = self.spec.root_files.iter().map(|f| f.content.len()).sum();
+        let options = format!("size={},mode=0755", (held as u64).saturating_add(1 << 20));
+        mount(Some("tmpfs"), &warm, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(options.as_str()))
+            .map_err(|source| PrepareError::Mount { op: "mount", path: warm.clone(), source })?;
+        self.warm_mounted = true;
+        let code = warm.join("code");
+        let etc = warm.join("etc");
+        for d in [&code, &etc] {
+            fs::DirBuilder::new().mode(0o755).create(d).map_err(io_err("create", d))?;
+        }
+        let run = serde_json::json!({
+            "mode": match a.harness { sandbox_core::Harness::Script => "script", sandbox_core::Harness::Function => "function" },
+            "env": self.spec.env.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
+        });
+        let run_file = RootFile { sandbox_path: format!("{CODE_DIR}/_sandbox_run.json"), content: run.to_string(), mode: 0o444 };
+        for f in self.spec.root_files.iter().chain(std::iter::once(&run_file)) {
+            let target = if let Some(name) = f.sandbox_path.strip_prefix(&format!("{CODE_DIR}/")) {
+                code.join(name)
+            } else if f.sandbox_path == "/etc/passwd" || f.sandbox_path == "/etc/group" {
+                etc.join(&f.sandbox_path["/etc/".len()..])
+            } else {
+                continue;
+            };
+            fs::write(&target, &f.content).map_err(io_err("write", &target))?;
+            fs::set_permissions(&target, fs::Permissions::from_mode(0o444)).map_err(io_err("chmod", &target))?;
+        }
+        Ok(())
+    }
+
+    fn write_inputs(&mut self, a: &Admitted, uid_base: u32, user: u32) -> Result<(), PrepareError> {
         use sha2::Digest;
-        let user = Uid::from_raw(uid_base + SANDBOX_UID);
+        let user = Uid::from_raw(user);
         let group = Gid::from_raw(uid_base + SANDBOX_UID);
         let (root_uid, root_gid) = (Uid::from_raw(uid_base), Gid::from_raw(uid_base));
         for f in &a.files {
@@ -236,6 +317,11 @@ impl Prepared {
         if let Some(cg) = self.cgroup.take() {
             keep(cg.remove().map_err(PrepareError::from));
         }
+        if self.warm_mounted {
+            let warm = self.dir.join("warm");
+            keep(umount2(&warm, MntFlags::MNT_DETACH).map_err(|source| PrepareError::Mount { op: "unmount", path: warm, source }));
+            self.warm_mounted = false;
+        }
         if self.workspace_mounted {
             keep(
                 umount2(&self.workspace, MntFlags::MNT_DETACH)
@@ -267,7 +353,7 @@ fn ignore_not_found(e: io::Error) -> io::Result<()> {
 }
 
 /// Every ancestor of `dir` must have o+x for the container's unprivileged init to reach it.
-fn check_searchable(dir: &Path) -> Result<(), PrepareError> {
+pub(crate) fn check_searchable(dir: &Path) -> Result<(), PrepareError> {
     for a in dir.ancestors() {
         let meta = fs::metadata(a).map_err(io_err("stat", a))?;
         if meta.permissions().mode() & 0o001 == 0 {
@@ -280,44 +366,47 @@ fn check_searchable(dir: &Path) -> Result<(), PrepareError> {
 /// Mounts the runtime adds before the profile's own: the profile's environment, read-only,
 /// at [`ENV_MOUNT`] (its `node_modules` also at `/node_modules`, where Node's bare-specifier
 /// resolution from /code finds it).
-fn runtime_mounts(opts: &EngineOptions, a: &Admitted) -> Result<Vec<BindMount>, PrepareError> {
+pub(crate) fn runtime_mounts(opts: &EngineOptions, profile: &sandbox_core::Profile, language: Language) -> Result<Vec<BindMount>, PrepareError> {
     let rt = &opts.config.runtime;
     let mut mounts = Vec::new();
-    if let Some(name) = &a.profile.environment {
+    if let Some(name) = &profile.environment {
         let path = Environments::for_runtime(rt, &opts.data_dir)
             .installed_in(&opts.config, name)
             .ok_or_else(|| PrepareError::Environment(format!("environment {name:?} is not installed (sandbox env install {name})")))?;
         mounts.push(BindMount { host: path.clone(), sandbox_path: ENV_MOUNT.into(), read_only: true });
         let modules = path.join("node").join("node_modules");
-        if a.language == Language::Typescript && modules.is_dir() {
+        if language == Language::Typescript && modules.is_dir() {
             mounts.push(BindMount { host: modules, sandbox_path: "/node_modules".into(), read_only: true });
         }
     }
     Ok(mounts)
 }
 
-/// The synthesized /etc and the code file.
-fn root_files(a: &Admitted, code: &str) -> Vec<RootFile> {
-    let language = a.language;
+/// The synthesized /etc, the harness and, unless this is a template's root, the code file and
+/// the function's input. `uid` is the program's uid (named `sandbox` in /etc/passwd).
+pub(crate) fn root_files(language: Language, uid: u32, code: Option<(&str, Option<&str>)>) -> Vec<RootFile> {
     let f = |path: &str, content: &str, mode: u32| RootFile { sandbox_path: path.into(), content: content.into(), mode };
+    let passwd = format!(
+        "root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{SANDBOX_UID}:sandbox:/tmp:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    );
     vec![
-        f("/etc/passwd", "root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:1000:1000:sandbox:/tmp:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", 0o444),
-        f("/etc/group", "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n", 0o444),
+        f("/etc/passwd", &passwd, 0o444),
+        f("/etc/group", &format!("root:x:0:\nsandbox:x:{SANDBOX_UID}:\nnogroup:x:65534:\n"), 0o444),
         f("/etc/hostname", "sandbox\n", 0o444),
         f("/etc/hosts", "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n", 0o444),
         // No resolver: the network namespace is empty (allowlist profiles get one in `new`).
         f("/etc/resolv.conf", "", 0o444),
         f("/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", 0o444),
-        f(&format!("{CODE_DIR}/{}", code_file(language)), code, 0o444),
         f(&format!("{CODE_DIR}/{}", harness_source(language).0), harness_source(language).1, 0o444),
     ]
     .into_iter()
-    .chain(a.input_json.as_deref().map(|json| f(INPUT_FILE, json, 0o444)))
+    .chain(code.map(|(code, _)| f(&format!("{CODE_DIR}/{}", code_file(language)), code, 0o444)))
+    .chain(code.and_then(|(_, input)| input).map(|json| f(INPUT_FILE, json, 0o444)))
     .collect()
 }
 
 /// "<pid> <start time>" of this process, read from /proc once (it cannot change).
-fn owner_line() -> &'static str {
+pub(crate) fn owner_line() -> &'static str {
     static LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     LINE.get_or_init(|| {
         let pid = std::process::id();
@@ -361,8 +450,9 @@ pub(crate) fn sweep(opts: &EngineOptions, layout: Option<&Layout>) -> Vec<String
                 tracing::error!(execution_id = %id, error = %e, "cannot remove a leftover cgroup");
             }
         }
-        let ws = dir.join("workspace");
-        let _ = umount2(&ws, MntFlags::MNT_DETACH);
+        for mounted in ["workspace", "warm"] {
+            let _ = umount2(&dir.join(mounted), MntFlags::MNT_DETACH);
+        }
         if let Err(e) = fs::remove_dir_all(&dir) {
             tracing::error!(execution_id = %id, error = %e, "cannot remove a leftover execution directory");
         }

@@ -16,7 +16,11 @@ use sandbox_core::{Admitted, ExecutionResult, Language, Status};
 use sandbox_runtime::cgroup::Usage;
 use sandbox_runtime::spec::{Event, CONTROL_FD, RESULT_FD};
 use sandbox_runtime::HELPER_ARGV0;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use std::pin::Pin;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+
+use crate::warm::{Template, Templates};
 use tokio::sync::{mpsc, Notify};
 
 use crate::network::Network;
@@ -57,6 +61,8 @@ pub(crate) struct RunOutcome {
     run_ms: u64,
     landlock_abi: u32,
     network: Option<NetworkReport>,
+    /// Forked from a template.
+    pub(crate) warm: bool,
 }
 
 #[derive(Debug, Default)]
@@ -69,96 +75,97 @@ struct Captured {
 /// holding them is dead by then, so this only bounds a kernel that is slow to tear down.
 const DRAIN_PATIENCE: Duration = Duration::from_secs(2);
 
-/// Runs the prepared execution to its end.
+/// Runs the prepared execution to its end: forked from `template` when one is given (falling
+/// back to a cold start if the template cannot start it), else cold.
 pub(crate) async fn run(
     opts: &EngineOptions,
     prepared: &mut Prepared,
     a: &Admitted,
     received: Instant,
     output: Option<mpsc::UnboundedSender<Chunk>>,
-    mut abort: tokio::sync::watch::Receiver<bool>,
+    abort: tokio::sync::watch::Receiver<bool>,
+    templates: Option<&Arc<Templates>>,
 ) -> RunOutcome {
-    let mut out = RunOutcome::default();
-    let (engine_end, helper_end) = match std::os::unix::net::UnixStream::pair() {
-        Ok(p) => p,
-        Err(e) => {
-            out.failure = Some(format!("socketpair: {e}"));
-            return out;
+    if let Some(templates) = templates {
+        if let Some(template) = templates.checkout(&a.profile_name) {
+            match attempt(opts, prepared, a, received, output.clone(), abort.clone(), Some(template)).await {
+                Ok(mut out) => {
+                    templates.counters.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    out.warm = true;
+                    return out;
+                }
+                Err(why) => {
+                    tracing::warn!(reason = %why.failure.unwrap_or_default(), "the template could not start the execution; starting it cold");
+                    prepared.stop_everything();
+                    prepared.init_pid = None;
+                }
+            }
         }
-    };
-    let mut cmd = tokio::process::Command::new(&opts.helper);
-    cmd.arg0(HELPER_ARGV0)
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+        templates.counters.cold_fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    match attempt(opts, prepared, a, received, output, abort, None).await {
+        Ok(out) | Err(out) => out,
+    }
+}
+
+/// One way of starting the sandbox: the helper (cold) or a template's fork (warm).
+struct Launched {
+    ctl: tokio::net::UnixStream,
+    stdin: Option<Pin<Box<dyn AsyncWrite + Send>>>,
+    stdout: Pin<Box<dyn AsyncRead + Send>>,
+    stderr: Pin<Box<dyn AsyncRead + Send>>,
+    /// The cold path's helper process.
+    helper: Option<tokio::process::Child>,
+    /// The warm child's host pid: its only child is the execution's pid 1.
+    warm_child: Option<i32>,
+    network: Option<Network>,
+    spawned_at: Instant,
+}
+
+/// Starts the sandbox and supervises it. `Err` carries an outcome whose program never started
+/// (for a warm start: the caller then starts it cold).
+async fn attempt(
+    opts: &EngineOptions,
+    prepared: &mut Prepared,
+    a: &Admitted,
+    received: Instant,
+    output: Option<mpsc::UnboundedSender<Chunk>>,
+    mut abort: tokio::sync::watch::Receiver<bool>,
+    template: Option<Arc<Template>>,
+) -> Result<RunOutcome, RunOutcome> {
+    let mut out = RunOutcome::default();
+    let warm = template.is_some();
+    macro_rules! bail {
+        ($($t:tt)*) => {{
+            out.failure = Some(format!($($t)*));
+            return if warm { Err(out) } else { Ok(out) };
+        }};
+    }
     // The harness's side channel: the program writes its return value or error to fd 4.
     let (side_read, side_write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
         Ok(p) => p,
-        Err(e) => {
-            out.failure = Some(format!("pipe: {e}"));
-            return out;
-        }
+        Err(e) => bail!("pipe: {e}"),
     };
     let side_read = match tokio::net::unix::pipe::Receiver::from_owned_fd(side_read) {
         Ok(r) => r,
-        Err(e) => {
-            out.failure = Some(format!("side channel: {e}"));
-            return out;
-        }
+        Err(e) => bail!("side channel: {e}"),
     };
-    let mut fds = vec![
-        FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD },
-        FdMapping { parent_fd: side_write, child_fd: RESULT_FD },
-    ];
-    // Allowlist profiles: a second socket on which the helper sends the sandbox's TUN device.
-    let mut net_channel = None;
-    if let sandbox_core::network::Network::Allowlist(allow) = &a.profile.network {
-        match std::os::unix::net::UnixStream::pair() {
-            Ok((engine, helper)) => {
-                fds.push(FdMapping { parent_fd: helper.into(), child_fd: sandbox_runtime::tun::NET_FD });
-                net_channel = Some((engine, allow));
-            }
-            Err(e) => {
-                out.failure = Some(format!("socketpair: {e}"));
-                return out;
-            }
-        }
-    }
-    if let Err(e) = cmd.fd_mappings(fds) {
-        out.failure = Some(format!("fd mapping: {e}"));
-        return out;
-    }
-    let spawned_at = Instant::now();
-    let spawned = cmd.spawn();
-    // The command holds the helper's end of the control socket; drop it so that end's only
-    // copies live in the helper and init, and EOF means both have exited.
-    drop(cmd);
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            out.failure = Some(format!("spawning the helper {}: {e}", opts.helper.display()));
-            return out;
-        }
+    let launched = match template {
+        None => launch_cold(opts, prepared, a, side_write),
+        Some(t) => launch_warm(prepared, a, side_write, t).await,
     };
-    let network = net_channel.map(|(channel, allow)| Network::start(channel, allow, opts.config.network.upstream_dns));
-    let ctl = match engine_end.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(engine_end)) {
-        Ok(s) => s,
-        Err(e) => {
-            out.failure = Some(format!("control socket: {e}"));
-            return out;
-        }
+    let mut l = match launched {
+        Ok(l) => l,
+        Err(e) => bail!("{e}"),
     };
-    let (ctl_read, mut ctl_write) = ctl.into_split();
+    let (ctl_read, mut ctl_write) = l.ctl.into_split();
     let mut spec_line = serde_json::to_vec(&prepared.spec).expect("the spawn spec always serializes");
     spec_line.push(b'\n');
     if let Err(e) = ctl_write.write_all(&spec_line).await {
-        out.failure = Some(format!("sending the spec: {e}"));
-        return out;
+        bail!("sending the spec: {e}");
     }
 
-    let stdin_task = child.stdin.take().map(|mut pipe| {
+    let stdin_task = l.stdin.take().map(|mut pipe| {
         let data = a.stdin.clone();
         tokio::spawn(async move {
             // A program that exits without reading its input closes the pipe: not an error.
@@ -167,20 +174,17 @@ pub(crate) async fn run(
     });
     let limit_hit = Arc::new(Notify::new());
     let caps = &a.profile.output;
-    let stdout_task = child.stdout.take().map(|p| {
-        tokio::spawn(capture(p, StreamKind::Stdout, caps.stdout_max_bytes, output.clone(), limit_hit.clone()))
-    });
-    let stderr_task = child.stderr.take().map(|p| {
-        tokio::spawn(capture(p, StreamKind::Stderr, caps.stderr_max_bytes, output.clone(), limit_hit.clone()))
-    });
+    let stdout_task = Some(tokio::spawn(capture(l.stdout, StreamKind::Stdout, caps.stdout_max_bytes, output.clone(), limit_hit.clone())));
+    let stderr_task = Some(tokio::spawn(capture(l.stderr, StreamKind::Stderr, caps.stderr_max_bytes, output.clone(), limit_hit.clone())));
     // Its own cap and no stop: an oversized return value is reported, not streamed.
     let side_task = Some(tokio::spawn(capture(side_read, StreamKind::Stdout, caps.return_max_bytes, None, Arc::new(Notify::new()))));
 
     let mut events = BufReader::new(ctl_read).lines();
-    let deadline = tokio::time::Instant::from_std(spawned_at + Duration::from_millis(a.timeout_ms));
+    let deadline = tokio::time::Instant::from_std(l.spawned_at + Duration::from_millis(a.timeout_ms));
     let grace = Duration::from_millis(a.profile.limits.grace_ms);
     let mut kill_at: Option<tokio::time::Instant> = None;
     let mut exec_at: Option<Instant> = None;
+    let mut aborted = false;
     let signal_init = |prepared: &Prepared, sig: Signal| {
         if let Some(pid) = prepared.init_pid {
             let _ = kill(Pid::from_raw(pid), sig);
@@ -190,7 +194,13 @@ pub(crate) async fn run(
         tokio::select! {
             line = events.next_line() => match line {
                 Ok(Some(line)) => match serde_json::from_str::<Event>(&line) {
-                    Ok(Event::Started { init_pid }) => prepared.init_pid = Some(init_pid),
+                    Ok(Event::Started { init_pid }) => {
+                        prepared.init_pid = match l.warm_child {
+                            // pid 1 of a warm child cannot name its host pid: it is the child's only child.
+                            Some(child) => crate::warm::only_child(child),
+                            None => Some(init_pid),
+                        };
+                    }
                     Ok(Event::Spawned { landlock_abi }) => {
                         exec_at = Some(Instant::now());
                         out.landlock_abi = landlock_abi;
@@ -221,6 +231,7 @@ pub(crate) async fn run(
             }
             Ok(_) = abort.wait_for(|a| *a), if out.failure.is_none() => {
                 tracing::warn!("service shutting down: ending the execution");
+                aborted = true;
                 out.failure = Some("the service shut down before the execution ended".into());
                 signal_init(prepared, Signal::SIGKILL);
                 prepared.stop_everything();
@@ -233,8 +244,10 @@ pub(crate) async fn run(
         }
     }
     let ended = Instant::now();
-    let _ = child.wait().await;
-    out.network = network.map(Network::finish);
+    if let Some(mut helper) = l.helper.take() {
+        let _ = helper.wait().await;
+    }
+    out.network = l.network.take().map(Network::finish);
     // Every process of the sandbox is gone once init is; the pipes close with them.
     prepared.stop_everything();
     if let Some(t) = stdin_task {
@@ -251,10 +264,109 @@ pub(crate) async fn run(
             }
         }
     }
+    let never_started = exec_at.is_none() && !out.timed_out && !aborted;
     let exec_at = exec_at.unwrap_or(ended);
     out.setup_ms = ms(exec_at.saturating_duration_since(received));
     out.run_ms = ms(ended.saturating_duration_since(exec_at));
-    out
+    if warm && never_started {
+        if out.failure.is_none() {
+            out.failure = Some("the warm child ended before its program started".into());
+        }
+        return Err(out);
+    }
+    Ok(out)
+}
+
+/// Cold start: our binary re-executed as the helper, with the control socket on fd 3, the side
+/// channel on fd 4 and, for allowlist profiles, the network channel on fd 5.
+fn launch_cold(opts: &EngineOptions, _prepared: &Prepared, a: &Admitted, side_write: std::os::fd::OwnedFd) -> Result<Launched, String> {
+    let (engine_end, helper_end) = std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    let mut cmd = tokio::process::Command::new(&opts.helper);
+    cmd.arg0(HELPER_ARGV0)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut fds = vec![
+        FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD },
+        FdMapping { parent_fd: side_write, child_fd: RESULT_FD },
+    ];
+    // Allowlist profiles: a second socket on which the helper sends the sandbox's TUN device.
+    let mut net_channel = None;
+    if let sandbox_core::network::Network::Allowlist(allow) = &a.profile.network {
+        let (engine, helper) = std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+        fds.push(FdMapping { parent_fd: helper.into(), child_fd: sandbox_runtime::tun::NET_FD });
+        net_channel = Some((engine, allow));
+    }
+    cmd.fd_mappings(fds).map_err(|e| format!("fd mapping: {e}"))?;
+    let spawned_at = Instant::now();
+    let spawned = cmd.spawn();
+    // The command holds the helper's end of the control socket; drop it so that end's only
+    // copies live in the helper and init, and EOF means both have exited.
+    drop(cmd);
+    let mut child = spawned.map_err(|e| format!("spawning the helper {}: {e}", opts.helper.display()))?;
+    let network = net_channel.map(|(channel, allow)| Network::start(channel, allow, opts.config.network.upstream_dns));
+    let ctl = engine_end
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::UnixStream::from_std(engine_end))
+        .map_err(|e| format!("control socket: {e}"))?;
+    let stdin = child.stdin.take().map(|p| Box::pin(p) as Pin<Box<dyn AsyncWrite + Send>>);
+    let stdout = Box::pin(child.stdout.take().ok_or("no stdout pipe")?);
+    let stderr = Box::pin(child.stderr.take().ok_or("no stderr pipe")?);
+    Ok(Launched { ctl, stdin, stdout, stderr, helper: Some(child), warm_child: None, network, spawned_at })
+}
+
+/// Warm start: the template forks a child and hands back its pidfd; the engine moves the child
+/// into the execution's cgroup before sending it the spec, so nothing of the execution runs
+/// outside it.
+async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os::fd::OwnedFd, template: Arc<Template>) -> Result<Launched, String> {
+    prepared.write_warm_files(a).map_err(|e| format!("writing the execution's code directory: {e}"))?;
+    // Detached copies of the execution's mounts: the child attaches them in its own mount
+    // namespace; the template never sees a host path.
+    let warm = prepared.dir.join("warm");
+    let tree = |p: std::path::PathBuf| sandbox_runtime::open_tree_clone(&p).map_err(|e| format!("open_tree {}: {e}", p.display()));
+    let trees = [tree(prepared.workspace.clone())?, tree(warm.join("code"))?, tree(warm.join("etc/passwd"))?, tree(warm.join("etc/group"))?];
+    let (engine_end, child_end) = std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"));
+    let (stdin_r, stdin_w) = pipe()?;
+    let (stdout_r, stdout_w) = pipe()?;
+    let (stderr_r, stderr_w) = pipe()?;
+    let child_end: std::os::fd::OwnedFd = child_end.into();
+    let spawned_at = Instant::now();
+    let pidfd = tokio::task::spawn_blocking(move || {
+        let [workspace, code, passwd, group] = &trees;
+        let r = template.fork([&child_end, &stdin_r, &stdout_w, &stderr_w, &side_write, workspace, code, passwd, group]);
+        // Our copies of the child's ends close here: only the child holds them now.
+        drop((child_end, stdin_r, stdout_w, stderr_w, side_write, trees));
+        r
+    })
+    .await
+    .map_err(|e| format!("fork task: {e}"))??;
+    let child = crate::warm::pidfd_pid(&pidfd).ok_or("the warm child ended at once")?;
+    let cgroup = prepared.cgroup.as_ref().ok_or("no cgroup")?;
+    if let Err(e) = cgroup.add_process(child) {
+        // Never let it run outside the execution's limits.
+        let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
+        return Err(format!("moving the warm child into its cgroup: {e}"));
+    }
+    let ctl = engine_end
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::UnixStream::from_std(engine_end))
+        .map_err(|e| format!("control socket: {e}"))?;
+    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin_w).map_err(|e| format!("stdin pipe: {e}"))?;
+    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_r).map_err(|e| format!("stdout pipe: {e}"))?;
+    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_r).map_err(|e| format!("stderr pipe: {e}"))?;
+    Ok(Launched {
+        ctl,
+        stdin: Some(Box::pin(stdin)),
+        stdout: Box::pin(stdout),
+        stderr: Box::pin(stderr),
+        helper: None,
+        warm_child: Some(child),
+        network: None,
+        spawned_at,
+    })
 }
 
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
@@ -310,6 +422,7 @@ pub(crate) fn fill_result(r: &mut ExecutionResult, a: &Admitted, run: RunOutcome
     r.network = run.network;
     r.timed_out = run.timed_out;
     r.timing.setup_ms = run.setup_ms;
+    r.timing.warm = run.warm;
     r.timing.run_ms = run.run_ms;
     r.resource_usage = ResourceUsage { cpu_time_ms: usage.cpu_time_ms, peak_memory_bytes: usage.peak_memory_bytes };
     if let Some(e) = r.enforcement.as_mut() {

@@ -324,6 +324,8 @@ struct TimingOut {
     run_ms: u64,
     /// Collection and teardown.
     collect_ms: u64,
+    /// Forked from a warm template rather than started cold.
+    warm: bool,
 }
 
 /// Isolation enforced.

@@ -74,9 +74,10 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
         }
         Forked::Parent(init) => {
             drop(go_read);
-            let map = format!("0 {} 65536\n", spec.uid_base);
-            step("uid_map", std::fs::write(format!("/proc/{init}/uid_map"), &map))?;
-            step("gid_map", std::fs::write(format!("/proc/{init}/gid_map"), &map))?;
+            // Root inside is host uid_base; the program's uid maps to a host uid no other
+            // running execution has (a template maps one uid per child slot).
+            step("uid_map", std::fs::write(format!("/proc/{init}/uid_map"), spec.uid_map()))?;
+            step("gid_map", std::fs::write(format!("/proc/{init}/gid_map"), spec.gid_map()))?;
             if spec.tun {
                 // Allowlist network: init's namespace gets a TUN device whose packets the engine decides.
                 crate::tun::setup(init)?;

@@ -36,9 +36,9 @@ pub(crate) fn init_main(spec: &SpawnSpec, go: OwnedFd, ctl: &UnixStream) -> ! {
     std::process::exit(code)
 }
 
-type StepError = (&'static str, String);
+pub(crate) type StepError = (&'static str, String);
 
-fn step<T, E: std::fmt::Display>(name: &'static str, r: Result<T, E>) -> Result<T, StepError> {
+pub(crate) fn step<T, E: std::fmt::Display>(name: &'static str, r: Result<T, E>) -> Result<T, StepError> {
     r.map_err(|e| (name, e.to_string()))
 }
 
@@ -55,11 +55,7 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepErr
     step("hostname", nix::unistd::sethostname(&spec.hostname))?;
     step("loopback", sys::loopback_up())?;
 
-    let mut handled = SigSet::empty();
-    handled.add(Signal::SIGCHLD);
-    for s in FORWARDED {
-        handled.add(s);
-    }
+    let handled = handled_signals();
     step("sigmask", handled.thread_block())?;
     let program = match step("fork", sys::fork())? {
         Forked::Child => {
@@ -72,7 +68,33 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepErr
         }
         Forked::Parent(pid) => pid,
     };
-    send(ctl, &Event::Spawned { landlock_abi: sys::landlock_abi().min(crate::wall::ABI_REQUIRED) });
+    supervise(program, &handled, ctl, landlock_enforced(spec))
+}
+
+/// SIGCHLD and the signals init forwards.
+pub(crate) fn handled_signals() -> SigSet {
+    let mut handled = SigSet::empty();
+    handled.add(Signal::SIGCHLD);
+    for s in FORWARDED {
+        handled.add(s);
+    }
+    handled
+}
+
+/// The landlock ABI the program runs under (0 for a template, which has none).
+pub(crate) fn landlock_enforced(spec: &SpawnSpec) -> u32 {
+    if spec.template_slots > 0 {
+        0
+    } else {
+        sys::landlock_abi().min(crate::wall::ABI_REQUIRED)
+    }
+}
+
+/// Pid 1's life once the program is forked (`handled` blocked): reports `Spawned`, forwards
+/// polite signals to every process, reaps, and when the program ends kills whatever is left
+/// and reports `Exited`.
+pub(crate) fn supervise(program: Pid, handled: &SigSet, ctl: &UnixStream, landlock_abi: u32) -> Result<(), StepError> {
+    send(ctl, &Event::Spawned { landlock_abi });
     // Hold no copy of the program's stdio: a pipe closes when the last sandbox process ends.
     step("stdio", stdio_to_dev_null("/dev/null"))?;
 
@@ -127,21 +149,50 @@ pub(crate) fn stdio_to_dev_null(dev_null: &str) -> nix::Result<()> {
 }
 
 /// In the forked program process: limits, credentials, capabilities, no_new_privs, landlock,
-/// seccomp, then exec. Returns only on failure.
+/// seccomp, then exec. Returns only on failure. A template's program keeps root and its
+/// capabilities inside its user namespace (it must create its children's namespaces and
+/// mounts) and gets neither landlock nor seccomp (which would forbid that); its children apply
+/// all of them before the caller's first instruction.
 fn exec_program(spec: &SpawnSpec) -> Result<std::convert::Infallible, StepError> {
-    step("sigmask", SigSet::all().thread_unblock())?;
-    step("setsid", nix::unistd::setsid())?;
+    if spec.template_slots > 0 {
+        step("sigmask", SigSet::all().thread_unblock())?;
+        step("setsid", nix::unistd::setsid())?;
+        limits(spec)?;
+        step("no_new_privs", nix::sys::prctl::set_no_new_privs())?;
+    } else {
+        drop_privileges(spec)?;
+    }
+    let argv: Vec<CString> = step("argv", spec.argv.iter().map(|a| CString::new(a.as_str())).collect::<Result<_, _>>())?;
+    let env: Vec<CString> =
+        step("env", spec.env.iter().map(|(k, v)| CString::new(format!("{k}={v}"))).collect::<Result<_, _>>())?;
+    let err = nix::unistd::execve(&argv[0], &argv, &env).expect_err("execve returns only on failure");
+    Err(("exec", format!("{}: {err}", spec.argv[0])))
+}
+
+/// The rlimits of the program, and its working directory.
+fn limits(spec: &SpawnSpec) -> Result<(), StepError> {
     use nix::sys::resource::{setrlimit, Resource};
     step("rlimit_core", setrlimit(Resource::RLIMIT_CORE, 0, 0))?;
     step("rlimit_nofile", setrlimit(Resource::RLIMIT_NOFILE, spec.rlimits.nofile, spec.rlimits.nofile))?;
     step("rlimit_fsize", setrlimit(Resource::RLIMIT_FSIZE, spec.rlimits.fsize_bytes, spec.rlimits.fsize_bytes))?;
-    step("chdir", nix::unistd::chdir(spec.cwd.as_str()))?;
+    step("chdir", nix::unistd::chdir(spec.cwd.as_str()))
+}
+
+/// Everything between init's fork and the caller's first instruction, in the program process:
+/// signals unblocked, own session, rlimits, no capabilities in any set, the program's uid and
+/// gid, no_new_privs, landlock, seccomp. Shared by the cold path (followed by exec) and a
+/// template's children (followed by a return into the pre-imported interpreter).
+pub(crate) fn drop_privileges(spec: &SpawnSpec) -> Result<(), StepError> {
+    step("sigmask", SigSet::all().thread_unblock())?;
+    step("setsid", nix::unistd::setsid())?;
+    limits(spec)?;
     // Empty the bounding and ambient sets while we still hold CAP_SETPCAP, then change to the
     // unprivileged uid, which clears the permitted and effective sets.
     step("capabilities", caps::clear(None, caps::CapSet::Ambient))?;
     step("capabilities", caps::clear(None, caps::CapSet::Inheritable))?;
     step("capabilities", caps::clear(None, caps::CapSet::Bounding))?;
-    let (uid, gid) = (Uid::from_raw(SANDBOX_UID), Gid::from_raw(SANDBOX_UID));
+    let (uid, gid) = (Uid::from_raw(spec.program_uid), Gid::from_raw(SANDBOX_UID));
+    step("setgroups", nix::unistd::setgroups(&[]))?;
     step("setresgid", nix::unistd::setresgid(gid, gid, gid))?;
     step("setresuid", nix::unistd::setresuid(uid, uid, uid))?;
     let left = step("capabilities", caps::read(None, caps::CapSet::Permitted))?;
@@ -150,10 +201,5 @@ fn exec_program(spec: &SpawnSpec) -> Result<std::convert::Infallible, StepError>
     }
     step("no_new_privs", nix::sys::prctl::set_no_new_privs())?;
     crate::wall::restrict(spec).map_err(|e| ("landlock", e))?;
-    crate::seccomp::install().map_err(|e| ("seccomp", e))?;
-    let argv: Vec<CString> = step("argv", spec.argv.iter().map(|a| CString::new(a.as_str())).collect::<Result<_, _>>())?;
-    let env: Vec<CString> =
-        step("env", spec.env.iter().map(|(k, v)| CString::new(format!("{k}={v}"))).collect::<Result<_, _>>())?;
-    let err = nix::unistd::execve(&argv[0], &argv, &env).expect_err("execve returns only on failure");
-    Err(("exec", format!("{}: {err}", spec.argv[0])))
+    crate::seccomp::install().map_err(|e| ("seccomp", e))
 }

@@ -19,9 +19,11 @@ pub mod probe;
 mod rootfs;
 mod seccomp;
 pub mod spec;
-mod sys;
+pub(crate) mod sys;
 pub mod tun;
 mod wall;
+pub mod warm;
 
 pub use helper::{helper_main, HELPER_ARGV0};
-pub use sys::recv_fd;
+pub use sys::{open_tree_clone, recv_fd, recv_with_fds, send_fds};
+pub use sys::warm_ffi as warm_entry;

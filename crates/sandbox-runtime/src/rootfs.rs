@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
-use crate::spec::SpawnSpec;
+use crate::spec::{SpawnSpec, WARM_LIB_DIR, WARM_TREES};
 
 type StepError = (&'static str, String);
 
@@ -68,25 +68,7 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
 
     build_dev(root, spec.tmp_bytes)?;
 
-    let proc_dir = mkdir(root, "/proc")?;
-    // hidepid=invisible: the program (uid 1000) cannot even see pid 1 (root of the namespace).
-    step(
-        "proc",
-        &proc_dir,
-        mount(Some("proc"), &proc_dir, Some("proc"), nosuid_nodev | MsFlags::MS_NOEXEC, Some("hidepid=invisible")),
-    )?;
-    for name in PROC_MASKED {
-        let target = proc_dir.join(name);
-        if target.exists() {
-            step("proc_mask", &target, mount(Some("/dev/null"), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>))?;
-        }
-    }
-    for sub in ["sys", "bus", "fs", "irq"] {
-        let target = proc_dir.join(sub);
-        if target.exists() {
-            bind_ro(&target, &target, true)?;
-        }
-    }
+    mount_proc(&mkdir(root, "/proc")?)?;
 
     for dir in &spec.masked_dirs {
         let target = inside(root, dir);
@@ -116,6 +98,62 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
         Path::new("/"),
         mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | nosuid_nodev, None::<&str>),
     )?;
+    Ok(())
+}
+
+/// Mounts a fresh /proc of the current pid namespace at `proc_dir`, with the masked entries
+/// behind /dev/null and the kernel-tunable subtrees read-only.
+pub(crate) fn mount_proc(proc_dir: &Path) -> Result<(), StepError> {
+    let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    // hidepid=invisible: the program cannot even see pid 1 (root of the namespace).
+    step(
+        "proc",
+        proc_dir,
+        mount(Some("proc"), proc_dir, Some("proc"), nosuid_nodev | MsFlags::MS_NOEXEC, Some("hidepid=invisible")),
+    )?;
+    for name in PROC_MASKED {
+        let target = proc_dir.join(name);
+        if target.exists() {
+            step("proc_mask", &target, mount(Some("/dev/null"), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>))?;
+        }
+    }
+    for sub in ["sys", "bus", "fs", "irq"] {
+        let target = proc_dir.join(sub);
+        if target.exists() {
+            bind_ro(&target, &target, true)?;
+        }
+    }
+    Ok(())
+}
+
+/// The mounts of a template's forked child, in the new mount namespace it just unshared (a copy
+/// of the template's: the read-only root with the environment): its own execution's workspace
+/// at /workspace, code at /code, /etc/passwd and /etc/group (detached copies of the engine's
+/// mounts, on the descriptors [`WARM_TREES`] names), fresh /tmp and /dev/shm, and the
+/// warm-start library's mount detached. /proc is mounted later, by the child's pid 1 (it must be
+/// inside the new pid namespace).
+pub(crate) fn warm_child(spec: &SpawnSpec) -> Result<(), StepError> {
+    let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    step("make_private", Path::new("/"), mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>))?;
+    // The template's own /workspace, /tmp and /dev/shm go; the execution's take their place.
+    step("workspace", Path::new("/workspace"), umount2("/workspace", MntFlags::MNT_DETACH))?;
+    for (fd, target) in WARM_TREES {
+        let target = Path::new(target);
+        let tree = step("warm_tree", target, crate::sys::take_fd(fd))?;
+        step("warm_tree", target, crate::sys::move_mount_to(std::os::fd::AsFd::as_fd(&tree), target))?;
+        let flags = if target == Path::new("/workspace") { nosuid_nodev } else { MsFlags::MS_RDONLY | nosuid_nodev };
+        remount_bind(target, flags)?;
+    }
+    let size = format!("size={},mode=1777", spec.tmp_bytes);
+    for tmp in ["/tmp", "/dev/shm"] {
+        let flags = if tmp == "/tmp" { nosuid_nodev } else { nosuid_nodev | MsFlags::MS_NOEXEC };
+        step("tmp", Path::new(tmp), umount2(tmp, MntFlags::MNT_DETACH))?;
+        step("tmp", Path::new(tmp), mount(Some("tmpfs"), tmp, Some("tmpfs"), flags, Some(size.as_str())))?;
+    }
+    // The warm-start library's directory leaves this mount namespace (a mount of the template's
+    // own user namespace, so not locked: it detaches).
+    step("hide", Path::new(WARM_LIB_DIR), umount2(WARM_LIB_DIR, MntFlags::MNT_DETACH))?;
+    step("chdir", Path::new(&spec.cwd), nix::unistd::chdir(spec.cwd.as_str()))?;
     Ok(())
 }
 

@@ -14,8 +14,22 @@ pub const CONTROL_FD: i32 = 3;
 /// never mix with return data.
 pub const RESULT_FD: i32 = 4;
 
-/// The uid (and gid) the program runs as inside the sandbox.
+/// The first uid the program may run as inside the sandbox, and the gid it always runs as. Each
+/// running execution gets its own uid `SANDBOX_UID + slot` (host `uid_base + SANDBOX_UID + slot`),
+/// so the kernel's per-user counters (inotify instances, pending signals, message queues) are
+/// never shared between executions or charged to host root.
 pub const SANDBOX_UID: u32 = 1000;
+
+/// How many executions may run at once on one host per `uid_base`: each holds one uid slot.
+pub const UID_SLOTS: u32 = 4096;
+
+/// The descriptors a template's forked child finds its execution's own mounts on (detached
+/// copies the engine made with `open_tree`), and where it attaches each: the workspace, the
+/// code directory, and the synthesized /etc/passwd and /etc/group naming the execution's uid.
+pub const WARM_TREES: [(i32, &str); 4] = [(5, "/workspace"), (6, "/code"), (7, "/etc/passwd"), (8, "/etc/group")];
+
+/// Where a template's sandbox sees the warm-start library (`libsandbox_warm.so`).
+pub const WARM_LIB_DIR: &str = "/.sandbox/lib";
 
 /// Everything the helper needs to build and enter one container. All paths are host paths
 /// unless named `sandbox_*`.
@@ -23,8 +37,17 @@ pub const SANDBOX_UID: u32 = 1000;
 pub struct SpawnSpec {
     /// Execution id, for messages.
     pub execution_id: String,
-    /// First host uid/gid of the 65536 ids mapped into the user namespace (never 0).
+    /// Host uid/gid of root inside (never 0); the program's uid `u` inside is host `uid_base + u`.
     pub uid_base: u32,
+    /// The uid the program runs as inside ([`SANDBOX_UID`] + the execution's slot); its gid is
+    /// [`SANDBOX_UID`]. Only this uid, the gid and root are mapped.
+    #[serde(default = "default_program_uid")]
+    pub program_uid: u32,
+    /// Non-zero: this sandbox is a template (a warm-start fork server): its user namespace maps
+    /// uids `SANDBOX_UID .. SANDBOX_UID + template_slots` for its children, and its program
+    /// keeps root and its capabilities inside (it never runs caller code).
+    #[serde(default)]
+    pub template_slots: u32,
     /// Cgroup files the helper writes "0" (itself) to before cloning init, from
     /// [`crate::cgroup::Cgroup::join_files`].
     pub cgroup_join: Vec<PathBuf>,
@@ -60,6 +83,27 @@ pub struct SpawnSpec {
     /// [`crate::tun::NET_FD`] (allowlist profiles); `false` leaves loopback only.
     #[serde(default)]
     pub tun: bool,
+}
+
+fn default_program_uid() -> u32 {
+    SANDBOX_UID
+}
+
+impl SpawnSpec {
+    /// The uid map init's user namespace gets, as written to `/proc/<pid>/uid_map`: root and
+    /// the program's uid, or root and every child uid of a template.
+    pub fn uid_map(&self) -> String {
+        if self.template_slots > 0 {
+            format!("0 {} 1\n{SANDBOX_UID} {} {}\n", self.uid_base, self.uid_base + SANDBOX_UID, self.template_slots)
+        } else {
+            format!("0 {} 1\n{} {} 1\n", self.uid_base, self.program_uid, self.uid_base + self.program_uid)
+        }
+    }
+
+    /// The gid map: root and the program's gid [`SANDBOX_UID`].
+    pub fn gid_map(&self) -> String {
+        format!("0 {} 1\n{SANDBOX_UID} {} 1\n", self.uid_base, self.uid_base + SANDBOX_UID)
+    }
 }
 
 /// A file created in the sandbox's root before it is made read-only.

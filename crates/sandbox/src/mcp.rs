@@ -14,12 +14,19 @@ use sandbox_server::AppState;
 pub fn stdio(config: Config, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
     let max_message_bytes = usize::try_from(config.service.body_max_bytes).unwrap_or(usize::MAX);
     let (engine, audit) = crate::audit::engine(config, data_dir)?;
-    let state = AppState::new(Arc::new(engine), Some(audit));
+    let engine = Arc::new(engine);
+    if let Err(why) = engine.enable_warm() {
+        tracing::warn!(reason = %why, "warm starts are off: every execution starts cold");
+    }
+    let state = AppState::new(engine.clone(), Some(audit));
     let server = McpServer::new(state.engine.clone(), Some(sandbox_server::mcp_gate(&state)));
     let principal = Principal { audit_name: crate::audit::cli_caller(), profiles: vec!["*".into()] };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(server.serve_stdio(principal, max_message_bytes))?;
+    let served = rt.block_on(server.serve_stdio(principal, max_message_bytes));
     // Executions still running (the client closed stdin mid-call) are dropped with the runtime
-    // and tear their sandboxes down.
+    // and tear their sandboxes down; then the templates go.
+    drop(rt);
+    engine.stop_warm();
+    served?;
     Ok(ExitCode::SUCCESS)
 }

@@ -56,6 +56,13 @@ pub struct RunArgs {
     /// Install the profile's environment first if it is missing (`sandbox env install`), with progress on stderr.
     #[arg(long)]
     install: bool,
+    /// Fork the execution from a warm template, as `sandbox serve` does for profiles whose
+    /// `[warm] mode` is `template` (here whatever the profile says): starts the template, waits
+    /// until it is ready, runs, and stops it. Slower than a cold run for one execution; for
+    /// checking the warm path. A profile that cannot have a template (TypeScript, an allowlist
+    /// network) runs cold, and says so on stderr.
+    #[arg(long)]
+    warm: bool,
     /// Run on a `sandbox serve` at this URL (e.g. http://127.0.0.1:8080) instead of locally.
     #[arg(long, value_name = "URL")]
     server: Option<String>,
@@ -80,6 +87,20 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
         }
     }
     let (engine, _audit) = crate::audit::engine(config, data_dir)?;
+    if args.warm && engine.config().profiles.contains_key(&request.profile) && engine.unavailable_code(&request.profile).is_none() {
+        if engine.enable_warm_for(&request.profile).map_err(|why| anyhow::anyhow!("--warm: {why}"))? {
+            let ready = engine
+                .templates()
+                .map(|t| t.wait_ready(&request.profile, std::time::Duration::from_secs(300)))
+                .transpose()
+                .map_err(|why| anyhow::anyhow!("--warm: the template of profile {:?} failed to start: {why}", request.profile))?;
+            if ready != Some(true) {
+                anyhow::bail!("--warm: the template of profile {:?} did not get ready", request.profile);
+            }
+        } else {
+            eprintln!("sandbox: --warm: profile {:?} cannot have a template (not Python, or an allowlist network); running cold", request.profile);
+        }
+    }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let result = rt.block_on(async {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Chunk>();
@@ -98,6 +119,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
         let _ = printer.await;
         result
     });
+    engine.stop_warm();
     finish(&result, &args)
 }
 

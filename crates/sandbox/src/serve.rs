@@ -27,6 +27,10 @@ pub struct ServeArgs {
     /// Requests with any other Origin get 403; requests without one (non-browser clients) pass.
     #[arg(long, value_name = "ORIGIN")]
     mcp_allowed_origin: Vec<String>,
+    /// Start every execution cold, even of profiles whose `[warm] mode` is `template` (no
+    /// templates are started).
+    #[arg(long)]
+    no_warm: bool,
 }
 
 /// Serves until SIGTERM or SIGINT; then stops accepting, lets in-flight executions run up to
@@ -48,6 +52,13 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
         tracing::warn!(reason = %why, "this host cannot run sandboxes; /readyz will say so");
     }
     let engine = Arc::new(engine);
+    if !args.no_warm {
+        // Templates start in the background; their profiles run cold until they are ready.
+        if let Err(why) = engine.enable_warm() {
+            tracing::warn!(reason = %why, "warm starts are off: every execution starts cold");
+        }
+    }
+    let warm_engine = engine.clone();
     let retention_audit = audit.clone();
     let mut state = AppState::new(engine.clone(), Some(audit));
     if !addr.ip().is_loopback() && !addr.ip().is_unspecified() {
@@ -105,6 +116,8 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
         anyhow::Ok(())
     })?;
     // Dropping the runtime drops the remaining executions; each tears its sandbox down.
+    // Templates go last, with nothing of theirs left behind.
+    warm_engine.stop_warm();
     Ok(ExitCode::SUCCESS)
 }
 

@@ -5,19 +5,19 @@
 The return value, or an uncaught exception as {type, message, traceback, line, column},
 goes to the side channel (fd 4) as one JSON object; never to stdout. Tracebacks start at the
 caller's code: the harness's own frames are cut, so line numbers are the caller's.
+
+Nothing is imported before the caller's code runs but what the interpreter has already loaded
+(`json`, `traceback` and friends are imported on the way out, when they are needed). A warm
+template imports this file as a module and calls `run(mode)` in each forked child.
 """
 
 import sys
 
 
-def _sandbox_harness():
-    import json
-    import math
+def run(mode):
     import os
-    import traceback
-    import types
 
-    mode = sys.argv[1] if len(sys.argv) > 1 else "script"
+    ModuleType = type(sys)
     path = "/code/main.py"
     sys.argv = [path]
     side = 4
@@ -40,6 +40,8 @@ def _sandbox_harness():
             pass
 
     def send(obj):
+        import json
+
         write(json.dumps(obj, ensure_ascii=False, allow_nan=False))
 
     def write(text):
@@ -54,6 +56,8 @@ def _sandbox_harness():
         return t.__qualname__ if mod in ("builtins", "__main__", "main") else f"{mod}.{t.__qualname__}"
 
     def fail(exc, kind=None):
+        import traceback
+
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
             tb = tb.tb_next
@@ -99,7 +103,7 @@ def _sandbox_harness():
         if v is None or isinstance(v, (bool, str, int)):
             return v
         if isinstance(v, float):
-            if math.isnan(v) or math.isinf(v):
+            if v != v or v in (float("inf"), float("-inf")):
                 raise ReturnValueNotSerializable(f"{where} is {v!r}, which JSON cannot represent; return None or a string instead")
             return v
         if isinstance(v, dict):
@@ -124,7 +128,7 @@ def _sandbox_harness():
             source = f.read()
         code = compile(source, path, "exec", dont_inherit=True)
         name = "__main__" if mode == "script" else "main"
-        module = types.ModuleType(name)
+        module = ModuleType(name)
         module.__file__ = path
         module.__builtins__ = __builtins__
         sys.modules[name] = module
@@ -134,6 +138,9 @@ def _sandbox_harness():
         main = module.__dict__.get("main")
         if not callable(main):
             raise NameError("the function harness calls main(input), but the code defines no function named main")
+        import json
+        import types
+
         try:
             with open("/code/input.json", encoding="utf-8") as f:
                 value = json.load(f)
@@ -153,6 +160,8 @@ def _sandbox_harness():
     except ReturnValueNotSerializable as exc:
         exc.__traceback__ = None
         fail(exc, "ReturnValueNotSerializable")
+    import json
+
     try:
         text = json.dumps({"returnData": payload}, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:  # e.g. an int past the 4300-digit conversion limit
@@ -162,5 +171,5 @@ def _sandbox_harness():
     write(text)
 
 
-_sandbox_harness()
-del _sandbox_harness
+if __name__ == "__main__":
+    run(sys.argv[1] if len(sys.argv) > 1 else "script")

@@ -116,3 +116,125 @@ pub fn landlock_abi() -> u32 {
     };
     u32::try_from(v).unwrap_or(0)
 }
+
+/// Takes ownership of descriptor `fd`, inherited at a fixed number (a warm child's mount trees).
+/// Errors: EBADF when it is not open.
+pub fn take_fd(fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: only borrowed for the F_GETFD check.
+    nix::fcntl::fcntl(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }, nix::fcntl::FcntlArg::F_GETFD)?;
+    // SAFETY: the descriptor is open (checked above) and its number was reserved for this use by
+    // the process that placed it; it is taken exactly once.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Closes every descriptor from `first` up (`close_range(2)`, Linux 5.9).
+/// Errors: the kernel's errno.
+pub fn close_from(first: u32) -> io::Result<()> {
+    // SAFETY: close_range only closes descriptors; the callers (a warm child about to wait and
+    // exit) own every descriptor at or above `first` and use none of them afterwards.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
+    if r == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Ends the calling process at once with `code` (`_exit(2)`): no atexit handlers, no stdio
+/// flush. For the processes a warm child forks inside an interpreter's address space, whose
+/// exit handlers belong to the interpreter and must not run twice.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes no pointers and never returns.
+    unsafe { libc::_exit(code) }
+}
+
+/// A detached copy of the mount at `path` (`open_tree(2)` with `OPEN_TREE_CLONE`, Linux 5.2):
+/// the same filesystem, reachable through the returned descriptor only, until another mount
+/// namespace attaches it with [`move_mount_to`]. How the engine hands a warm child its own
+/// workspace and code without the template ever seeing the host's directories.
+/// Errors: the kernel's errno (EPERM without CAP_SYS_ADMIN over the mount namespace).
+pub fn open_tree_clone(path: &std::path::Path) -> io::Result<OwnedFd> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // O_CLOEXEC is a small positive constant.
+    #[allow(clippy::cast_sign_loss)]
+    let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = i32::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: open_tree just returned this new descriptor; nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Attaches the detached mount `tree` (from [`open_tree_clone`]) at `target` in the caller's
+/// mount namespace (`move_mount(2)` with `MOVE_MOUNT_F_EMPTY_PATH`).
+/// Errors: the kernel's errno.
+pub fn move_mount_to(tree: std::os::fd::BorrowedFd<'_>, target: &std::path::Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
+    let c = std::ffi::CString::new(target.as_os_str().as_encoded_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let empty = c"";
+    // SAFETY: both paths are valid NUL-terminated strings that outlive the call; `tree` is a
+    // descriptor we borrow for its duration.
+    let r = unsafe {
+        libc::syscall(libc::SYS_move_mount, tree.as_raw_fd(), empty.as_ptr(), libc::AT_FDCWD, c.as_ptr(), MOVE_MOUNT_F_EMPTY_PATH)
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sends `data` and the descriptors `fds` in one message over `sock` (SCM_RIGHTS).
+/// Errors: the kernel's errno (EPIPE when the other end is gone).
+pub fn send_fds(sock: &UnixStream, data: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    nix::sys::socket::sendmsg::<()>(
+        sock.as_raw_fd(),
+        &[std::io::IoSlice::new(data)],
+        &[nix::sys::socket::ControlMessage::ScmRights(&raw)],
+        nix::sys::socket::MsgFlags::empty(),
+        None,
+    )?;
+    Ok(())
+}
+
+/// Receives one message of at most `buf.len()` bytes and the descriptors sent with it (at most
+/// 16).  Returns the byte count (0 at EOF) and the descriptors,
+/// close-on-exec. Errors: the kernel's errno.
+pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    use std::os::fd::AsRawFd;
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 16]);
+    let msg = nix::sys::socket::recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        nix::sys::socket::MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let mut fds = Vec::new();
+    for cmsg in msg.cmsgs()? {
+        if let nix::sys::socket::ControlMessageOwned::ScmRights(raw) = cmsg {
+            for fd in raw {
+                // SAFETY: the kernel just installed `fd` in our table for this message; nobody else owns it.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+            }
+        }
+    }
+    Ok((msg.bytes, fds))
+}
+
+/// The warm-start entry point, exported as the C symbol `sandbox_warm_enter` from
+/// `libsandbox_warm.so` (crate `sandbox-warm`), which a template's forked child calls through
+/// ctypes with its control socket's descriptor number. See [`crate::warm::enter`].
+pub mod warm_ffi {
+    /// `int sandbox_warm_enter(int ctl_fd)`: 0 in the sandboxed program process, non-zero when
+    /// set-up failed (the caller must `_exit`).
+    #[unsafe(no_mangle)]
+    pub extern "C" fn sandbox_warm_enter(ctl_fd: i32) -> i32 {
+        crate::warm::enter(ctl_fd)
+    }
+}

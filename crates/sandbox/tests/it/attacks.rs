@@ -114,14 +114,21 @@ fn cannot_become_root_and_holds_no_capabilities() {
                 print(open('/proc/self/uid_map').read().split())";
     let lines = attempt(code);
     assert_eq!(&lines[..3], ["EPERM", "EPERM", "EPERM"]);
-    assert_eq!(lines[3], "1000 1000 []");
+    // Each execution runs as a uid of its own (1000 + its slot), in group 1000.
+    let ids: Vec<&str> = lines[3].split(' ').collect();
+    let uid: u32 = ids[0].parse().unwrap();
+    assert!((1000..1000 + 4096).contains(&uid), "{lines:?}");
+    assert_eq!(&ids[1..], ["1000", "[]"]);
     for (i, k) in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"].iter().enumerate() {
         assert_eq!(lines[4 + i], format!("{k} 0000000000000000"));
     }
     assert_eq!(lines[9], "NoNewPrivs 1");
     assert_eq!(lines[10], "Seccomp 2");
-    // uid 0 inside is host 200000: nothing inside maps to host root.
-    assert_eq!(lines[11], "['0', '200000', '65536']");
+    // uid 0 inside is host 200000, the program's uid host 200000 + uid (a template maps its
+    // children's range 1000.. to 201000..): nothing inside maps to host root.
+    let map: Vec<u64> = lines[11].trim_matches(['[', ']']).split(", ").map(|v| v.trim_matches('\'').parse().unwrap()).collect();
+    assert_eq!(&map[..3], [0, 200_000, 1], "{lines:?}");
+    assert!(map[3] <= u64::from(uid) && map[4] == 200_000 + map[3] && map[5] >= 1, "{lines:?}");
 }
 
 #[test]

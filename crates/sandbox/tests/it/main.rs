@@ -124,12 +124,14 @@ pub fn env() -> &'static Env {
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let config = dir.join("config.toml");
         // Host directories an administrator exposes: read-only data and a read-write share
-        // owned by the sandbox user's host uid (uid_base 200000 + 1000).
+        // writable by the sandboxes' group (host gid uid_base 200000 + 1000; each execution has
+        // a uid of its own).
         let (ro, rw) = (dir.join("dataset"), dir.join("share"));
         std::fs::create_dir(&ro).unwrap();
         std::fs::write(ro.join("numbers.csv"), "1,2,3\n").unwrap();
         std::fs::create_dir(&rw).unwrap();
-        nix::unistd::chown(&rw, Some(nix::unistd::Uid::from_raw(201_000)), Some(nix::unistd::Gid::from_raw(201_000))).unwrap();
+        nix::unistd::chown(&rw, Some(nix::unistd::Uid::from_raw(0)), Some(nix::unistd::Gid::from_raw(201_000))).unwrap();
+        std::fs::set_permissions(&rw, std::os::unix::fs::PermissionsExt::from_mode(0o775)).unwrap();
         let mounts = format!(
             "\n[profiles.py-mounts]\nlanguage = \"python\"\n[[profiles.py-mounts.filesystem.mounts]]\nhost = {:?}\nsandbox = \"/data\"\n\
              [[profiles.py-mounts.filesystem.mounts]]\nhost = {:?}\nsandbox = \"/mnt/share\"\nread_only = false\n",
@@ -204,9 +206,19 @@ impl std::fmt::Debug for Run {
     }
 }
 
+/// Whether this test process runs executions warm (`SANDBOX_TEST_WARM=1`): every [`run`] then
+/// forks its execution from a template (`sandbox run --warm`), so the attack, limit, timeout,
+/// file and real-world-case tests prove the warm path as they prove the cold one.
+pub fn warm_mode() -> bool {
+    std::env::var("SANDBOX_TEST_WARM").is_ok_and(|v| v == "1")
+}
+
 /// Runs `code` under `profile` with extra CLI `args`, as JSON.
 pub fn run(profile: &str, code: &str, args: &[&str]) -> Run {
     let mut all = vec!["run", "--json", "--profile", profile, "-c", code];
+    if warm_mode() {
+        all.push("--warm");
+    }
     all.extend_from_slice(args);
     let start = Instant::now();
     let out: Output = sandbox(&all).output().expect("sandbox runs");
@@ -214,7 +226,11 @@ pub fn run(profile: &str, code: &str, args: &[&str]) -> Run {
     let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!("not JSON ({e}): {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
     });
-    Run { json, status: out.status.code().unwrap_or(-1), elapsed, stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+    let run = Run { json, status: out.status.code().unwrap_or(-1), elapsed, stderr: String::from_utf8_lossy(&out.stderr).into_owned() };
+    if warm_mode() && !run.stderr.contains("cannot have a template") && !matches!(run.status(), "rejected" | "?") && run.json["timing"].is_object() {
+        assert_eq!(run.json["timing"]["warm"], true, "SANDBOX_TEST_WARM=1 but the execution started cold: {run:?}");
+    }
+    run
 }
 
 /// Writes `content` to a fresh file in the scratch area and returns its path.

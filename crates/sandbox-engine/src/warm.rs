@@ -1,0 +1,568 @@
+//! Warm starts: one Python template per profile whose `[warm] mode = "template"`, kept by a
+//! long-running service (`sandbox serve`, `sandbox mcp`, or `sandbox run --warm`).
+//!
+//! A template is a sandbox of its own, started like a cold execution (our helper re-executed,
+//! new user/pid/mount/net/ipc/uts/cgroup namespaces, read-only root with the environment, no
+//! network, a cgroup of its own charged for its memory), whose program is
+//! `harness/template.py`: it imports the environment's `preload` modules, warms them up, and
+//! then forks one child per execution on request. The child enters the execution's own
+//! namespaces, cgroup, uid, landlock and seccomp (`sandbox_runtime::warm`) before the caller's
+//! first instruction; from there on the execution is supervised exactly like a cold one.
+//!
+//! Life cycle: started in the background; replaced after `max_forks` forks or `max_age_ms`,
+//! and whenever it dies or answers a fork request badly (restarted with a back-off). While a
+//! profile has no ready template, its executions run cold: a warm profile never fails because
+//! of its template. Shutdown kills every template and removes its cgroup and directory.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use command_fds::{CommandFdExt, FdMapping};
+use nix::unistd::{chown, Gid, Uid};
+use sandbox_core::profile::WarmMode;
+use sandbox_core::{Language, Profile};
+use sandbox_runtime::cgroup::{self, Cgroup, Layout};
+use sandbox_runtime::spec::{BindMount, Event, Rlimits, SpawnSpec, CONTROL_FD, RESULT_FD, UID_SLOTS, WARM_LIB_DIR};
+use sandbox_runtime::HELPER_ARGV0;
+
+use crate::command::{template_command, CODE_DIR, TEMPLATE_SOURCE};
+use crate::prepare::{io_err, owner_line, root_files, runtime_mounts};
+use crate::EngineOptions;
+
+/// File name of the warm-start library the templates load.
+pub const WARM_LIB: &str = "libsandbox_warm.so";
+
+/// How long a template may take from spawn to `ready` (importing pandas and matplotlib on a
+/// busy 2-core host takes seconds).
+const READY_PATIENCE: Duration = Duration::from_secs(180);
+
+/// Counters exported as metrics.
+#[derive(Debug, Default)]
+pub struct WarmCounters {
+    /// Executions forked from a template.
+    pub hits: AtomicU64,
+    /// Executions of a warm profile that ran cold (no ready template, or it failed to fork).
+    pub cold_fallbacks: AtomicU64,
+    /// Templates started after the first (replacements, restarts).
+    pub restarts: AtomicU64,
+}
+
+/// The state of one profile's template, for `doctor` and `/metrics`.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateStatus {
+    /// The profile.
+    pub profile: String,
+    /// `starting`, `ready` or `failed`.
+    pub state: &'static str,
+    /// Forks served by the current template.
+    pub forks: u64,
+    /// Peak memory of the template's cgroup, in bytes.
+    pub peak_memory_bytes: u64,
+    /// Age of the current template, in ms.
+    pub age_ms: u64,
+    /// Why the last start failed, if it did.
+    pub error: Option<String>,
+}
+
+/// The templates of every warm profile.
+pub struct Templates {
+    opts: EngineOptions,
+    layout: Layout,
+    lib: PathBuf,
+    profiles: Mutex<HashMap<String, Entry>>,
+    closing: AtomicBool,
+    /// Hits, fallbacks and restarts.
+    pub counters: WarmCounters,
+}
+
+#[derive(Default)]
+struct Entry {
+    current: Option<Arc<Template>>,
+    starting: bool,
+    failures: u32,
+    error: Option<String>,
+    started_once: bool,
+}
+
+/// One running template.
+pub(crate) struct Template {
+    id: String,
+    channel: Mutex<UnixStream>,
+    helper: Mutex<std::process::Child>,
+    cgroup: Cgroup,
+    dir: PathBuf,
+    forks: AtomicU64,
+    started: Instant,
+    healthy: AtomicBool,
+    max_forks: u64,
+    max_age: Duration,
+}
+
+impl Template {
+    /// Asks the template to fork a child for one execution, handing it `fds` (control socket,
+    /// stdin, stdout, stderr, side channel, then the mount trees of
+    /// [`sandbox_runtime::spec::WARM_TREES`], in that order). Returns the child's pidfd.
+    /// Errors: the template is gone or refused (it is then marked unhealthy and replaced).
+    pub(crate) fn fork(&self, fds: [&OwnedFd; 9]) -> Result<OwnedFd, String> {
+        let channel = self.channel.lock().expect("template channel lock");
+        let result = (|| {
+            let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+            sandbox_runtime::send_fds(&channel, b"fork\n", &borrowed).map_err(|e| format!("fork request: {e}"))?;
+            let mut buf = [0u8; 128];
+            let (n, mut received) = sandbox_runtime::recv_with_fds(&channel, &mut buf).map_err(|e| format!("fork answer: {e}"))?;
+            let answer = String::from_utf8_lossy(&buf[..n]).trim().to_owned();
+            match (answer.as_str(), received.pop()) {
+                ("ok", Some(pidfd)) => Ok(pidfd),
+                ("", _) => Err("the template closed its channel".to_owned()),
+                (other, _) => Err(format!("the template refused: {other}")),
+            }
+        })();
+        if result.is_err() {
+            self.healthy.store(false, Ordering::SeqCst);
+            self.kill();
+        } else {
+            self.forks.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    fn worn_out(&self) -> bool {
+        self.forks.load(Ordering::Relaxed) >= self.max_forks || self.started.elapsed() >= self.max_age
+    }
+
+    fn kill(&self) {
+        let _ = self.helper.lock().expect("helper lock").kill();
+    }
+
+    /// Asks the template to stop once its running children have ended: it sees EOF on its
+    /// channel, waits for them and exits, and its sandbox ends with it.
+    fn retire(&self) {
+        let _ = self.channel.lock().expect("template channel lock").shutdown(std::net::Shutdown::Write);
+    }
+}
+
+impl Templates {
+    /// A manager for the warm profiles of `opts.config`; nothing starts until
+    /// [`Templates::start`]. `None` when no profile is warm.
+    /// Errors: the warm-start library is missing next to the binary (build the
+    /// `sandbox-warm` crate), or the host has no usable cgroup layout.
+    pub fn new(opts: EngineOptions, layout: Option<Layout>) -> Result<Option<Arc<Self>>, String> {
+        if !opts.config.profiles.values().any(|p| p.warm.mode == WarmMode::Template) {
+            return Ok(None);
+        }
+        let layout = layout.ok_or("no usable cgroup layout")?;
+        let lib = find_library(&opts.helper).ok_or_else(|| {
+            format!(
+                "{WARM_LIB} not found next to {} (or in its deps/): `cargo build -p sandbox-warm` builds it; warm profiles run cold",
+                opts.helper.display()
+            )
+        })?;
+        Ok(Some(Arc::new(Self {
+            opts,
+            layout,
+            lib,
+            profiles: Mutex::new(HashMap::new()),
+            closing: AtomicBool::new(false),
+            counters: WarmCounters::default(),
+        })))
+    }
+
+    /// Starts a template, in the background, for every warm profile that `runnable` accepts
+    /// (its environment installed, its runtime present).
+    pub fn start(self: &Arc<Self>, runnable: impl Fn(&str) -> bool) {
+        let names: Vec<String> = self
+            .opts
+            .config
+            .profiles
+            .iter()
+            .filter(|(name, p)| p.warm.mode == WarmMode::Template && p.language == Language::Python && runnable(name))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in names {
+            self.spawn_start(name, Duration::ZERO);
+        }
+    }
+
+    /// A ready template for `profile`, if there is one. Starts a replacement when the current
+    /// one is worn out (it still serves until the replacement is ready).
+    pub(crate) fn checkout(self: &Arc<Self>, profile: &str) -> Option<Arc<Template>> {
+        let mut profiles = self.profiles.lock().expect("templates lock");
+        let entry = profiles.get_mut(profile)?;
+        let t = entry.current.clone()?;
+        if !t.healthy.load(Ordering::SeqCst) {
+            return None;
+        }
+        if t.worn_out() && !entry.starting && !self.closing.load(Ordering::SeqCst) {
+            entry.starting = true;
+            drop(profiles);
+            self.spawn_start(profile.to_owned(), Duration::ZERO);
+        }
+        Some(t)
+    }
+
+    /// Blocks until `profile` has a ready template or `patience` passes (for `sandbox run --warm`
+    /// and tests). Returns whether one is ready, or the last start error.
+    /// Errors: the profile's last template start failed.
+    pub fn wait_ready(&self, profile: &str, patience: Duration) -> Result<bool, String> {
+        let until = Instant::now() + patience;
+        loop {
+            {
+                let profiles = self.profiles.lock().expect("templates lock");
+                match profiles.get(profile) {
+                    Some(e) if e.current.as_ref().is_some_and(|t| t.healthy.load(Ordering::SeqCst)) => return Ok(true),
+                    Some(e) if !e.starting && e.error.is_some() => return Err(e.error.clone().unwrap_or_default()),
+                    None => return Ok(false),
+                    _ => {}
+                }
+            }
+            if Instant::now() >= until {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Each warm profile's template state.
+    pub fn status(&self) -> Vec<TemplateStatus> {
+        let profiles = self.profiles.lock().expect("templates lock");
+        let mut out: Vec<TemplateStatus> = profiles
+            .iter()
+            .map(|(name, e)| {
+                let t = e.current.as_ref().filter(|t| t.healthy.load(Ordering::SeqCst));
+                TemplateStatus {
+                    profile: name.clone(),
+                    state: if t.is_some() {
+                        "ready"
+                    } else if e.starting {
+                        "starting"
+                    } else {
+                        "failed"
+                    },
+                    forks: t.map_or(0, |t| t.forks.load(Ordering::Relaxed)),
+                    peak_memory_bytes: t.and_then(|t| t.cgroup.usage().ok()).map_or(0, |u| u.peak_memory_bytes),
+                    age_ms: t.map_or(0, |t| crate::ms(t.started.elapsed())),
+                    error: e.error.clone(),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.profile.cmp(&b.profile));
+        out
+    }
+
+    /// Stops every template now: killed (their sandboxes die with them), cgroups and
+    /// directories removed. Running warm
+    /// executions end with them; call it after the service drained.
+    pub fn shutdown(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let templates: Vec<Arc<Template>> = {
+            let mut profiles = self.profiles.lock().expect("templates lock");
+            profiles.values_mut().filter_map(|e| e.current.take()).collect()
+        };
+        for t in templates {
+            t.healthy.store(false, Ordering::SeqCst);
+            t.kill();
+            let _ = t.helper.lock().expect("helper lock").wait();
+            cleanup(&t);
+        }
+    }
+
+    fn spawn_start(self: &Arc<Self>, profile: String, delay: Duration) {
+        {
+            let mut profiles = self.profiles.lock().expect("templates lock");
+            profiles.entry(profile.clone()).or_default().starting = true;
+        }
+        let me = Arc::clone(self);
+        std::thread::Builder::new()
+            .name(format!("template-{profile}"))
+            .spawn(move || {
+                std::thread::sleep(delay);
+                if me.closing.load(Ordering::SeqCst) {
+                    return;
+                }
+                let started = me.launch(&profile);
+                let mut profiles = me.profiles.lock().expect("templates lock");
+                let entry = profiles.entry(profile.clone()).or_default();
+                entry.starting = false;
+                match started {
+                    Ok((t, ctl)) => {
+                        if entry.started_once {
+                            me.counters.restarts.fetch_add(1, Ordering::Relaxed);
+                        }
+                        entry.started_once = true;
+                        entry.failures = 0;
+                        entry.error = None;
+                        if let Some(old) = entry.current.replace(Arc::clone(&t)) {
+                            old.retire();
+                        }
+                        drop(profiles);
+                        tracing::info!(profile = %profile, template = %t.id, "template ready");
+                        me.monitor(profile, t, ctl);
+                    }
+                    Err(e) => {
+                        entry.failures += 1;
+                        entry.error = Some(e.clone());
+                        let backoff = Duration::from_millis(500u64 << entry.failures.min(7));
+                        drop(profiles);
+                        tracing::error!(profile = %profile, error = %e, "template failed to start; its executions run cold");
+                        me.spawn_start(profile, backoff);
+                    }
+                }
+            })
+            .expect("a thread can be started");
+    }
+
+    /// Follows a template's control socket until its sandbox ends, then cleans up and, when it
+    /// was the profile's current template, starts a new one.
+    fn monitor(self: Arc<Self>, profile: String, t: Arc<Template>, ctl: UnixStream) {
+        let mut lines = BufReader::new(ctl).lines();
+        while let Some(Ok(line)) = lines.next() {
+            if let Ok(Event::Failed { step, message }) = serde_json::from_str::<Event>(&line) {
+                tracing::error!(profile = %profile, step = %step, message = %message, "template failed");
+            }
+        }
+        t.healthy.store(false, Ordering::SeqCst);
+        t.kill();
+        let _ = t.helper.lock().expect("helper lock").wait();
+        cleanup(&t);
+        let replace = {
+            let mut profiles = self.profiles.lock().expect("templates lock");
+            let entry = profiles.entry(profile.clone()).or_default();
+            let current = entry.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &t));
+            if current {
+                entry.current = None;
+            }
+            let replace = current && !entry.starting && !self.closing.load(Ordering::SeqCst);
+            if replace {
+                entry.starting = true;
+            }
+            replace
+        };
+        if replace {
+            tracing::warn!(profile = %profile, template = %t.id, "template ended; starting another (runs are cold meanwhile)");
+            self.spawn_start(profile, Duration::from_millis(200));
+        }
+    }
+
+    /// Starts one template for `profile` and waits until it is ready.
+    fn launch(&self, profile_name: &str) -> Result<(Arc<Template>, UnixStream), String> {
+        let profile = self.opts.config.profiles.get(profile_name).ok_or("profile vanished")?.clone();
+        let rt = &self.opts.config.runtime;
+        let id = format!("template-{}", uuid::Uuid::now_v7());
+        let executions = self.opts.data_dir.join("executions");
+        fs_make(&executions, 0o711).map_err(|e| e.to_string())?;
+        crate::prepare::check_searchable(&executions).map_err(|e| e.to_string())?;
+        let dir = executions.join(&id);
+        fs_make(&dir, 0o700).map_err(|e| e.to_string())?;
+        chown(&dir, Some(Uid::from_raw(rt.uid_base)), Some(Gid::from_raw(rt.uid_base))).map_err(|e| format!("chown {}: {e}", dir.display()))?;
+        let owner = dir.join("owner");
+        std::fs::write(&owner, owner_line()).map_err(|e| format!("write {}: {e}", owner.display()))?;
+        let made = (|| -> Result<(Arc<Template>, UnixStream), String> {
+            let (root, workspace, lib_dir) = (dir.join("root"), dir.join("workspace"), dir.join("lib"));
+            for d in [&root, &workspace, &lib_dir] {
+                fs_make(d, 0o755).map_err(|e| e.to_string())?;
+            }
+            let lib = lib_dir.join(WARM_LIB);
+            std::fs::copy(&self.lib, &lib).map_err(|e| format!("copy {}: {e}", self.lib.display()))?;
+            std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o444)).map_err(|e| e.to_string())?;
+            let limits = cgroup::Limits {
+                memory_max_bytes: profile.warm.template_memory_max_bytes,
+                cpu_max: profile.limits.cpu_max,
+                pids_max: profile.limits.pids_max,
+            };
+            let cg = Cgroup::create(&self.layout, &self.opts.cgroup_parent, &id, limits).map_err(|e| e.to_string())?;
+            let spec = self.template_spec(&id, &profile, &root, &workspace, &lib_dir, &cg)?;
+            let (t, ctl) = spawn(&spec, cg, dir.clone(), id.clone(), &profile, &self.opts.helper)?;
+            Ok((t, ctl))
+        })();
+        if made.is_err() {
+            let cg = Cgroup::existing(&self.layout, &self.opts.cgroup_parent, &id);
+            let _ = cg.kill_all(Duration::from_secs(5));
+            let _ = cg.remove();
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        made
+    }
+
+    fn template_spec(&self, id: &str, profile: &Profile, root: &Path, workspace: &Path, lib_dir: &Path, cg: &Cgroup) -> Result<SpawnSpec, String> {
+        let rt = &self.opts.config.runtime;
+        let preload = profile
+            .environment
+            .as_ref()
+            .and_then(|e| self.opts.config.environments.get(e))
+            .map(|e| e.preload.clone())
+            .unwrap_or_default();
+        let (argv, env) = template_command(profile, rt, &preload, &format!("{WARM_LIB_DIR}/{WARM_LIB}"));
+        let mut files = root_files(Language::Python, sandbox_runtime::spec::SANDBOX_UID, None);
+        files.push(sandbox_runtime::spec::RootFile {
+            sandbox_path: format!("{CODE_DIR}/{}", TEMPLATE_SOURCE.0),
+            content: TEMPLATE_SOURCE.1.to_owned(),
+            mode: 0o444,
+        });
+        let mut mounts = runtime_mounts(&self.opts, profile, Language::Python).map_err(|e| e.to_string())?;
+        mounts.push(BindMount { host: lib_dir.to_owned(), sandbox_path: WARM_LIB_DIR.into(), read_only: true });
+        mounts.extend(profile.filesystem.mounts.iter().map(|m| BindMount {
+            host: m.host.clone(),
+            sandbox_path: m.sandbox.display().to_string(),
+            read_only: m.read_only,
+        }));
+        let fs_policy = &profile.filesystem;
+        Ok(SpawnSpec {
+            execution_id: id.to_owned(),
+            uid_base: rt.uid_base,
+            program_uid: sandbox_runtime::spec::SANDBOX_UID,
+            template_slots: UID_SLOTS,
+            cgroup_join: cg.join_files(),
+            root_dir: root.to_owned(),
+            workspace_dir: workspace.to_owned(),
+            system_dirs: rt.system_dirs.clone(),
+            etc_binds: crate::prepare::ETC_BINDS.iter().map(PathBuf::from).collect(),
+            root_files: files,
+            tmp_bytes: fs_policy.tmp_max_bytes,
+            mounts,
+            masked_dirs: rt.python_hidden_dirs.iter().map(|d| d.display().to_string()).collect(),
+            hostname: "sandbox".into(),
+            argv,
+            env,
+            cwd: "/workspace".into(),
+            rlimits: Rlimits {
+                nofile: profile.limits.nofile,
+                fsize_bytes: fs_policy.workspace_max_bytes.max(fs_policy.tmp_max_bytes) + (1 << 20),
+            },
+            tun: false,
+        })
+    }
+
+}
+
+impl Drop for Templates {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Spawns the template's helper, sends the spec, and waits for `Spawned` and then `ready`.
+fn spawn(spec: &SpawnSpec, cg: Cgroup, dir: PathBuf, id: String, profile: &Profile, helper: &Path) -> Result<(Arc<Template>, UnixStream), String> {
+    let (engine_ctl, helper_ctl) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    let (engine_chan, template_chan) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    let mut cmd = std::process::Command::new(helper);
+    cmd.arg0(HELPER_ARGV0)
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    cmd.fd_mappings(vec![
+        FdMapping { parent_fd: helper_ctl.into(), child_fd: CONTROL_FD },
+        FdMapping { parent_fd: template_chan.into(), child_fd: RESULT_FD },
+    ])
+    .map_err(|e| format!("fd mapping: {e}"))?;
+    let mut child = cmd.spawn().map_err(|e| format!("spawning the helper {}: {e}", helper.display()))?;
+    drop(cmd);
+    // The template's stderr (an import that fails, a warning) goes to the service's log.
+    if let Some(stderr) = child.stderr.take() {
+        let id = id.clone();
+        let _ = std::thread::Builder::new().name("template-stderr".into()).spawn(move || {
+            for line in BufReader::new(stderr.take(1 << 20)).lines().map_while(Result::ok) {
+                tracing::warn!(template = %id, "{line}");
+            }
+        });
+    }
+    let fail = |child: &mut std::process::Child, e: String| {
+        let _ = child.kill();
+        let _ = child.wait();
+        e
+    };
+    let mut line = serde_json::to_vec(spec).expect("the spawn spec always serializes");
+    line.push(b'\n');
+    if let Err(e) = (&engine_ctl).write_all(&line) {
+        return Err(fail(&mut child, format!("sending the spec: {e}")));
+    }
+    let _ = engine_ctl.set_read_timeout(Some(READY_PATIENCE));
+    let mut events = BufReader::new(engine_ctl.try_clone().map_err(|e| e.to_string())?);
+    loop {
+        let mut l = String::new();
+        match events.read_line(&mut l) {
+            Ok(0) | Err(_) => return Err(fail(&mut child, "the template's sandbox ended during set-up".into())),
+            Ok(_) => match serde_json::from_str::<Event>(&l) {
+                Ok(Event::Spawned { .. }) => break,
+                Ok(Event::Failed { step, message }) => return Err(fail(&mut child, format!("set-up failed at {step}: {message}"))),
+                _ => {}
+            },
+        }
+    }
+    let _ = engine_chan.set_read_timeout(Some(READY_PATIENCE));
+    let mut ready = [0u8; 6];
+    if let Err(e) = (&engine_chan).read_exact(&mut ready) {
+        return Err(fail(&mut child, format!("the template did not get ready (preloading {:?}): {e}", profile.environment)));
+    }
+    if &ready != b"ready\n" {
+        return Err(fail(&mut child, format!("the template said {:?} instead of ready", String::from_utf8_lossy(&ready))));
+    }
+    let _ = engine_chan.set_read_timeout(Some(Duration::from_secs(30)));
+    let _ = engine_ctl.set_read_timeout(None);
+    let t = Arc::new(Template {
+        id,
+        channel: Mutex::new(engine_chan),
+        helper: Mutex::new(child),
+        cgroup: cg,
+        dir,
+        forks: AtomicU64::new(0),
+        started: Instant::now(),
+        healthy: AtomicBool::new(true),
+        max_forks: profile.warm.max_forks,
+        max_age: Duration::from_millis(profile.warm.max_age_ms),
+    });
+    Ok((t, engine_ctl))
+}
+
+fn cleanup(t: &Template) {
+    if let Err(e) = t.cgroup.kill_all(Duration::from_secs(5)).and_then(|()| t.cgroup.remove()) {
+        tracing::error!(template = %t.id, error = %e, "cannot remove a template's cgroup");
+    }
+    if let Err(e) = std::fs::remove_dir_all(&t.dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::error!(template = %t.id, error = %e, "cannot remove a template's directory");
+        }
+    }
+}
+
+fn fs_make(dir: &Path, mode: u32) -> Result<(), crate::prepare::PrepareError> {
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(io_err("create", dir)(e)),
+        _ => Ok(()),
+    }
+}
+
+/// `libsandbox_warm.so` next to the binary (an installed layout, or cargo's copy of a workspace
+/// build) or in its `deps/` (where cargo leaves it when building the binary's package alone);
+/// the newer when both exist, since cargo refreshes only one of them per build.
+fn find_library(helper: &Path) -> Option<PathBuf> {
+    let dir = helper.parent()?;
+    [dir.join(WARM_LIB), dir.join("deps").join(WARM_LIB)]
+        .into_iter()
+        .filter_map(|p| std::fs::metadata(&p).and_then(|m| m.modified()).ok().map(|t| (t, p)))
+        .max_by_key(|(t, _)| *t)
+        .map(|(_, p)| p)
+}
+
+/// The host pid a pidfd refers to (its `Pid:` line in /proc/self/fdinfo); `None` once the
+/// process has been reaped.
+pub(crate) fn pidfd_pid(pidfd: &OwnedFd) -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", pidfd.as_raw_fd())).ok()?;
+    info.lines().find_map(|l| l.strip_prefix("Pid:")).and_then(|p| p.trim().parse().ok()).filter(|p: &i32| *p > 0)
+}
+
+/// The only child of host process `pid` (a warm child's pid 1), from /proc.
+pub(crate) fn only_child(pid: i32) -> Option<i32> {
+    let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+    kids.split_whitespace().next().and_then(|p| p.parse().ok())
+}
