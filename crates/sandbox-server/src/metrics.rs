@@ -19,6 +19,11 @@ struct CodeLabels {
     code: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProfileLabels {
+    profile: String,
+}
+
 /// The service's metrics.
 #[derive(Debug)]
 pub struct Metrics {
@@ -28,6 +33,12 @@ pub struct Metrics {
     duration: Histogram,
     in_flight: Gauge,
     queued: Gauge,
+    warm_hits: Gauge,
+    warm_cold_fallbacks: Gauge,
+    warm_restarts: Gauge,
+    template_ready: Family<ProfileLabels, Gauge>,
+    template_forks: Family<ProfileLabels, Gauge>,
+    template_peak_memory: Family<ProfileLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -43,7 +54,34 @@ impl Default for Metrics {
         registry.register("execution_duration_seconds", "Wall time of executions that ran", duration.clone());
         registry.register("in_flight", "Executions running now", in_flight.clone());
         registry.register("queued", "Requests waiting for an execution slot", queued.clone());
-        Self { registry, executions, rejected, duration, in_flight, queued }
+        let (warm_hits, warm_cold_fallbacks, warm_restarts) = (Gauge::default(), Gauge::default(), Gauge::default());
+        registry.register("warm_hits", "Executions forked from a warm template, since start", warm_hits.clone());
+        registry.register(
+            "warm_cold_fallbacks",
+            "Executions of warm profiles that started cold (no ready template, or it failed to fork), since start",
+            warm_cold_fallbacks.clone(),
+        );
+        registry.register("warm_template_restarts", "Templates started after a profile's first (replaced or died), since start", warm_restarts.clone());
+        let template_ready = Family::<ProfileLabels, Gauge>::default();
+        let template_forks = Family::<ProfileLabels, Gauge>::default();
+        let template_peak_memory = Family::<ProfileLabels, Gauge>::default();
+        registry.register("warm_template_ready", "1 when the profile's template is ready to fork", template_ready.clone());
+        registry.register("warm_template_forks", "Forks served by the profile's current template", template_forks.clone());
+        registry.register("warm_template_peak_memory_bytes", "Peak memory of the profile's template cgroup", template_peak_memory.clone());
+        Self {
+            registry,
+            executions,
+            rejected,
+            duration,
+            in_flight,
+            queued,
+            warm_hits,
+            warm_cold_fallbacks,
+            warm_restarts,
+            template_ready,
+            template_forks,
+            template_peak_memory,
+        }
     }
 }
 
@@ -60,10 +98,24 @@ impl Metrics {
         self.rejected.get_or_create(&CodeLabels { code: code.into() }).inc();
     }
 
-    /// The text exposition, with the gauges set from `in_flight` and `queued`.
-    pub fn render(&self, in_flight: u32, queued: u32) -> String {
+    /// The text exposition, with the gauges set from `in_flight`, `queued` and the warm
+    /// templates' state.
+    pub fn render(&self, in_flight: u32, queued: u32, templates: Option<&sandbox_engine::warm::Templates>) -> String {
         self.in_flight.set(i64::from(in_flight));
         self.queued.set(i64::from(queued));
+        if let Some(t) = templates {
+            use std::sync::atomic::Ordering::Relaxed;
+            let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            self.warm_hits.set(n(t.counters.hits.load(Relaxed)));
+            self.warm_cold_fallbacks.set(n(t.counters.cold_fallbacks.load(Relaxed)));
+            self.warm_restarts.set(n(t.counters.restarts.load(Relaxed)));
+            for st in t.status() {
+                let l = ProfileLabels { profile: st.profile.clone() };
+                self.template_ready.get_or_create(&l).set(i64::from(st.state == "ready"));
+                self.template_forks.get_or_create(&l).set(n(st.forks));
+                self.template_peak_memory.get_or_create(&l).set(n(st.peak_memory_bytes));
+            }
+        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out

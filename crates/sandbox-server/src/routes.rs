@@ -399,7 +399,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 /// Prometheus metrics, text exposition format.
 #[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 async fn metrics(State(state): State<AppState>) -> Response {
-    let body = state.metrics.render(state.admission.in_flight(), state.admission.queued());
+    let body = state.metrics.render(state.admission.in_flight(), state.admission.queued(), state.engine.templates().map(AsRef::as_ref));
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()
 }
 

@@ -185,6 +185,49 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Starts the template of every runnable warm profile, as `sandbox serve` would, waits for each
+/// (up to 3 minutes), reports its state and memory, and stops them all.
+fn warm_self_test(
+    config: &sandbox_core::Config,
+    data_dir: &std::path::Path,
+    profiles: &[(String, Option<String>)],
+) -> Vec<sandbox_engine::warm::TemplateStatus> {
+    let warm: Vec<&String> = profiles
+        .iter()
+        .filter(|(name, why)| why.is_none() && config.profiles[name].warm.mode == sandbox_core::profile::WarmMode::Template)
+        .map(|(name, _)| name)
+        .collect();
+    if warm.is_empty() {
+        return Vec::new();
+    }
+    let Ok(helper) = std::env::current_exe() else { return Vec::new() };
+    let options = sandbox_engine::EngineOptions { config: config.clone(), data_dir: data_dir.to_owned(), helper, cgroup_parent: "sandbox".into() };
+    let engine = sandbox_engine::Engine::new(options, std::sync::Arc::new(sandbox_engine::NoRecorder));
+    let out = match engine.enable_warm() {
+        Ok(true) => {
+            let t = engine.templates().expect("enabled");
+            for name in &warm {
+                let _ = t.wait_ready(name, std::time::Duration::from_secs(180));
+            }
+            t.status()
+        }
+        Ok(false) => Vec::new(),
+        Err(e) => warm
+            .iter()
+            .map(|name| sandbox_engine::warm::TemplateStatus {
+                profile: (*name).clone(),
+                state: "failed",
+                forks: 0,
+                peak_memory_bytes: 0,
+                age_ms: 0,
+                error: Some(e.clone()),
+            })
+            .collect(),
+    };
+    engine.stop_warm();
+    out
+}
+
 fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool) -> ExitCode {
     let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, data_dir);
     let report = sandbox_runtime::probe::probe();
@@ -214,8 +257,10 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
             (name.clone(), why)
         })
         .collect();
+    let templates = warm_self_test(config, data_dir, &profiles);
     if json {
         let v = serde_json::json!({
+            "templates": templates,
             "checks": report.checks,
             "runtimes": runtimes.iter().map(|(w, p, v)| serde_json::json!({"name": w, "path": p, "version": v})).collect::<Vec<_>>(),
             "profiles": profiles.iter().map(|(n, why)| serde_json::json!({"name": n, "runnable": why.is_none(), "reason": why})).collect::<Vec<_>>(),
@@ -238,6 +283,17 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
             match why {
                 None => println!("  [ok] {name}"),
                 Some(w) => println!("  [FAIL] {name}: {w}"),
+            }
+        }
+        if !templates.is_empty() {
+            println!("Warm templates (started, checked and stopped now, as `sandbox serve` would start them):");
+            for t in &templates {
+                let ok = t.state == "ready";
+                let detail = match &t.error {
+                    Some(e) => format!("{}: {e}", t.state),
+                    None => format!("{}, {} MiB peak memory", t.state, t.peak_memory_bytes >> 20),
+                };
+                println!("  [{}] {:<16} {detail}", if ok { "ok" } else { "FAIL" }, t.profile);
             }
         }
     }

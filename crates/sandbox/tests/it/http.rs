@@ -71,9 +71,15 @@ impl Server {
         Client::new(&self.url, key.map(str::to_owned))
     }
 
-    fn executions_left(&self) -> Vec<String> {
+    /// Execution directories still on the host (a warm profile's running template is not one).
+    pub fn executions_left(&self) -> Vec<String> {
         std::fs::read_dir(self.data.join("executions"))
-            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|name| !name.starts_with("template-"))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
