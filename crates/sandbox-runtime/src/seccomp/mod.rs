@@ -8,8 +8,8 @@
 //! Two filters are loaded, because libseccomp drops a conditional rule for a call that also has
 //! an unconditional one (an allowed `ioctl` would swallow the TIOCSTI refusal): [`ALLOWED`] and
 //! [`DENIED`] decide which calls exist, and a second filter, default allow, refuses arguments
-//! (namespace flags of `clone`, socket families and netlink protocols, TIOCSTI). The kernel
-//! runs both and keeps the most restrictive answer.
+//! (namespace flags of `clone`, socket families and netlink protocols, TIOCSTI, changes of
+//! RLIMIT_CORE). The kernel runs both and keeps the most restrictive answer.
 
 use libseccomp::{ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall};
 
@@ -180,6 +180,15 @@ fn arguments_filter() -> Result<ScmpFilterContext, libseccomp::error::SeccompErr
     // TIOCSTI pushes input into a terminal another process reads.
     let ioctl = ScmpSyscall::from_name("ioctl")?;
     f.add_rule_conditional(eperm, ioctl, &[ScmpArgCompare::new(1, ScmpCompareOp::MaskedEqual(LOW32), libc::TIOCSTI)])?;
+    // RLIMIT_CORE stays 1: for a piped core_pattern the kernel ignores every other value, so a
+    // program that could lower it to 0 would have its crash handed to the host's handler.
+    let core = libc::RLIMIT_CORE as u64;
+    f.add_rule_conditional(eperm, ScmpSyscall::from_name("setrlimit")?, &[ScmpArgCompare::new(0, ScmpCompareOp::MaskedEqual(LOW32), core)])?;
+    f.add_rule_conditional(
+        eperm,
+        ScmpSyscall::from_name("prlimit64")?,
+        &[ScmpArgCompare::new(1, ScmpCompareOp::MaskedEqual(LOW32), core), ScmpArgCompare::new(2, ScmpCompareOp::NotEqual, 0)],
+    )?;
     Ok(f)
 }
 

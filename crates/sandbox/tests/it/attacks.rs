@@ -276,3 +276,81 @@ while not done:
         off += (length + 3) & ~3
 print(addrs)
 "#;
+
+const CORE_PATTERN: &str = "/proc/sys/kernel/core_pattern";
+
+/// Sets the host's core_pattern and puts the old one back when dropped, also when the test panics.
+struct CorePatternGuard {
+    old: String,
+}
+
+impl CorePatternGuard {
+    fn set(pattern: &str) -> Self {
+        let old = std::fs::read_to_string(CORE_PATTERN).expect("core_pattern is readable");
+        std::fs::write(CORE_PATTERN, pattern).expect("core_pattern is writable as root");
+        CorePatternGuard { old }
+    }
+}
+
+impl Drop for CorePatternGuard {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(CORE_PATTERN, self.old.trim_end()) {
+            eprintln!("could not restore {CORE_PATTERN} to {:?}: {e}", self.old);
+        }
+    }
+}
+
+/// Issue 12, finding 6: a crash the program controls never starts the host's core_pattern pipe
+/// (apport, systemd-coredump run as host root). The handler here records the name of every
+/// crashing process; a host process with RLIMIT_CORE 0 shows that such a pipe runs whatever the
+/// limit (except 1), while the sandbox's SIGSEGV and SIGABRT, in Python and Node, and a child
+/// that first tries to lower its core limit to 0, never reach it.
+#[test]
+fn crashes_never_reach_a_piped_core_pattern() {
+    let dir = tempfile::Builder::new().prefix("core-").tempdir_in(&env().dir).unwrap().keep();
+    let calls = dir.join("calls");
+    let handler = dir.join("handler");
+    std::fs::write(&handler, format!("#!/bin/sh\necho \"$1\" >> {}\ncat > /dev/null\n", calls.display())).unwrap();
+    std::fs::set_permissions(&handler, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // Process names (comm, 15 bytes at most) unique to this run: other crashes on the host may
+    // reach the handler while it is set.
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() ^ std::process::id();
+    let [child, main, node, host] = ["ab", "sg", "ts", "ht"].map(|k| format!("{k}{stamp:08x}"));
+    let guard = CorePatternGuard::set(&format!("|{} %e", handler.display()));
+
+    let code = format!(
+        "import ctypes, errno, os, resource\nlibc = ctypes.CDLL(None, use_errno=True)\nprint(resource.getrlimit(resource.RLIMIT_CORE))\n\
+         pid = os.fork()\nif pid == 0:\n    libc.prctl(15, b'{child}', 0, 0, 0)\n    zero = (ctypes.c_ulong * 2)(0, 0)\n    \
+         r = libc.setrlimit(resource.RLIMIT_CORE, zero)\n    print('setrlimit', r, errno.errorcode.get(ctypes.get_errno()), flush=True)\n    os.abort()\n\
+         _, status = os.waitpid(pid, 0)\nprint('child', os.WTERMSIG(status), os.WCOREDUMP(status), flush=True)\n\
+         libc.prctl(15, b'{main}', 0, 0, 0)\nctypes.string_at(0)"
+    );
+    let r = run("python-default", &code, &[]);
+    assert_eq!(r.stdout(), "(1, 1)\nsetrlimit -1 EPERM\nchild 6 False\n", "{r:?}");
+    assert_eq!((r.json["signal"].as_i64(), r.json["signalName"].as_str()), (Some(11), Some("SIGSEGV")), "{r:?}");
+    let r = run("typescript-default", &format!("process.title = '{node}';\nprocess.abort();"), &[]);
+    assert_eq!(r.json["signal"].as_i64(), Some(6), "{r:?}");
+
+    // The control: the same pipe on the host, with the limit the sandbox used to set (0).
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", &format!("import ctypes, os, resource\nctypes.CDLL(None).prctl(15, b'{host}', 0, 0, 0)\nresource.setrlimit(resource.RLIMIT_CORE, (0, 0))\nos.abort()")])
+        .output()
+        .unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&out.status), Some(6));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let recorded = loop {
+        let text = std::fs::read_to_string(&calls).unwrap_or_default();
+        if text.lines().any(|l| l == host) || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    // Handlers start in crash order; give a late one a moment anyway.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let recorded = recorded + &std::fs::read_to_string(&calls).unwrap_or_default();
+    drop(guard);
+    assert!(recorded.lines().any(|l| l == host), "the control crash did not reach the handler, so the test proves nothing: {recorded:?}");
+    for name in [&child, &main, &node] {
+        assert!(!recorded.lines().any(|l| l == name.as_str()), "the sandbox's crash {name} reached the host's core_pattern: {recorded:?}");
+    }
+}
