@@ -15,6 +15,11 @@ use crate::helper::send;
 use crate::spec::{Event, SpawnSpec, SANDBOX_UID};
 use crate::sys::{self, Forked};
 
+/// The program's RLIMIT_CORE (soft and hard): 1 is the value `fs/coredump.c` reserves to stop a
+/// recursive crash of a pipe handler, so no crash of the program starts the host's core_pattern
+/// pipe; it is also below the ELF minimum core size, so no core file is written either.
+const CORE_LIMIT_BYTES: u64 = 1;
+
 /// Signals init handles: SIGCHLD to reap, the rest forwarded to every process of the sandbox.
 const FORWARDED: [Signal; 7] =
     [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGALRM];
@@ -172,7 +177,9 @@ fn exec_program(spec: &SpawnSpec) -> Result<std::convert::Infallible, StepError>
 /// The rlimits of the program, and its working directory.
 fn limits(spec: &SpawnSpec) -> Result<(), StepError> {
     use nix::sys::resource::{setrlimit, Resource};
-    step("rlimit_core", setrlimit(Resource::RLIMIT_CORE, 0, 0))?;
+    // Core limit 1, pinned by seccomp: the kernel skips a piped core_pattern (apport,
+    // systemd-coredump, run as host root) only for exactly 1, and 1 byte is below any core file.
+    step("rlimit_core", setrlimit(Resource::RLIMIT_CORE, CORE_LIMIT_BYTES, CORE_LIMIT_BYTES))?;
     step("rlimit_nofile", setrlimit(Resource::RLIMIT_NOFILE, spec.rlimits.nofile, spec.rlimits.nofile))?;
     step("rlimit_fsize", setrlimit(Resource::RLIMIT_FSIZE, spec.rlimits.fsize_bytes, spec.rlimits.fsize_bytes))?;
     step("chdir", nix::unistd::chdir(spec.cwd.as_str()))

@@ -66,6 +66,7 @@ pub fn probe() -> HostReport {
         ok: seccomp,
         detail: read_trim("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_else(|| "seccomp filters unavailable".into()),
     });
+    checks.push(core_pattern_check(read_trim("/proc/sys/kernel/core_pattern")));
     let landlock_abi = crate::sys::landlock_abi();
     checks.push(Check {
         name: "landlock",
@@ -80,6 +81,23 @@ pub fn probe() -> HostReport {
         detail: if overlay { "available (not needed yet)".into() } else { "absent (not needed yet)".into() },
     });
     HostReport { checks, cgroup: cgroup.ok(), landlock_abi }
+}
+
+/// What the host does with a crash (`kernel.core_pattern`) and what reaches it from a sandbox.
+/// Informational: the program's RLIMIT_CORE is pinned to 1, which keeps every crash from a file
+/// or a pipe handler; only a socket (`@`, Linux 6.16+) is still told of the crash.
+fn core_pattern_check(pattern: Option<String>) -> Check {
+    let detail = match pattern {
+        None => "unreadable".to_owned(),
+        Some(p) if p.starts_with('|') => {
+            format!("{p:?}: a pipe handler run as host root; a sandbox's crash never starts it (RLIMIT_CORE 1)")
+        }
+        Some(p) if p.starts_with('@') => {
+            format!("{p:?}: a socket; its server is told of a sandbox's crash, RLIMIT_CORE 1 does not stop that")
+        }
+        Some(p) => format!("{p:?}: a file; a sandbox's crash writes none (RLIMIT_CORE 1)"),
+    };
+    Check { name: "core_pattern", ok: true, detail }
 }
 
 fn read_trim(path: &str) -> Option<String> {

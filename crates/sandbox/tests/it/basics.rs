@@ -113,9 +113,12 @@ fn doctor_reports_host_features_and_runnable_profiles() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> = v["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    for want in ["user_namespaces", "cgroups", "seccomp", "landlock", "overlayfs"] {
+    for want in ["user_namespaces", "cgroups", "seccomp", "core_pattern", "landlock", "overlayfs"] {
         assert!(names.contains(&want), "{names:?}");
     }
+    let core = v["checks"].as_array().unwrap().iter().find(|c| c["name"] == "core_pattern").unwrap();
+    // The pattern itself is not compared: attacks.rs sets a pipe for a moment while tests run.
+    assert!(core["ok"] == true && core["detail"].as_str().unwrap().starts_with('"'), "{core}");
     assert!(v["profiles"].as_array().unwrap().iter().all(|p| p["runnable"] == true), "{v}");
 }
 
