@@ -61,6 +61,11 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepErr
         handled.add(s);
     }
     step("sigmask", handled.thread_block())?;
+    // Refuse a kernel below the profile's landlock minimum before anything runs.
+    let landlock_abi = crate::wall::enforceable_abi();
+    if landlock_abi < spec.landlock_min_abi {
+        return Err(("landlock", crate::wall::below_minimum(landlock_abi, spec.landlock_min_abi)));
+    }
     let program = match step("fork", sys::fork())? {
         Forked::Child => {
             let (name, message) = match exec_program(spec) {
@@ -72,7 +77,7 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepErr
         }
         Forked::Parent(pid) => pid,
     };
-    send(ctl, &Event::Spawned { landlock_abi: sys::landlock_abi().min(crate::wall::ABI_REQUIRED) });
+    send(ctl, &Event::Spawned { landlock_abi });
     // Hold no copy of the program's stdio: a pipe closes when the last sandbox process ends.
     step("stdio", stdio_to_dev_null("/dev/null"))?;
 
@@ -149,6 +154,7 @@ fn exec_program(spec: &SpawnSpec) -> Result<std::convert::Infallible, StepError>
         return Err(("capabilities", format!("capabilities survived the uid change: {left:?}")));
     }
     step("no_new_privs", nix::sys::prctl::set_no_new_privs())?;
+    // Exactly the ABI init reported, or nothing runs.
     crate::wall::restrict(spec).map_err(|e| ("landlock", e))?;
     crate::seccomp::install().map_err(|e| ("seccomp", e))?;
     let argv: Vec<CString> = step("argv", spec.argv.iter().map(|a| CString::new(a.as_str())).collect::<Result<_, _>>())?;

@@ -21,7 +21,7 @@ mod seccomp;
 pub mod spec;
 mod sys;
 pub mod tun;
-mod wall;
+pub mod wall;
 
 pub use helper::{helper_main, HELPER_ARGV0};
 pub use sys::recv_fd;

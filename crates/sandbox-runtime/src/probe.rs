@@ -67,11 +67,7 @@ pub fn probe() -> HostReport {
         detail: read_trim("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_else(|| "seccomp filters unavailable".into()),
     });
     let landlock_abi = crate::sys::landlock_abi();
-    checks.push(Check {
-        name: "landlock",
-        ok: landlock_abi >= crate::wall::ABI_REQUIRED,
-        detail: format!("ABI {landlock_abi} (need {})", crate::wall::ABI_REQUIRED),
-    });
+    checks.push(landlock_check(landlock_abi));
     let filesystems = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
     let overlay = filesystems.lines().any(|l| l.trim_end().ends_with("overlay"));
     checks.push(Check {
@@ -80,6 +76,20 @@ pub fn probe() -> HostReport {
         detail: if overlay { "available (not needed yet)".into() } else { "absent (not needed yet)".into() },
     });
     HostReport { checks, cgroup: cgroup.ok(), landlock_abi }
+}
+
+/// The landlock check: never a failure on its own (each profile's `landlock_min_abi` decides
+/// whether it runs); says which ABI is enforced and what it lacks.
+fn landlock_check(abi: u32) -> Check {
+    use crate::wall::{missing_features, ABI_NEWEST};
+    let enforced = abi.min(ABI_NEWEST);
+    let lacks = missing_features(enforced);
+    let detail = match (abi, lacks.is_empty()) {
+        (0, _) => format!("absent or disabled: only profiles with landlock_min_abi = 0 run; lacks {}", lacks.join("; ")),
+        (_, true) => format!("ABI {abi}, enforced as ABI {enforced} (everything the runtime uses)"),
+        (_, false) => format!("ABI {abi}, enforced; lacks {}", lacks.join("; ")),
+    };
+    Check { name: "landlock", ok: true, detail }
 }
 
 fn read_trim(path: &str) -> Option<String> {
