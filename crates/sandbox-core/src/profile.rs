@@ -245,6 +245,14 @@ pub struct Profile {
     /// the runtime's standard library only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<String>,
+    /// The oldest landlock ABI this profile runs under, `0..=`[`LANDLOCK_ABI_MAX`]. The runtime
+    /// enforces the best ABI the kernel offers; a kernel below this minimum refuses the run
+    /// (`runtime_unavailable`). `0` lets a kernel without landlock run the profile, with the
+    /// read-only mounts and namespaces as the only filesystem wall. The default, 1, runs on
+    /// every kernel with landlock (Linux 5.13+: Ubuntu 22.04's 5.15, Debian 12's 6.1); what
+    /// each ABI adds is in ARCHITECTURE.md's threat model.
+    #[serde(default = "default_landlock_min_abi")]
+    pub landlock_min_abi: u32,
     /// Warm starts (`[profiles.NAME.warm]`): how a long-running service (`sandbox serve`,
     /// `sandbox mcp`) starts this profile's executions. `sandbox run` starts cold unless `--warm`.
     #[serde(default)]
@@ -284,6 +292,16 @@ impl Default for Warm {
     fn default() -> Self {
         Self { mode: WarmMode::Off, max_forks: 10_000, max_age_ms: 3_600_000, template_memory_max_bytes: 1 << 30 }
     }
+}
+
+/// The newest landlock ABI the runtime knows (10, Linux 7.2); a profile cannot demand more.
+pub const LANDLOCK_ABI_MAX: u32 = 10;
+
+/// [`Profile::landlock_min_abi`] when a profile names none: any kernel with landlock.
+pub const LANDLOCK_MIN_ABI_DEFAULT: u32 = 1;
+
+fn default_landlock_min_abi() -> u32 {
+    LANDLOCK_MIN_ABI_DEFAULT
 }
 
 /// Resource limits of a profile (`[profiles.NAME.limits]`).
@@ -582,6 +600,8 @@ impl Config {
                 check_range(p.warm.template_memory_max_bytes, 16 << 20, 1 << 40, "bytes")
                     .map_err(|m| err(at("warm.template_memory_max_bytes"), m))?;
             }
+            check_range(p.landlock_min_abi.into(), 0, LANDLOCK_ABI_MAX.into(), "(the newest landlock ABI known)")
+                .map_err(|m| err(at("landlock_min_abi"), m))?;
         }
         Ok(())
     }

@@ -182,6 +182,9 @@ impl Engine {
             return Some(f);
         }
         let p = self.opts.config.profiles.get(profile)?;
+        if let Some(why) = landlock_unmet(&self.host, profile, p) {
+            return Some(why);
+        }
         let bin = match p.language {
             Language::Python => &self.opts.config.runtime.python,
             Language::Typescript => &self.opts.config.runtime.node,
@@ -328,6 +331,24 @@ impl Engine {
         result.timing.collect_ms = ms(collect_start.elapsed());
         result
     }
+}
+
+// A profile cannot demand an ABI the runtime does not know.
+const _: () = assert!(sandbox_core::profile::LANDLOCK_ABI_MAX == sandbox_runtime::wall::ABI_NEWEST);
+
+/// The landlock ABI every run enforces on `host`: the kernel's, capped at the newest the
+/// runtime knows; 0 without landlock.
+pub fn landlock_abi(host: &HostReport) -> u32 {
+    host.landlock_abi.min(sandbox_runtime::wall::ABI_NEWEST)
+}
+
+/// Why profile `name` (`p`) cannot run on `host` for landlock: the kernel offers less than its
+/// `landlock_min_abi`; `None` when the minimum is met.
+pub fn landlock_unmet(host: &HostReport, name: &str, p: &sandbox_core::Profile) -> Option<String> {
+    let found = landlock_abi(host);
+    (found < p.landlock_min_abi).then(|| {
+        format!("landlock: this kernel offers ABI {found}, profile {name:?} needs ABI {} (landlock_min_abi)", p.landlock_min_abi)
+    })
 }
 
 fn internal_error(id: &str, message: String) -> ExecError {

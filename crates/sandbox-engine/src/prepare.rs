@@ -205,6 +205,7 @@ impl Prepared {
                 fsize_bytes: fs_policy.workspace_max_bytes.max(fs_policy.tmp_max_bytes) + (1 << 20),
             },
             tun: matches!(a.profile.network, sandbox_core::network::Network::Allowlist(_)),
+            landlock_min_abi: a.profile.landlock_min_abi,
         };
         if p.spec.tun {
             // The engine answers DNS at the gateway of the sandbox's TUN (crate::network).

@@ -438,6 +438,7 @@ impl Templates {
                 fsize_bytes: fs_policy.workspace_max_bytes.max(fs_policy.tmp_max_bytes) + (1 << 20),
             },
             tun: false,
+            landlock_min_abi: profile.landlock_min_abi,
         })
     }
 

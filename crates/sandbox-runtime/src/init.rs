@@ -62,6 +62,11 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepErr
 
     let handled = handled_signals();
     step("sigmask", handled.thread_block())?;
+    // Refuse a kernel below the profile's landlock minimum before anything runs.
+    let landlock_abi = crate::wall::enforceable_abi();
+    if landlock_abi < spec.landlock_min_abi {
+        return Err(("landlock", crate::wall::below_minimum(landlock_abi, spec.landlock_min_abi)));
+    }
     let program = match step("fork", sys::fork())? {
         Forked::Child => {
             let (name, message) = match exec_program(spec) {
@@ -73,7 +78,7 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepErr
         }
         Forked::Parent(pid) => pid,
     };
-    supervise(program, &handled, ctl, landlock_enforced(spec))
+    supervise(program, &handled, ctl, if spec.template_slots > 0 { 0 } else { landlock_abi })
 }
 
 /// SIGCHLD and the signals init forwards.
@@ -84,15 +89,6 @@ pub(crate) fn handled_signals() -> SigSet {
         handled.add(s);
     }
     handled
-}
-
-/// The landlock ABI the program runs under (0 for a template, which has none).
-pub(crate) fn landlock_enforced(spec: &SpawnSpec) -> u32 {
-    if spec.template_slots > 0 {
-        0
-    } else {
-        sys::landlock_abi().min(crate::wall::ABI_REQUIRED)
-    }
 }
 
 /// Pid 1's life once the program is forked (`handled` blocked): reports `Spawned`, forwards
@@ -207,6 +203,7 @@ pub(crate) fn drop_privileges(spec: &SpawnSpec) -> Result<(), StepError> {
         return Err(("capabilities", format!("capabilities survived the uid change: {left:?}")));
     }
     step("no_new_privs", nix::sys::prctl::set_no_new_privs())?;
+    // Exactly the ABI init reported, or nothing runs.
     crate::wall::restrict(spec).map_err(|e| ("landlock", e))?;
     crate::seccomp::install().map_err(|e| ("seccomp", e))
 }

@@ -21,7 +21,7 @@ mod seccomp;
 pub mod spec;
 pub(crate) mod sys;
 pub mod tun;
-mod wall;
+pub mod wall;
 pub mod warm;
 
 pub use helper::{helper_main, HELPER_ARGV0};

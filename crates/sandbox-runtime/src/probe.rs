@@ -68,11 +68,7 @@ pub fn probe() -> HostReport {
     });
     checks.push(core_pattern_check(read_trim("/proc/sys/kernel/core_pattern")));
     let landlock_abi = crate::sys::landlock_abi();
-    checks.push(Check {
-        name: "landlock",
-        ok: landlock_abi >= crate::wall::ABI_REQUIRED,
-        detail: format!("ABI {landlock_abi} (need {})", crate::wall::ABI_REQUIRED),
-    });
+    checks.push(landlock_check(landlock_abi));
     let filesystems = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
     let overlay = filesystems.lines().any(|l| l.trim_end().ends_with("overlay"));
     checks.push(Check {
@@ -80,6 +76,48 @@ pub fn probe() -> HostReport {
         ok: true,
         detail: if overlay { "available (not needed yet)".into() } else { "absent (not needed yet)".into() },
     });
+    // Newer kernel features: reported, none required.
+    checks.push(Check {
+        name: "clone3",
+        ok: true,
+        detail: if crate::sys::has_clone3() {
+            "present (Linux 5.3+); not used yet (planned: CLONE_INTO_CGROUP on v2)".into()
+        } else {
+            "absent (ENOSYS); not needed: the helper uses clone".into()
+        },
+    });
+    checks.push(Check {
+        name: "pidfd_open",
+        ok: true,
+        detail: if crate::sys::has_pidfd_open() {
+            "present (Linux 5.3+); not used yet: init is signalled by pid".into()
+        } else {
+            "absent (ENOSYS); not needed: init is signalled by pid".into()
+        },
+    });
+    checks.push(Check {
+        name: "close_range",
+        ok: true,
+        detail: match crate::sys::close_range_support() {
+            Some(true) => "present with CLOSE_RANGE_CLOEXEC (Linux 5.11+): the helper marks inherited descriptors close-on-exec with it".into(),
+            Some(false) => "present without CLOSE_RANGE_CLOEXEC (Linux 5.9, 5.10): the helper's close-on-exec sweep fails".into(),
+            None => "absent (ENOSYS): the helper's close-on-exec sweep fails".into(),
+        },
+    });
+    let below_root = match &cgroup {
+        Ok(Layout::V2 { root }) => Some(v2_cgroup_below_root(root)),
+        _ => None,
+    };
+    checks.push(v2_file_check(
+        "cgroup.kill",
+        below_root.as_ref(),
+        ["kills the whole cgroup at once at teardown (Linux 5.14+)", "teardown kills the cgroup's processes one by one", "v1 kills processes one by one"],
+    ));
+    checks.push(v2_file_check(
+        "memory.peak",
+        below_root.as_ref(),
+        ["gives peakMemoryBytes (Linux 5.19+)", "peakMemoryBytes is reported as 0", "v1 reads memory.max_usage_in_bytes"],
+    ));
     HostReport { checks, cgroup: cgroup.ok(), landlock_abi }
 }
 
@@ -98,6 +136,47 @@ fn core_pattern_check(pattern: Option<String>) -> Check {
         Some(p) => format!("{p:?}: a file; a sandbox's crash writes none (RLIMIT_CORE 1)"),
     };
     Check { name: "core_pattern", ok: true, detail }
+}
+
+/// The landlock check: never a failure on its own (each profile's `landlock_min_abi` decides
+/// whether it runs); says which ABI is enforced and what it lacks.
+fn landlock_check(abi: u32) -> Check {
+    use crate::wall::{missing_features, ABI_NEWEST};
+    let enforced = abi.min(ABI_NEWEST);
+    let lacks = missing_features(enforced);
+    let detail = match (abi, lacks.is_empty()) {
+        (0, _) => format!("absent or disabled: only profiles with landlock_min_abi = 0 run; lacks {}", lacks.join("; ")),
+        (_, true) => format!("ABI {abi}, enforced as ABI {enforced} (everything the runtime uses)"),
+        (_, false) => format!("ABI {abi}, enforced; lacks {}", lacks.join("; ")),
+    };
+    Check { name: "landlock", ok: true, detail }
+}
+
+/// A cgroup directory below the v2 root to look for per-cgroup files in (the root has neither
+/// `cgroup.kill` nor `memory.peak`): our own cgroup, else any child of the root.
+fn v2_cgroup_below_root(root: &Path) -> Option<std::path::PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok().and_then(|s| {
+        s.lines().find_map(|l| l.strip_prefix("0::")).map(|p| p.trim_start_matches('/').to_owned())
+    });
+    if let Some(own) = own.filter(|p| !p.is_empty()) {
+        return Some(root.join(own));
+    }
+    let mut children: Vec<_> = std::fs::read_dir(root).ok()?.filter_map(Result::ok).filter(|e| e.path().is_dir()).map(|e| e.path()).collect();
+    children.sort();
+    children.into_iter().next()
+}
+
+/// Reports whether the v2 interface `file` exists; `[present, absent, v1]` say what the
+/// runtime does in each case. `below_root` is `None` off cgroup v2 and `Some(None)` when no
+/// cgroup below the root exists to look in.
+fn v2_file_check(file: &'static str, below_root: Option<&Option<std::path::PathBuf>>, [present, absent, v1]: [&str; 3]) -> Check {
+    let detail = match below_root {
+        None => format!("not on cgroup v2: {v1}"),
+        Some(None) => format!("unknown: no cgroup below the v2 root to look in (when present it {present})"),
+        Some(Some(dir)) if dir.join(file).exists() => format!("present: it {present}"),
+        Some(Some(dir)) => format!("absent from {}: {absent}", dir.display()),
+    };
+    Check { name: file, ok: true, detail }
 }
 
 fn read_trim(path: &str) -> Option<String> {

@@ -83,6 +83,10 @@ pub struct SpawnSpec {
     /// [`crate::tun::NET_FD`] (allowlist profiles); `false` leaves loopback only.
     #[serde(default)]
     pub tun: bool,
+    /// The oldest landlock ABI the run accepts: init and the program refuse to start on a
+    /// kernel offering less (0: a kernel without landlock may run it). The best ABI the kernel
+    /// offers is enforced either way.
+    pub landlock_min_abi: u32,
 }
 
 fn default_program_uid() -> u32 {
@@ -148,7 +152,8 @@ pub enum Event {
     },
     /// The program was forked and is about to exec; set-up is over.
     Spawned {
-        /// The landlock ABI enforced.
+        /// The landlock ABI the program enforces (0: none); the program fails rather than
+        /// enforce anything else.
         landlock_abi: u32,
     },
     /// A set-up step failed; nothing ran.

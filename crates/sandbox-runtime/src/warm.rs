@@ -94,10 +94,15 @@ fn child(ctl: &UnixStream) -> Result<(), StepError> {
         crate::rootfs::mount_proc(std::path::Path::new("/proc"))?;
         let handled = crate::init::handled_signals();
         step("sigmask", handled.thread_block())?;
+        // Refuse a kernel below the profile's landlock minimum before anything runs.
+        let abi = crate::wall::enforceable_abi();
+        if abi < spec.landlock_min_abi {
+            return Err(("landlock", crate::wall::below_minimum(abi, spec.landlock_min_abi)));
+        }
         match step("fork", sys::fork())? {
             Forked::Child => Ok(nix::unistd::Pid::from_raw(0)),
             Forked::Parent(program) => {
-                crate::init::supervise(program, &handled, ctl, sys::landlock_abi().min(crate::wall::ABI_REQUIRED))?;
+                crate::init::supervise(program, &handled, ctl, crate::wall::enforceable_abi())?;
                 sys::exit_now(0)
             }
         }

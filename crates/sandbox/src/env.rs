@@ -130,6 +130,7 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
             env: Default::default(),
             environment: Some(name.to_owned()),
             warm: Default::default(),
+            landlock_min_abi: sandbox_core::profile::LANDLOCK_MIN_ABI_DEFAULT,
         };
         config.profiles.insert(format!("env-verify-{}", language.as_str()), profile);
     }

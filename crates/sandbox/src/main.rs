@@ -240,6 +240,7 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
         runtimes.push((what, path.display().to_string(), version));
     }
     let host_failure = report.first_failure();
+    let landlock_abi = sandbox_engine::landlock_abi(&report);
     let profiles: Vec<(String, Option<String>)> = config
         .profiles
         .iter()
@@ -248,12 +249,16 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
                 sandbox_core::Language::Python => &config.runtime.python,
                 sandbox_core::Language::Typescript => &config.runtime.node,
             };
-            let why = host_failure.clone().or_else(|| (!bin.is_file()).then(|| format!("runtime {} not found", bin.display()))).or_else(|| {
-                let env = p.environment.as_ref()?;
-                envs.installed_in(config, env)
-                    .is_none()
-                    .then(|| format!("environment {env} is not installed (sandbox env install {env})"))
-            });
+            let why = host_failure
+                .clone()
+                .or_else(|| sandbox_engine::landlock_unmet(&report, name, p))
+                .or_else(|| (!bin.is_file()).then(|| format!("runtime {} not found", bin.display())))
+                .or_else(|| {
+                    let env = p.environment.as_ref()?;
+                    envs.installed_in(config, env)
+                        .is_none()
+                        .then(|| format!("environment {env} is not installed (sandbox env install {env})"))
+                });
             (name.clone(), why)
         })
         .collect();
@@ -263,7 +268,15 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
             "templates": templates,
             "checks": report.checks,
             "runtimes": runtimes.iter().map(|(w, p, v)| serde_json::json!({"name": w, "path": p, "version": v})).collect::<Vec<_>>(),
-            "profiles": profiles.iter().map(|(n, why)| serde_json::json!({"name": n, "runnable": why.is_none(), "reason": why})).collect::<Vec<_>>(),
+            "profiles": profiles.iter().map(|(n, why)| {
+                let needs = config.profiles[n].landlock_min_abi;
+                serde_json::json!({
+                    "name": n,
+                    "runnable": why.is_none(),
+                    "reason": why,
+                    "landlock": {"minAbi": needs, "enforcedAbi": landlock_abi, "met": landlock_abi >= needs},
+                })
+            }).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v).expect("json values serialize"));
     } else {
@@ -280,9 +293,12 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
         }
         println!("Profiles:");
         for (name, why) in &profiles {
+            let needs = config.profiles[name].landlock_min_abi;
+            let landlock = if landlock_abi >= needs { "met" } else { "NOT met" };
+            let landlock = format!("landlock ABI {landlock_abi} enforced, needs {needs}: {landlock}");
             match why {
-                None => println!("  [ok] {name}"),
-                Some(w) => println!("  [FAIL] {name}: {w}"),
+                None => println!("  [ok] {name} ({landlock})"),
+                Some(w) => println!("  [FAIL] {name}: {w} ({landlock})"),
             }
         }
         if !templates.is_empty() {

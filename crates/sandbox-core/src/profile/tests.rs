@@ -44,3 +44,35 @@ fn good_config_layers_over_builtin() {
     assert_eq!(small.limits.pids_max, Limits::default().pids_max);
     assert!(small.filesystem.mounts[0].read_only, "mounts are read-only unless said otherwise");
 }
+
+#[track_caller]
+fn check_landlock_min_abi(value: &str, want_err: Option<&str>) {
+    let text = format!("[profiles.p]\nlanguage = \"python\"\nlandlock_min_abi = {value}\n");
+    match want_err {
+        None => {
+            let c = Config::parse(&text, "my.toml").expect("must be accepted");
+            assert_eq!(c.profiles["p"].landlock_min_abi.to_string(), value);
+        }
+        Some(needle) => check(&text, "profiles.p.landlock_min_abi", needle),
+    }
+}
+
+#[test]
+fn landlock_min_abi_is_bounded_by_the_newest_abi_known() {
+    check_landlock_min_abi("0", None);
+    check_landlock_min_abi("1", None);
+    check_landlock_min_abi(&LANDLOCK_ABI_MAX.to_string(), None);
+    check_landlock_min_abi(&(LANDLOCK_ABI_MAX + 1).to_string(), Some("outside 0..=10"));
+    check_landlock_min_abi("99", Some("newest landlock ABI"));
+    check_landlock_min_abi("-1", Some("invalid value"));
+    check_landlock_min_abi("\"3\"", Some("invalid type"));
+}
+
+#[test]
+fn landlock_min_abi_defaults_to_any_kernel_with_landlock() {
+    let c = Config::parse("[profiles.p]\nlanguage = \"python\"\n", "my.toml").unwrap();
+    assert_eq!(c.profiles["p"].landlock_min_abi, 1, "Ubuntu 22.04 (ABI 1) and Debian 12 (ABI 2) must run the default");
+    for (name, p) in &Config::builtin().profiles {
+        assert_eq!(p.landlock_min_abi, LANDLOCK_MIN_ABI_DEFAULT, "built-in profile {name}");
+    }
+}

@@ -76,6 +76,46 @@ pub fn cloexec_from(first: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether the kernel implements `clone3(2)` (Linux 5.3). A null argument of size 0 fails with
+/// EINVAL where it exists and ENOSYS where not (or where a seccomp filter hides it); nothing is created.
+pub fn has_clone3() -> bool {
+    // SAFETY: with size 0 the kernel rejects the call before reading the (null) argument, so no
+    // process is created and no memory is touched.
+    let r = unsafe { libc::syscall(libc::SYS_clone3, std::ptr::null::<libc::c_void>(), 0usize) };
+    r != -1 || io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS)
+}
+
+/// Whether the kernel implements `pidfd_open(2)` (Linux 5.3), tried on our own pid; the
+/// descriptor is closed at once.
+pub fn has_pidfd_open() -> bool {
+    let Ok(pid) = libc::pid_t::try_from(std::process::id()) else { return false };
+    // SAFETY: pidfd_open takes no memory; a descriptor it returns is owned and closed below.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    match i32::try_from(fd) {
+        Ok(fd) if fd >= 0 => {
+            // SAFETY: the kernel just returned this descriptor to us and nothing else owns it.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+            true
+        }
+        _ => false,
+    }
+}
+
+/// What `close_range(2)` the kernel implements: `Some(true)` with `CLOSE_RANGE_CLOEXEC`
+/// (Linux 5.11), `Some(false)` without it (5.9, 5.10), `None` when absent.
+pub fn close_range_support() -> Option<bool> {
+    // SAFETY: the range [u32::MAX, u32::MAX] holds no open descriptor, so nothing changes; no
+    // memory is passed.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, u32::MAX, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    if r == 0 {
+        return Some(true);
+    }
+    match io::Error::last_os_error().raw_os_error() {
+        Some(libc::ENOSYS) => None,
+        _ => Some(false),
+    }
+}
+
 /// Brings the loopback interface of the current network namespace up (SIOCSIFFLAGS with IFF_UP).
 /// Errors: the kernel's errno.
 pub fn loopback_up() -> io::Result<()> {

@@ -141,6 +141,22 @@ fn landlock_blocks_paths_outside_the_rules_even_through_proc() {
 }
 
 #[test]
+fn landlock_stops_truncate_and_device_ioctl_as_far_as_the_enforced_abi_reaches() {
+    // The program's own /proc/self/comm is writable and /dev/null is a writable device, but the
+    // rules grant neither truncation (ABI 3) nor device ioctls (ABI 5); below those ABIs the
+    // truncation succeeds and the device answers for itself (ENOTTY).
+    let code = "import os, errno, fcntl, termios\ntry:\n    os.truncate('/proc/self/comm', 0); print('truncated')\nexcept OSError as e:\n    \
+                print(errno.errorcode[e.errno])\nfd = os.open('/dev/null', os.O_RDWR)\ntry:\n    fcntl.ioctl(fd, termios.TCGETS, bytes(64)); print('ioctl')\n\
+                except OSError as e:\n    print(errno.errorcode[e.errno])";
+    let r = run("python-default", code, &[]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    let abi = r.json["enforcement"]["landlockAbi"].as_u64().unwrap();
+    let truncate = if abi >= 3 { "EACCES" } else { "truncated" };
+    let ioctl = if abi >= 5 { "EACCES" } else { "ENOTTY" };
+    assert_eq!(r.stdout().lines().collect::<Vec<_>>(), [truncate, ioctl], "landlock ABI {abi}: {r:?}");
+}
+
+#[test]
 fn only_unix_inet_and_netlink_sockets_can_be_created() {
     // AF_VSOCK is not isolated by network namespaces; AF_PACKET sees raw frames; AF_ALG is kernel crypto.
     let code = "import socket, errno\nfor fam in (socket.AF_VSOCK, socket.AF_PACKET, socket.AF_ALG, 31, 3):\n    try:\n        socket.socket(fam, socket.SOCK_STREAM if fam != socket.AF_PACKET else socket.SOCK_RAW); print('CREATED', fam)\n    \

@@ -9,7 +9,7 @@ fn python_prints_42() {
     assert_eq!((r.status(), r.stdout(), r.status), ("ok", "42\n", 0), "{r:?}");
     assert_eq!(r.json["exitCode"], 0);
     assert_eq!(r.json["enforcement"]["cgroup"], "v1", "this host is hybrid: v1 runs for real");
-    assert!(r.json["enforcement"]["landlockAbi"].as_u64().unwrap() >= 3, "{r:?}");
+    assert!(r.json["enforcement"]["landlockAbi"].as_u64().unwrap() >= 1, "the default profile needs landlock ABI 1: {r:?}");
     assert_gone(r.json["executionId"].as_str().unwrap());
 }
 
@@ -113,13 +113,47 @@ fn doctor_reports_host_features_and_runnable_profiles() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> = v["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    for want in ["user_namespaces", "cgroups", "seccomp", "core_pattern", "landlock", "overlayfs"] {
+    for want in ["user_namespaces", "cgroups", "seccomp", "core_pattern", "landlock", "overlayfs", "clone3", "pidfd_open", "close_range", "cgroup.kill", "memory.peak"] {
         assert!(names.contains(&want), "{names:?}");
     }
     let core = v["checks"].as_array().unwrap().iter().find(|c| c["name"] == "core_pattern").unwrap();
     // The pattern itself is not compared: attacks.rs sets a pipe for a moment while tests run.
     assert!(core["ok"] == true && core["detail"].as_str().unwrap().starts_with('"'), "{core}");
     assert!(v["profiles"].as_array().unwrap().iter().all(|p| p["runnable"] == true), "{v}");
+    assert!(v["profiles"].as_array().unwrap().iter().all(|p| p["landlock"]["met"] == true && p["landlock"]["minAbi"] == 1), "{v}");
+}
+
+/// `sandbox run --json` of `print(1)` under a profile demanding landlock ABI `min_abi`.
+fn run_with_landlock_min_abi(min_abi: u64) -> (Value, Option<i32>) {
+    let text = format!("{}[profiles.landlock-min]\nlanguage = \"python\"\nlandlock_min_abi = {min_abi}\n", runtime_toml());
+    let cfg = scratch_file("landlock-min.toml", text.as_bytes());
+    let out = Command::new(bin())
+        .args(["--config", cfg.to_str().unwrap(), "--data-dir", env().data.to_str().unwrap()])
+        .args(["run", "--json", "--profile", "landlock-min", "-c", "print(1)"])
+        .output()
+        .unwrap();
+    (serde_json::from_slice(&out.stdout).unwrap(), out.status.code())
+}
+
+#[test]
+fn profile_demanding_more_landlock_than_the_kernel_offers_is_refused() {
+    let host = run("python-default", "pass", &[]).json["enforcement"]["landlockAbi"].as_u64().unwrap();
+    if host >= u64::from(sandbox_core::profile::LANDLOCK_ABI_MAX) {
+        eprintln!("SKIP: this kernel offers every landlock ABI the runtime knows ({host}); no minimum can exceed it");
+        return;
+    }
+    // Allowed: the kernel's own ABI is enough, and exactly it is enforced.
+    let (v, code) = run_with_landlock_min_abi(host);
+    assert_eq!((v["status"].as_str(), v["stdout"].as_str(), code), (Some("ok"), Some("1\n"), Some(0)), "{v}");
+    assert_eq!(v["enforcement"]["landlockAbi"], host, "{v}");
+    // Denied: one more than the kernel offers is refused before anything runs, naming both ABIs.
+    let (v, code) = run_with_landlock_min_abi(host + 1);
+    assert_eq!(v["status"], "rejected", "{v}");
+    assert_eq!(v["error"]["type"], "runtime_unavailable", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&format!("offers ABI {host}")) && message.contains(&format!("needs ABI {}", host + 1)), "{v}");
+    assert!(v.get("enforcement").is_none_or(Value::is_null), "nothing ran: {v}");
+    assert_eq!(code, Some(3));
 }
 
 #[test]
