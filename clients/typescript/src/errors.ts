@@ -34,7 +34,7 @@ export class SandboxError extends Error {
   readonly field: string | undefined;
   /** The execution's id, when the failure happened after one was assigned. */
   readonly executionId: string | undefined;
-  /** Seconds to wait before retrying (from `Retry-After`), for `queue_full`. */
+  /** Seconds to wait before retrying (from `Retry-After`), for `queue_full` and `rate_limited`. */
   readonly retryAfter: number | undefined;
   /** The raw problem body, when there was one. */
   readonly problem: Problem | undefined;

@@ -209,6 +209,9 @@ export type ErrorCode =
   | 'body_too_large'
   | 'not_found'
   | 'shutting_down'
+  | 'rate_limited'
+  | 'host_not_allowed'
+  | 'origin_not_allowed'
   | 'network_error'
   | 'invalid_response'
   | (string & {});

@@ -228,21 +228,75 @@ impl Recorder for AuditLog {
     }
 
     fn rejected(&self, caller: &str, request: Option<&ExecutionRequest>, code: &str, message: &str) -> Result<(), String> {
-        let mut body = request.map_or_else(|| serde_json::json!({ "schemaVersion": SCHEMA_VERSION }), |r| self.request_body(r));
+        let mut body = request.map_or_else(|| serde_json::json!({ "schemaVersion": SCHEMA_VERSION }), refusal_body);
         if let Some(o) = body.as_object_mut() {
-            o.insert("error".into(), serde_json::json!({ "type": code, "message": message }));
+            o.insert("error".into(), serde_json::json!({ "type": truncated(code, REFUSAL_NAME_MAX_BYTES), "message": truncated(message, REFUSAL_MESSAGE_MAX_BYTES) }));
         }
         self.append(NewEvent {
             execution_id: uuid_like(),
             kind: EventKind::Rejected,
             at_ms: now_ms(),
-            caller: caller.into(),
-            profile: request.map(|r| r.profile.clone()).unwrap_or_default(),
-            language: request.and_then(|r| r.language.clone()),
+            caller: truncated(caller, REFUSAL_NAME_MAX_BYTES),
+            profile: request.map(|r| truncated(&r.profile, REFUSAL_NAME_MAX_BYTES)).unwrap_or_default(),
+            language: request.and_then(|r| r.language.as_deref()).map(|l| truncated(l, REFUSAL_NAME_MAX_BYTES)),
             status: "rejected".into(),
             body,
         })
     }
+}
+
+/// Names (files, outputs, env keys) a refusal's record lists; the rest are only counted.
+pub const REFUSAL_NAMES_MAX: usize = 16;
+/// Longest name, profile, language, caller or code a refusal's record keeps, in bytes.
+pub const REFUSAL_NAME_MAX_BYTES: usize = 128;
+/// Longest refusal message a record keeps, in bytes.
+pub const REFUSAL_MESSAGE_MAX_BYTES: usize = 1024;
+/// Longest prefix of a refused request's code a record keeps, in bytes.
+pub const REFUSAL_CODE_MAX_BYTES: usize = 4096;
+
+/// A bounded summary of a request that was refused before admission: whoever sends it need
+/// not have passed any check, so the record costs at most a few KiB whatever the request held
+/// (counts and sizes, at most [`REFUSAL_NAMES_MAX`] names per list, truncated strings, no
+/// decoding or hashing of file contents, no env values).
+fn refusal_body(r: &ExecutionRequest) -> serde_json::Value {
+    let names = |it: &mut dyn Iterator<Item = &String>| -> Vec<String> { it.take(REFUSAL_NAMES_MAX).map(|n| truncated(n, REFUSAL_NAME_MAX_BYTES)).collect() };
+    let sent_bytes = |c: &FileContent| match c {
+        FileContent::Text(t) => t.len(),
+        FileContent::Base64 { base64 } => base64.len(),
+    };
+    serde_json::json!({
+        "schemaVersion": SCHEMA_VERSION,
+        "summary": true,
+        "harness": r.harness.as_deref().map(|h| truncated(h, REFUSAL_NAME_MAX_BYTES)),
+        "timeoutMs": r.timeout,
+        "code": {
+            "text": truncated(&r.code, REFUSAL_CODE_MAX_BYTES),
+            "bytes": r.code.len(),
+            "truncated": r.code.len() > REFUSAL_CODE_MAX_BYTES,
+        },
+        "files": {
+            "count": r.files.len(),
+            "bytes": r.files.values().map(sent_bytes).sum::<usize>(),
+            "names": names(&mut r.files.keys()),
+        },
+        "outputs": { "count": r.outputs.len(), "patterns": names(&mut r.outputs.iter()) },
+        // Values may be secrets: only (some) names are kept.
+        "envKeys": { "count": r.env.len(), "names": names(&mut r.env.keys()) },
+        "stdin": r.stdin.as_ref().map(sent_bytes),
+        "input": r.input.is_some(),
+    })
+}
+
+/// `s` cut to at most `max` bytes on a character boundary, with `…` when it was cut.
+fn truncated(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &s[..cut])
 }
 
 /// A fresh id for a refusal that never got an execution id: time-ordered like UUIDv7.

@@ -54,6 +54,13 @@ pub enum ErrorCode {
     NotFound,
     /// The service is shutting down and takes no new executions (HTTP 503).
     ShuttingDown,
+    /// This client address had too many requests refused lately; retry after the Retry-After
+    /// seconds (HTTP 429). Only refusals count, so requests that succeed are never limited.
+    RateLimited,
+    /// The request's `Host` is not one this service answers to (HTTP 421): DNS rebinding defence.
+    HostNotAllowed,
+    /// The request comes from a browser page whose `Origin` is not allowed (HTTP 403).
+    OriginNotAllowed,
 }
 
 impl ErrorCode {
@@ -83,6 +90,9 @@ impl ErrorCode {
             Self::BodyTooLarge => "body_too_large",
             Self::NotFound => "not_found",
             Self::ShuttingDown => "shutting_down",
+            Self::RateLimited => "rate_limited",
+            Self::HostNotAllowed => "host_not_allowed",
+            Self::OriginNotAllowed => "origin_not_allowed",
         }
     }
 

@@ -119,6 +119,13 @@ pub struct ServiceConfig {
     pub shutdown_grace_ms: u64,
     /// API keys. Empty: no authentication (allowed on loopback only).
     pub api_keys: Vec<ApiKey>,
+    /// Refused requests (401, invalid or forbidden requests, full queue) one client address
+    /// may cause per minute, sustained; past it and [`Self::refusal_burst`], its refusals are
+    /// answered 429 `rate_limited` and not written to the audit log (counted in metrics).
+    /// IPv6 addresses count per /64. 0 disables the limit.
+    pub refusals_per_minute: u32,
+    /// Refused requests one client address may cause in a burst before the per-minute rate applies.
+    pub refusal_burst: u32,
 }
 
 impl Default for ServiceConfig {
@@ -130,6 +137,8 @@ impl Default for ServiceConfig {
             body_max_bytes: 128 << 20,
             shutdown_grace_ms: 30_000,
             api_keys: Vec::new(),
+            refusals_per_minute: 60,
+            refusal_burst: 60,
         }
     }
 }

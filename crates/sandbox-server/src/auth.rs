@@ -9,7 +9,8 @@ use subtle::ConstantTimeEq;
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Caller {
-    /// No keys are configured (loopback only): anyone may use every profile.
+    /// No keys are configured (loopback only): anyone may use every profile, and reads the
+    /// audit records of `anonymous` only.
     Anonymous,
     /// The holder of this key.
     Key(ApiKey),
@@ -40,11 +41,13 @@ impl Caller {
         }
     }
 
-    /// Whether this caller reads every caller's audit records (the `audit` role; everyone when
-    /// no keys are configured, which is loopback-only).
+    /// Whether this caller reads every caller's audit records (the `audit` role). Anonymous
+    /// callers (no keys configured, loopback only) read only the records of `anonymous`: what
+    /// was run through this API without a key, not `sandbox run`'s `cli:<user>` records nor
+    /// MCP's; the whole log is for `sandbox audit` (file permissions) or a key with the role.
     pub fn can_audit_all(&self) -> bool {
         match self {
-            Self::Anonymous => true,
+            Self::Anonymous => false,
             Self::Key(k) => k.roles.iter().any(|r| r == "audit"),
         }
     }

@@ -8,9 +8,12 @@
 
 mod admission;
 mod auth;
+mod door;
 mod mcp;
 mod metrics;
+mod origin;
 mod problem;
+mod refusals;
 mod routes;
 
 use std::sync::Arc;
@@ -22,9 +25,12 @@ use sandbox_engine::Engine;
 
 pub use admission::Admission;
 pub use auth::Caller;
+pub use door::PRE_AUTH_BODY_MAX_BYTES;
 pub use mcp::gate as mcp_gate;
 pub use metrics::Metrics;
+pub use origin::HostPolicy;
 pub use problem::status_of;
+pub use refusals::{Peer, Refusals};
 pub use routes::ApiDoc;
 
 /// Everything a request handler needs; cheap to clone.
@@ -40,7 +46,12 @@ pub struct AppState {
     pub require_auth: bool,
     /// The audit log, for `GET /v1/executions` (absent: those routes answer 404).
     pub audit: Option<Arc<sandbox_audit::AuditLog>>,
-    /// Settings of `/mcp`: allowed `Host` and `Origin` values, body limit, shutdown token.
+    /// `Host` and `Origin` values every route but the health probes accepts (`/mcp` included:
+    /// its own allowlists are set from these).
+    pub hosts: HostPolicy,
+    /// The per-address limit of refused requests (`[service] refusals_per_minute`, `refusal_burst`).
+    pub refusals: Arc<Refusals>,
+    /// Settings of `/mcp`: body limit, shutdown token.
     pub mcp: sandbox_mcp::HttpOptions,
 }
 
@@ -53,7 +64,8 @@ impl AppState {
         let require_auth = !svc.api_keys.is_empty();
         let admission = Arc::new(Admission::new(slots, svc.queue_max));
         let mcp = sandbox_mcp::HttpOptions::new(usize::try_from(svc.body_max_bytes).unwrap_or(usize::MAX));
-        Self { engine, admission, metrics: Arc::new(Metrics::default()), require_auth, audit, mcp }
+        let refusals = Arc::new(Refusals::new(svc.refusals_per_minute, svc.refusal_burst));
+        Self { engine, admission, metrics: Arc::new(Metrics::default()), require_auth, audit, hosts: HostPolicy::default(), refusals, mcp }
     }
 }
 
@@ -71,7 +83,9 @@ pub fn default_concurrency(config: &Config) -> u32 {
     u32::try_from(cores.min(by_memory).max(1)).unwrap_or(1)
 }
 
-/// The router with every route and the body limit of the configuration.
+/// The router with every route, the `Host`/`Origin` policy and API key checks, and the body
+/// limit of the configuration. Serve it with `into_make_service_with_connect_info::<SocketAddr>()`
+/// so refusals are counted per client address.
 pub fn app(state: AppState) -> Router {
     routes::router(state)
 }

@@ -1,10 +1,10 @@
 //! `/mcp`: the MCP streamable HTTP endpoint ([`sandbox_mcp`]) behind the same API keys as the
-//! HTTP API (bearer tokens; 401 with `WWW-Authenticate` without one) and the same execution
-//! slots and queue.
+//! HTTP API (bearer tokens; 401 with `WWW-Authenticate` without one, from [`crate::door`]), the
+//! same `Host`/`Origin` policy and the same execution slots and queue.
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -13,15 +13,20 @@ use sandbox_core::wire::ExecutionResult;
 use sandbox_core::{ErrorCode, Status};
 use sandbox_mcp::{Gate, McpServer, Principal};
 
-use crate::auth::{authenticate, Caller};
+use crate::auth::Caller;
 use crate::problem::{self, ProblemResponse};
 use crate::AppState;
 
-/// The route `/mcp` (POST, GET and DELETE of the streamable HTTP transport).
+/// The route `/mcp` (POST, GET and DELETE of the streamable HTTP transport); mount it behind
+/// [`crate::door::api_key`].
 pub(crate) fn router(state: &AppState) -> Router<AppState> {
     let server = McpServer::new(state.engine.clone(), Some(gate(state)));
-    let service = sandbox_mcp::http_service(server, &state.mcp);
-    Router::new().route_service("/mcp", service).route_layer(middleware::from_fn_with_state(state.clone(), principal))
+    // rmcp checks Host and Origin too; give it the same lists as the layer in front of it.
+    let mut opts = state.mcp.clone();
+    opts.allowed_hosts.clone_from(&state.hosts.allowed_hosts);
+    opts.allowed_origins.clone_from(&state.hosts.allowed_origins);
+    let service = sandbox_mcp::http_service(server, &opts);
+    Router::new().route_service("/mcp", service).route_layer(middleware::from_fn(principal))
 }
 
 /// The service's admission slots and metrics as an MCP [`Gate`], for `sandbox serve` and `sandbox mcp`.
@@ -49,15 +54,12 @@ impl Gate for ServerGate {
     }
 }
 
-/// Authenticates the request and hands its [`Principal`] to the MCP handler (rmcp passes the
+/// Hands the authenticated caller's [`Principal`] to the MCP handler (rmcp passes the
 /// request's extensions through).
-async fn principal(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let caller = if state.require_auth { authenticate(request.headers(), &state.engine.config().service.api_keys) } else { Some(Caller::Anonymous) };
-    let Some(caller) = caller else {
-        state.metrics.rejected(ErrorCode::Unauthorized.as_str());
-        // Read a small body so the connection stays usable for the client's next request.
-        let _ = axum::body::to_bytes(request.into_body(), 64 << 10).await;
-        let detail = "send a valid API key as 'Authorization: Bearer <key>'".to_owned();
+async fn principal(mut request: Request, next: Next) -> Response {
+    let Some(caller) = request.extensions().get::<Caller>().cloned() else {
+        // Only reachable if the router lost its authentication layer: fail closed.
+        let detail = "the request was not authenticated".to_owned();
         return ProblemResponse(problem::new(ErrorCode::Unauthorized, detail, None, None)).into_response();
     };
     let profiles = match &caller {

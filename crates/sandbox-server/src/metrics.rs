@@ -1,5 +1,5 @@
 //! Prometheus metrics (text exposition format): executions by profile and status, a duration
-//! histogram, rejections by code, in-flight and queued gauges.
+//! histogram, rejections by code, refusals left out of the audit log by the rate limit, in-flight and queued gauges.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -30,6 +30,7 @@ pub struct Metrics {
     registry: Registry,
     executions: Family<ExecLabels, Counter>,
     rejected: Family<CodeLabels, Counter>,
+    unrecorded: Family<CodeLabels, Counter>,
     duration: Histogram,
     in_flight: Gauge,
     queued: Gauge,
@@ -46,11 +47,17 @@ impl Default for Metrics {
         let mut registry = Registry::with_prefix("sandbox");
         let executions = Family::<ExecLabels, Counter>::default();
         let rejected = Family::<CodeLabels, Counter>::default();
+        let unrecorded = Family::<CodeLabels, Counter>::default();
         let duration = Histogram::new([0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0]);
         let in_flight = Gauge::default();
         let queued = Gauge::default();
         registry.register("executions", "Executions that ran, by profile and status", executions.clone());
         registry.register("rejected", "Requests refused before running, by error code", rejected.clone());
+        registry.register(
+            "refusals_unrecorded",
+            "Refusals past the per-address limit: answered rate_limited, not audited; by the code they would have had",
+            unrecorded.clone(),
+        );
         registry.register("execution_duration_seconds", "Wall time of executions that ran", duration.clone());
         registry.register("in_flight", "Executions running now", in_flight.clone());
         registry.register("queued", "Requests waiting for an execution slot", queued.clone());
@@ -72,6 +79,7 @@ impl Default for Metrics {
             registry,
             executions,
             rejected,
+            unrecorded,
             duration,
             in_flight,
             queued,
@@ -96,6 +104,11 @@ impl Metrics {
     /// Counts one refused request.
     pub fn rejected(&self, code: &str) {
         self.rejected.get_or_create(&CodeLabels { code: code.into() }).inc();
+    }
+
+    /// Counts one refusal that was rate-limited and so not audited; `code` is what it would have been.
+    pub fn unrecorded(&self, code: &str) {
+        self.unrecorded.get_or_create(&CodeLabels { code: code.into() }).inc();
     }
 
     /// The text exposition, with the gauges set from `in_flight`, `queued` and the warm

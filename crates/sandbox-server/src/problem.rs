@@ -11,7 +11,9 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
         ErrorCode::ForbiddenProfile => StatusCode::FORBIDDEN,
         ErrorCode::ProfileNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
-        ErrorCode::QueueFull => StatusCode::TOO_MANY_REQUESTS,
+        ErrorCode::QueueFull | ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        ErrorCode::HostNotAllowed => StatusCode::MISDIRECTED_REQUEST,
+        ErrorCode::OriginNotAllowed => StatusCode::FORBIDDEN,
         ErrorCode::BodyTooLarge | ErrorCode::InputTooLarge | ErrorCode::CodeTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorCode::RuntimeUnavailable | ErrorCode::EnvironmentNotInstalled | ErrorCode::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::InternalError | ErrorCode::InvalidConfig => StatusCode::INTERNAL_SERVER_ERROR,
@@ -35,6 +37,9 @@ fn title(code: ErrorCode) -> &'static str {
         ErrorCode::ProfileNotFound => "No such profile",
         ErrorCode::NotFound => "Not found",
         ErrorCode::QueueFull => "Too many executions",
+        ErrorCode::RateLimited => "Too many refused requests",
+        ErrorCode::HostNotAllowed => "Host not allowed",
+        ErrorCode::OriginNotAllowed => "Origin not allowed",
         ErrorCode::BodyTooLarge => "Request body too large",
         ErrorCode::RuntimeUnavailable => "Runtime unavailable on this host",
         ErrorCode::EnvironmentNotInstalled => "Environment not installed on this host",
@@ -56,7 +61,7 @@ pub(crate) fn new(code: ErrorCode, detail: String, field: Option<String>, execut
     }
 }
 
-/// A problem response, with `Retry-After` (seconds) for `queue_full` and
+/// A problem response, with `Retry-After` (seconds) for `queue_full` (`rate_limited` sets its own) and
 /// `WWW-Authenticate: Bearer` for `unauthorized`.
 pub(crate) struct ProblemResponse(pub Problem);
 

@@ -9,7 +9,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{middleware, Extension, Json, Router};
 use futures_util::stream::{self, Stream, StreamExt};
 use sandbox_core::wire::{ExecutionResult, Problem, ProfileInfo, ProfileList};
 use sandbox_core::{ErrorCode, ExecutionRequest, Status};
@@ -17,8 +17,10 @@ use sandbox_engine::{Chunk, StreamKind};
 use tokio::sync::{mpsc, oneshot};
 use utoipa::OpenApi;
 
-use crate::auth::{authenticate, Caller};
+use crate::auth::Caller;
+use crate::door;
 use crate::problem::{self, ProblemResponse};
+use crate::refusals::{refuse, Peer};
 use crate::AppState;
 
 /// The OpenAPI 3.1 document of the HTTP API.
@@ -32,17 +34,21 @@ pub struct ApiDoc;
 
 pub(crate) fn router(state: AppState) -> Router {
     let body_max = usize::try_from(state.engine.config().service.body_max_bytes).unwrap_or(usize::MAX);
-    Router::new()
+    // The API key is checked before a handler reads the body.
+    let keyed = Router::new()
         .route("/v1/executions", post(execute))
         .route("/v1/executions", get(list_executions))
         .route("/v1/executions/{id}", get(get_execution))
         .route("/v1/profiles", get(list_profiles))
         .route("/v1/profiles/{name}", get(get_profile))
+        .merge(crate::mcp::router(&state))
+        .route_layer(middleware::from_fn_with_state(state.clone(), door::api_key));
+    Router::new()
+        .merge(keyed)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
-        .merge(crate::mcp::router(&state))
         .fallback(|| async { ProblemResponse(problem::new(ErrorCode::NotFound, "no such route".into(), None, None)) })
         .method_not_allowed_fallback(|| async {
             let mut p = problem::new(ErrorCode::NotFound, "this route does not take that method".into(), None, None);
@@ -51,6 +57,8 @@ pub(crate) fn router(state: AppState) -> Router {
             ProblemResponse(p)
         })
         .layer(DefaultBodyLimit::max(body_max))
+        // Outermost: a request for a Host or from an Origin not allowed is refused first.
+        .layer(middleware::from_fn_with_state(state.clone(), door::host_and_origin))
         .with_state(state)
 }
 
@@ -59,21 +67,19 @@ fn fail(state: &AppState, code: ErrorCode, detail: impl Into<String>, field: Opt
     ProblemResponse(problem::new(code, detail.into(), field, None)).into_response()
 }
 
-/// Records a refusal made here, before the engine saw the request. A failing audit write is
-/// logged; the refusal stands.
-fn record_refusal(state: &AppState, caller: &str, request: Option<&ExecutionRequest>, code: ErrorCode, detail: &str) {
-    if let Err(e) = state.engine.recorder().rejected(caller, request, code.as_str(), detail) {
-        tracing::error!(error = %e, "could not record a refused request");
-    }
-}
-
-#[allow(clippy::result_large_err)] // the error is the response itself, returned at once
-fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, Response> {
-    if !state.require_auth {
-        return Ok(Caller::Anonymous);
-    }
-    authenticate(headers, &state.engine.config().service.api_keys)
-        .ok_or_else(|| fail(state, ErrorCode::Unauthorized, "send a valid API key as 'Authorization: Bearer <key>'", None))
+/// Refuses an execution request made here, before the engine saw it: recorded in the audit
+/// log (a bounded summary of `request`) and charged to the client's address
+/// ([`crate::refusals`]). A failing audit write is logged; the refusal stands.
+fn reject(
+    state: &AppState,
+    peer: Peer,
+    caller: &str,
+    request: Option<&ExecutionRequest>,
+    code: ErrorCode,
+    detail: String,
+    field: Option<String>,
+) -> Response {
+    refuse(state, peer, Some((caller, request, &detail)), problem::new(code, detail.clone(), field, None))
 }
 
 /// Runs one execution. Synchronous by default (the result in the body); with
@@ -85,41 +91,35 @@ fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, Response> {
         (status = 200, description = "The program ran (any exit status, timeout, memory or output limit)", body = ExecutionResult),
         (status = 400, description = "Invalid request (bad file name, timeout, language, ...)", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or unknown API key", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "The key may not use this profile", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The key may not use this profile (`forbidden_profile`), or a browser page of an origin not allowed (`origin_not_allowed`)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such profile", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body, code or input files too large", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "Concurrency limit and queue full; see Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 421, description = "The Host is not one this service answers to (`host_not_allowed`, DNS rebinding defence)", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Concurrency limit and queue full (`queue_full`), or too many refused requests from this address (`rate_limited`); see Retry-After", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Internal error (with the execution id)", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The host cannot run this profile", body = Problem, content_type = "application/problem+json"),
     )
 )]
-async fn execute(State(state): State<AppState>, headers: HeaderMap, body: Result<Json<ExecutionRequest>, JsonRejection>) -> Response {
+async fn execute(
+    State(state): State<AppState>,
+    Extension(who): Extension<Caller>,
+    Extension(peer): Extension<Peer>,
+    headers: HeaderMap,
+    body: Result<Json<ExecutionRequest>, JsonRejection>,
+) -> Response {
     let received = Instant::now();
-    let body = body.map(|Json(r)| r);
-    let who = match caller(&state, &headers) {
-        Ok(c) => c,
-        Err(r) => {
-            record_refusal(&state, "unauthenticated", body.as_ref().ok(), ErrorCode::Unauthorized, "missing or unknown API key");
-            return r;
-        }
-    };
     let name = who.audit_name();
-    let request = match body {
+    let request = match body.map(|Json(r)| r) {
         Ok(r) => r,
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             let detail = format!("the body is over {} bytes", state.engine.config().service.body_max_bytes);
-            record_refusal(&state, &name, None, ErrorCode::BodyTooLarge, &detail);
-            return fail(&state, ErrorCode::BodyTooLarge, detail, None);
+            return reject(&state, peer, &name, None, ErrorCode::BodyTooLarge, detail, None);
         }
-        Err(e) => {
-            record_refusal(&state, &name, None, ErrorCode::InvalidRequest, &e.body_text());
-            return fail(&state, ErrorCode::InvalidRequest, e.body_text(), None);
-        }
+        Err(e) => return reject(&state, peer, &name, None, ErrorCode::InvalidRequest, e.body_text(), None),
     };
     if !who.allows(&request.profile) && state.engine.config().profiles.contains_key(&request.profile) {
         let detail = format!("key {:?} may not use profile {:?}", who.name(), request.profile);
-        record_refusal(&state, &name, Some(&request), ErrorCode::ForbiddenProfile, &detail);
-        return fail(&state, ErrorCode::ForbiddenProfile, detail, Some("profile".into()));
+        return reject(&state, peer, &name, Some(&request), ErrorCode::ForbiddenProfile, detail, Some("profile".into()));
     }
     if let Err(r) = state.engine.check(&request) {
         let detail = if r.code == ErrorCode::ProfileNotFound {
@@ -129,15 +129,13 @@ async fn execute(State(state): State<AppState>, headers: HeaderMap, body: Result
         } else {
             r.message
         };
-        record_refusal(&state, &name, Some(&request), r.code, &detail);
-        return fail(&state, r.code, detail, r.field);
+        return reject(&state, peer, &name, Some(&request), r.code, detail, r.field);
     }
     let permit = match state.admission.acquire().await {
         Ok(p) => p,
         Err(_) => {
-            let detail = "every execution slot and queue place is taken; retry later";
-            record_refusal(&state, &name, Some(&request), ErrorCode::QueueFull, detail);
-            return fail(&state, ErrorCode::QueueFull, detail, None);
+            let detail = "every execution slot and queue place is taken; retry later".to_owned();
+            return reject(&state, peer, &name, Some(&request), ErrorCode::QueueFull, detail, None);
         }
     };
     let queue_ms = u64::try_from(received.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -302,14 +300,11 @@ pub struct ExecutionQuery {
     limit: Option<u32>,
 }
 
-/// Audit records, newest first, with cursor pagination.
+/// Audit records, newest first, with cursor pagination. Without the audit role only the
+/// caller's own (anonymous callers: those of `anonymous`).
 #[utoipa::path(get, path = "/v1/executions", params(ExecutionQuery),
-    responses((status = 200, description = "A page: { records: [...], nextCursor? }"), (status = 401, body = Problem)))]
-async fn list_executions(State(state): State<AppState>, headers: HeaderMap, axum::extract::Query(q): axum::extract::Query<ExecutionQuery>) -> Response {
-    let who = match caller(&state, &headers) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
+    responses((status = 200, description = "A page: { records: [...], nextCursor? }"), (status = 401, body = Problem), (status = 403, body = Problem), (status = 421, body = Problem), (status = 429, body = Problem)))]
+async fn list_executions(State(state): State<AppState>, Extension(who): Extension<Caller>, axum::extract::Query(q): axum::extract::Query<ExecutionQuery>) -> Response {
     let Some(audit) = &state.audit else { return fail(&state, ErrorCode::NotFound, "this service keeps no audit log", None) };
     let filter = sandbox_audit::ListFilter {
         profile: q.profile,
@@ -333,12 +328,8 @@ async fn list_executions(State(state): State<AppState>, headers: HeaderMap, axum
 
 /// One audit record (the caller's own, or any with the audit role).
 #[utoipa::path(get, path = "/v1/executions/{id}", params(("id" = String, Path, description = "Execution id")),
-    responses((status = 200, description = "The record"), (status = 401, body = Problem), (status = 404, body = Problem)))]
-async fn get_execution(State(state): State<AppState>, headers: HeaderMap, Path(id): Path<String>) -> Response {
-    let who = match caller(&state, &headers) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
+    responses((status = 200, description = "The record"), (status = 401, body = Problem), (status = 403, body = Problem), (status = 404, body = Problem), (status = 421, body = Problem), (status = 429, body = Problem)))]
+async fn get_execution(State(state): State<AppState>, Extension(who): Extension<Caller>, Path(id): Path<String>) -> Response {
     let Some(audit) = &state.audit else { return fail(&state, ErrorCode::NotFound, "this service keeps no audit log", None) };
     let record = audit.store().get(&id);
     match record {
@@ -353,12 +344,8 @@ async fn get_execution(State(state): State<AppState>, headers: HeaderMap, Path(i
 }
 
 /// The profiles the caller may use.
-#[utoipa::path(get, path = "/v1/profiles", responses((status = 200, body = ProfileList), (status = 401, body = Problem)))]
-async fn list_profiles(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let who = match caller(&state, &headers) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
+#[utoipa::path(get, path = "/v1/profiles", responses((status = 200, body = ProfileList), (status = 401, body = Problem), (status = 403, body = Problem), (status = 421, body = Problem), (status = 429, body = Problem)))]
+async fn list_profiles(State(state): State<AppState>, Extension(who): Extension<Caller>) -> Response {
     let config = state.engine.config();
     let profiles = config.profiles.keys().filter(|n| who.allows(n)).filter_map(|n| ProfileInfo::in_config(n, config)).collect();
     Json(ProfileList { profiles }).into_response()
@@ -366,12 +353,8 @@ async fn list_profiles(State(state): State<AppState>, headers: HeaderMap) -> Res
 
 /// One profile, if the caller may use it.
 #[utoipa::path(get, path = "/v1/profiles/{name}", params(("name" = String, Path, description = "Profile name")),
-    responses((status = 200, body = ProfileInfo), (status = 401, body = Problem), (status = 403, body = Problem), (status = 404, body = Problem)))]
-async fn get_profile(State(state): State<AppState>, headers: HeaderMap, Path(name): Path<String>) -> Response {
-    let who = match caller(&state, &headers) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
+    responses((status = 200, body = ProfileInfo), (status = 401, body = Problem), (status = 403, body = Problem), (status = 404, body = Problem), (status = 421, body = Problem), (status = 429, body = Problem)))]
+async fn get_profile(State(state): State<AppState>, Extension(who): Extension<Caller>, Path(name): Path<String>) -> Response {
     match state.engine.config().profiles.get(&name) {
         None => fail(&state, ErrorCode::ProfileNotFound, format!("no profile named {name:?}"), Some("name".into())),
         Some(_) if !who.allows(&name) => {
@@ -397,7 +380,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// Prometheus metrics, text exposition format.
-#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain"), (status = 403, body = Problem), (status = 421, body = Problem)))]
 async fn metrics(State(state): State<AppState>) -> Response {
     let body = state.metrics.render(state.admission.in_flight(), state.admission.queued(), state.engine.templates().map(AsRef::as_ref));
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()

@@ -19,14 +19,16 @@ pub struct ServeArgs {
     /// Allow a non-loopback address without API keys. Anyone who can reach it can run code.
     #[arg(long)]
     insecure_no_auth: bool,
-    /// A `Host` (name or name:port) /mcp accepts besides localhost, 127.0.0.1, ::1 and the
-    /// listen address (DNS rebinding defence); repeatable, e.g. `--mcp-allowed-host sandbox.example.com`.
-    #[arg(long, value_name = "HOST")]
-    mcp_allowed_host: Vec<String>,
-    /// A browser `Origin` /mcp accepts (`https://app.example.com`, `http://localhost:*`); repeatable.
-    /// Requests with any other Origin get 403; requests without one (non-browser clients) pass.
-    #[arg(long, value_name = "ORIGIN")]
-    mcp_allowed_origin: Vec<String>,
+    /// A `Host` (name or name:port) every route but /healthz and /readyz accepts besides
+    /// localhost, 127.0.0.1, ::1 and the listen address; others get 421 (DNS rebinding defence).
+    /// Repeatable, e.g. `--allowed-host sandbox.example.com`.
+    #[arg(long, value_name = "HOST", alias = "mcp-allowed-host")]
+    allowed_host: Vec<String>,
+    /// A browser `Origin` every route accepts (`https://app.example.com` for port 443,
+    /// `http://localhost:*` for any port); repeatable. Requests with any other Origin get 403;
+    /// requests without one (non-browser clients) pass.
+    #[arg(long, value_name = "ORIGIN", alias = "mcp-allowed-origin")]
+    allowed_origin: Vec<String>,
     /// Start every execution cold, even of profiles whose `[warm] mode` is `template` (no
     /// templates are started).
     #[arg(long)]
@@ -62,13 +64,13 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     let retention_audit = audit.clone();
     let mut state = AppState::new(engine.clone(), Some(audit));
     if !addr.ip().is_loopback() && !addr.ip().is_unspecified() {
-        state.mcp.allowed_hosts.push(match addr.ip() {
+        state.hosts.allowed_hosts.push(match addr.ip() {
             std::net::IpAddr::V6(ip) => format!("[{ip}]"),
             ip => ip.to_string(),
         });
     }
-    state.mcp.allowed_hosts.extend(args.mcp_allowed_host);
-    state.mcp.allowed_origins.extend(args.mcp_allowed_origin);
+    state.hosts.allowed_hosts.extend(args.allowed_host);
+    state.hosts.allowed_origins.extend(args.allowed_origin);
     let mcp_shutdown = state.mcp.shutdown.clone();
     let slots = state.admission.slots();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
@@ -92,7 +94,9 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
             }
         });
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let server = axum::serve(listener, sandbox_server::app(state)).with_graceful_shutdown(async move {
+        // The peer address counts refusals per client.
+        let app = sandbox_server::app(state).into_make_service_with_connect_info::<SocketAddr>();
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             shutdown_signal().await;
             tracing::info!("shutting down: no new connections");
             let _ = stop_tx.send(true);

@@ -312,10 +312,11 @@ async def test_http_needs_a_key_and_checks_host_and_origin(sandbox: Sandbox) -> 
     r = await post({"authorization": "Bearer wrong"})
     assert r.status_code == 401
     auth = {"authorization": "Bearer mcp-test-key-all"}
+    # The service's Host/Origin policy, the same on every route (DNS rebinding, cross-origin pages).
     r = await post({**auth, "host": "evil.example"})
-    assert r.status_code == 403, r.text
+    assert r.status_code == 421 and r.json()["code"] == "host_not_allowed", r.text
     r = await post({**auth, "origin": "http://evil.example"})
-    assert r.status_code == 403, r.text
+    assert r.status_code == 403 and r.json()["code"] == "origin_not_allowed", r.text
     r = await post(auth)
     assert r.status_code == 200 and "\"protocolVersion\":\"2025-11-25\"" in r.text and r.headers["mcp-session-id"], r.text
 

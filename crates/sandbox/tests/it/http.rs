@@ -10,9 +10,9 @@ use sandbox_core::ExecutionRequest;
 
 use super::*;
 
-const KEY_ALL: &str = "test-key-all";
-const KEY_PY: &str = "test-key-py";
-const KEYS: &str = r#"
+pub const KEY_ALL: &str = "test-key-all";
+pub const KEY_PY: &str = "test-key-py";
+pub const KEYS: &str = r#"
 [[service.api_keys]]
 name = "all"
 sha256 = "31a65195ae16798d1e0d6d435b997168cc1cc4175b7f8a46c1484ed962f7c041"
@@ -32,20 +32,27 @@ pub struct Server {
 impl Server {
     /// Starts a server whose config is the test profiles plus `service_toml`.
     pub fn start(service_toml: &str) -> Self {
+        Self::start_with(service_toml, &[])
+    }
+
+    /// Starts a server whose config is the test profiles plus `service_toml`, with extra
+    /// `sandbox serve` arguments.
+    pub fn start_with(service_toml: &str, serve_args: &[&str]) -> Self {
         let dir = tempfile::Builder::new().prefix("srv-").tempdir_in(&env().dir).unwrap().keep();
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         std::fs::write(dir.join("config.toml"), format!("{}{TEST_CONFIG}\n{service_toml}", runtime_toml())).unwrap();
-        Self::spawn(&dir.join("config.toml"), dir.join("data"))
+        Self::spawn(&dir.join("config.toml"), dir.join("data"), serve_args)
     }
 
     /// `sandbox serve` on a free port; its first stdout line names the address.
-    fn spawn(config: &Path, data: PathBuf) -> Self {
+    fn spawn(config: &Path, data: PathBuf, serve_args: &[&str]) -> Self {
         let mut child = Command::new(bin())
             .arg("--config")
             .arg(config)
             .arg("--data-dir")
             .arg(&data)
             .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(serve_args)
             .env("SANDBOX_LOG", "warn")
             .stdout(Stdio::piped())
             .spawn()
@@ -58,7 +65,7 @@ impl Server {
 
     /// Starts a server again on the same configuration and data directory (after a crash).
     pub fn restart(old: &Server) -> Self {
-        Self::spawn(&old.data.parent().unwrap().join("config.toml"), old.data.clone())
+        Self::spawn(&old.data.parent().unwrap().join("config.toml"), old.data.clone(), &[])
     }
 
     /// SIGKILL: the service dies without any clean-up of its own.

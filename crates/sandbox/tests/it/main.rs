@@ -11,6 +11,7 @@ mod examples;
 mod files;
 mod harness;
 mod http;
+mod http_attacks;
 mod limits;
 mod mcp;
 mod network;

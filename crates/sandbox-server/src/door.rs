@@ -1,0 +1,81 @@
+//! What every request passes before a handler runs, as tower middleware on the router (so any
+//! front door mounted behind it gets the same): the `Host`/`Origin` policy on every route but
+//! the health probes, then the API key on `/v1` and `/mcp`, both before any of the body is read.
+//! A refusal here reads at most [`PRE_AUTH_BODY_MAX_BYTES`] of the body (so a small request's
+//! connection stays usable) and never waits for more; it is charged to the client's address
+//! ([`crate::refusals`]) and, for requests that ask to run code, audited as caller
+//! `unauthenticated` with the method, path and address, not the body.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, Method};
+use axum::middleware::Next;
+use axum::response::Response;
+use sandbox_core::ErrorCode;
+
+use crate::auth::{authenticate, Caller};
+use crate::problem;
+use crate::refusals::{refuse, Peer};
+use crate::AppState;
+
+/// Most bytes of an unauthenticated request's body the service reads (and discards).
+pub const PRE_AUTH_BODY_MAX_BYTES: usize = 4 << 10;
+/// Longest the service waits for those bytes.
+const PRE_AUTH_DRAIN: Duration = Duration::from_secs(1);
+
+/// Refuses a request whose `Host` or `Origin` the [`crate::HostPolicy`] does not allow
+/// (421 `host_not_allowed`, 403 `origin_not_allowed`); `/healthz` and `/readyz` pass.
+pub(crate) async fn host_and_origin(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if crate::origin::EXEMPT_PATHS.contains(&request.uri().path()) {
+        return next.run(request).await;
+    }
+    match state.hosts.check(request.uri(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(r) => refuse_unread(&state, request, r.code, r.detail).await,
+    }
+}
+
+/// Puts the [`Caller`] and its [`Peer`] address into the request's extensions, or answers 401
+/// `unauthorized` (with `WWW-Authenticate`) without reading the body.
+pub(crate) async fn api_key(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let peer = Peer::of(request.extensions());
+    let caller = if state.require_auth { authenticate(request.headers(), &state.engine.config().service.api_keys) } else { Some(Caller::Anonymous) };
+    let Some(caller) = caller else {
+        let detail = "send a valid API key as 'Authorization: Bearer <key>'".to_owned();
+        return refuse_unread(&state, request, ErrorCode::Unauthorized, detail).await;
+    };
+    request.extensions_mut().insert(peer);
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+/// A refusal before authentication: charged, audited if the request asks to run code, and
+/// answered after reading at most a few KiB of the body.
+async fn refuse_unread(state: &AppState, request: Request, code: ErrorCode, detail: String) -> Response {
+    let peer = Peer::of(request.extensions());
+    let (parts, body) = request.into_parts();
+    let runs_code = parts.method == Method::POST && matches!(parts.uri.path(), "/v1/executions" | "/mcp");
+    // The record says where the request went and from where; the body is never looked at.
+    let path: String = parts.uri.path().chars().take(128).collect();
+    let message = format!("{detail} ({} {path} from {peer})", parts.method);
+    let audit = runs_code.then_some(("unauthenticated", None, message.as_str()));
+    let mut response = refuse(state, peer, audit, problem::new(code, detail, None, None));
+    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if !drain(declared, body).await {
+        // The rest of the body is still on the wire: this connection cannot carry another request.
+        response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// Reads and drops a body of at most [`PRE_AUTH_BODY_MAX_BYTES`] within [`PRE_AUTH_DRAIN`], so
+/// a client that already sent its small body reads the answer rather than a reset connection.
+/// A larger declared body is not read at all. Returns whether the whole body was read.
+async fn drain(content_length: Option<u64>, body: Body) -> bool {
+    if content_length.is_some_and(|n| n > PRE_AUTH_BODY_MAX_BYTES as u64) {
+        return false;
+    }
+    matches!(tokio::time::timeout(PRE_AUTH_DRAIN, axum::body::to_bytes(body, PRE_AUTH_BODY_MAX_BYTES)).await, Ok(Ok(_)))
+}
