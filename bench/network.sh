@@ -9,4 +9,4 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 bash scripts/install-deps.sh >/dev/null
 cargo build --release -q -p sandbox
-exec python3 bench/network.py "$ROOT/target/release/sandbox" "${N:-40}"
+exec python3 bench/network.py "${CARGO_TARGET_DIR:-$ROOT/target}/release/sandbox" "${N:-40}"

@@ -94,10 +94,12 @@ export interface Enforcement {
 export interface NetworkReport {
   allowed: Array<{ host?: string; address: string; port: number; protocol: string; bytesSent: number;
     bytesReceived: number; startedAt: string; durationMs: number; error?: string }>;
-  /** `reason`: not_allowed, name_not_allowed, internal_address, protocol_not_allowed, too_many_connections. */
+  /** `reason`: not_allowed, name_not_allowed, internal_address, protocol_not_allowed, too_many_connections, too_many_addresses. */
   blocked: Array<{ host?: string; address: string; port?: number; protocol: string; at: string; reason: string }>;
   allowedOmitted: number;
   blockedOmitted: number;
+  /** Most memory (bytes) the engine's TCP buffers held at once for this run's connections. */
+  bufferPeakBytes?: number;
 }
 
 /** A structured error inside a result: the program's exception or a service failure. */

@@ -286,6 +286,10 @@ pub struct NetworkReport {
     pub allowed_omitted: u64,
     /// Blocked attempts beyond the cap, counted but not listed.
     pub blocked_omitted: u64,
+    /// Most memory the engine's userspace TCP buffers held at once for this execution's
+    /// connections, in bytes (capped per execution at 16 MiB); 0 in records made before it.
+    #[serde(default)]
+    pub buffer_peak_bytes: u64,
 }
 
 /// One allowed connection.
@@ -333,7 +337,8 @@ pub struct BlockedAttempt {
     /// Stable reason: `not_allowed` (no rule covers address and port), `name_not_allowed` (DNS
     /// question for a name no rule covers), `internal_address` (an allowed name resolved to a
     /// loopback, link-local or private address), `protocol_not_allowed` (only TCP and DNS pass),
-    /// `too_many_connections` (more than 256 allowed connections open at once).
+    /// `too_many_connections` (more than 256 allowed connections open at once), `too_many_addresses`
+    /// (the sandbox's DNS already handed out 1024 addresses).
     pub reason: String,
 }
 

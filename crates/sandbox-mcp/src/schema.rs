@@ -205,6 +205,9 @@ struct NetworkOut {
     allowed_omitted: u64,
     /// Blocked attempts beyond the list's cap, counted only.
     blocked_omitted: u64,
+    /// Most memory the engine's TCP buffers held at once for this run's connections, in bytes.
+    #[serde(default)]
+    buffer_peak_bytes: u64,
 }
 
 /// One allowed connection.

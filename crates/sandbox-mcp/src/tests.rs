@@ -47,6 +47,7 @@ fn full_result() -> ExecutionResult {
             }],
             allowed_omitted: 0,
             blocked_omitted: 0,
+            buffer_peak_bytes: 0,
         }),
         enforcement: Some(Enforcement { cgroup: "v2".into(), landlock_abi: 3, seccomp: true, network: "none".into() }),
         error: Some(ExecError {

@@ -148,7 +148,7 @@ class ExecutionResult:
     enforcement: Optional[Enforcement] = None
     error: Optional[ExecError] = None
     network: Optional[Dict[str, Any]] = None
-    """Allowlist profiles: ``{"allowed": [...], "blocked": [...], "allowedOmitted", "blockedOmitted"}`` (camelCase, as sent)."""
+    """Allowlist profiles: ``{"allowed": [...], "blocked": [...], "allowedOmitted", "blockedOmitted", "bufferPeakBytes"}`` (camelCase, as sent)."""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The JSON object as received."""
 

@@ -4,13 +4,16 @@
 //! the question's name and type leave, re-encoded in a fresh query (no client bytes are
 //! forwarded), so nothing can be tunnelled through the upstream server under a disallowed name.
 
-use std::net::{IpAddr, SocketAddr};
+use std::io;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{rdata::A, Name, RData, Record, RecordType};
 use sandbox_core::network::BlockedAttempt;
 use sandbox_runtime::tun::GATEWAY_IPV4;
+use tokio::sync::Semaphore;
 
 use super::policy::{Policy, Refusal};
 use super::report::{now, Reporter};
@@ -19,10 +22,69 @@ use super::report::{now, Reporter};
 const TTL_S: u32 = 60;
 /// How long an upstream lookup may take.
 const UPSTREAM_PATIENCE: Duration = Duration::from_secs(3);
+/// Host-resolver look-ups (`getaddrinfo` on a blocking thread, which a timeout cannot stop)
+/// running at once for one sandbox, counted until the call returns; a question past that gets an
+/// empty answer at once.
+pub(crate) const HOST_LOOKUPS_PER_SANDBOX: usize = 4;
+/// The same for the whole process, so that sandboxes together cannot fill tokio's blocking pool.
+pub(crate) const HOST_LOOKUPS_MAX: usize = 32;
+static HOST_LOOKUPS: Semaphore = Semaphore::const_new(HOST_LOOKUPS_MAX);
 
-/// Answers one DNS message `query` from the sandbox; `None` for something that is not a
-/// well-formed question (dropped, like a real server would).
-pub(crate) async fn answer(query: &[u8], policy: &Policy, report: &Reporter, upstream: Option<SocketAddr>) -> Option<Vec<u8>> {
+/// A blocking look-up of a name's addresses (the host's resolver, or a test's stand-in).
+pub(crate) type Lookup = fn(&str) -> io::Result<Vec<IpAddr>>;
+
+/// One sandbox's way to resolve allowed names.
+#[derive(Clone)]
+pub(crate) struct Resolver {
+    upstream: Option<SocketAddr>,
+    lookup: Lookup,
+    slots: Arc<Semaphore>,
+}
+
+impl Resolver {
+    /// Asks `upstream` (UDP `IP:PORT`) or, when `None`, the host's resolver.
+    pub(crate) fn new(upstream: Option<SocketAddr>) -> Self {
+        Self::with_lookup(upstream, |name| Ok((name, 0).to_socket_addrs()?.map(|a| a.ip()).collect()))
+    }
+
+    /// Like [`Resolver::new`], with `lookup` standing in for the host's resolver.
+    pub(crate) fn with_lookup(upstream: Option<SocketAddr>, lookup: Lookup) -> Self {
+        Self { upstream, lookup, slots: Arc::new(Semaphore::new(HOST_LOOKUPS_PER_SANDBOX)) }
+    }
+
+    /// Answers one DNS message `query` from the sandbox; `None` for something that is not a
+    /// well-formed question (dropped, like a real server would).
+    pub(crate) async fn answer(&self, query: &[u8], policy: &Policy, report: &Reporter) -> Option<Vec<u8>> {
+        answer(query, policy, report, self).await
+    }
+
+    /// IPv4 addresses of `name`: from the upstream server (UDP) if set, else the host's resolver.
+    /// Failures, time-outs and a full look-up pool give no addresses (an empty answer).
+    async fn resolve(&self, name: &str) -> Vec<IpAddr> {
+        let found = match self.upstream {
+            Some(server) => tokio::time::timeout(UPSTREAM_PATIENCE, ask(name, server)).await.ok().flatten(),
+            None => self.host_lookup(name).await,
+        };
+        let mut v: Vec<IpAddr> = found.unwrap_or_default().into_iter().filter(IpAddr::is_ipv4).collect();
+        v.dedup();
+        v
+    }
+
+    async fn host_lookup(&self, name: &str) -> Option<Vec<IpAddr>> {
+        // Both permits go to the blocking thread: a look-up that outlives its timeout still
+        // counts until getaddrinfo returns.
+        let global = HOST_LOOKUPS.try_acquire().ok()?;
+        let mine = self.slots.clone().try_acquire_owned().ok()?;
+        let (lookup, name) = (self.lookup, name.to_owned());
+        let task = tokio::task::spawn_blocking(move || {
+            let _permits = (global, mine);
+            lookup(&name)
+        });
+        tokio::time::timeout(UPSTREAM_PATIENCE, task).await.ok()?.ok()?.ok()
+    }
+}
+
+async fn answer(query: &[u8], policy: &Policy, report: &Reporter, resolver: &Resolver) -> Option<Vec<u8>> {
     let q = Message::from_vec(query).ok()?;
     if q.metadata.message_type != MessageType::Query || q.metadata.op_code != OpCode::Query {
         return None;
@@ -54,7 +116,7 @@ pub(crate) async fn answer(query: &[u8], policy: &Policy, report: &Reporter, ups
     }
     let (found, trusted) = match policy.static_host(&name) {
         Some(ip) => (vec![ip], true),
-        None => (resolve(&name, upstream).await, false),
+        None => (resolver.resolve(&name).await, false),
     };
     let addrs = policy.screen(found.clone(), trusted);
     if addrs.is_empty() && !found.is_empty() {
@@ -69,27 +131,21 @@ pub(crate) async fn answer(query: &[u8], policy: &Policy, report: &Reporter, ups
     }
     for ip in addrs {
         if let IpAddr::V4(v4) = ip {
-            policy.hand_out(&name, ip);
+            if !policy.hand_out(&name, ip) {
+                report.blocked(BlockedAttempt {
+                    host: Some(name.clone()),
+                    address: ip.to_string(),
+                    port: None,
+                    protocol: "dns".into(),
+                    at: now(),
+                    reason: Refusal::TooManyAddresses.as_str().into(),
+                });
+                continue;
+            }
             reply.add_answer(Record::from_rdata(question.name().clone(), TTL_S, RData::A(A(v4))));
         }
     }
     reply.to_vec().ok()
-}
-
-/// IPv4 addresses of `name`: from `upstream` (UDP) if set, else the host's resolver. Failures
-/// give no addresses (the sandbox sees an empty answer).
-async fn resolve(name: &str, upstream: Option<SocketAddr>) -> Vec<IpAddr> {
-    let found = match upstream {
-        Some(server) => tokio::time::timeout(UPSTREAM_PATIENCE, ask(name, server)).await.ok().flatten(),
-        None => tokio::time::timeout(UPSTREAM_PATIENCE, tokio::net::lookup_host((name, 0)))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .map(|it| it.map(|a| a.ip()).collect()),
-    };
-    let mut v: Vec<IpAddr> = found.unwrap_or_default().into_iter().filter(IpAddr::is_ipv4).collect();
-    v.dedup();
-    v
 }
 
 async fn ask(name: &str, server: SocketAddr) -> Option<Vec<IpAddr>> {

@@ -3,17 +3,20 @@
 //! reads every packet the sandbox sends and decides ([`packet::classify`]):
 //!
 //! - UDP to the gateway's port 53: the sandbox's DNS ([`dns`]), which answers only allowed names;
-//! - TCP to an allowed address and port: into a userspace TCP stack (ipstack), whose streams
-//!   are spliced to host-side `TcpStream`s, counting bytes each way (TLS passes untouched);
+//! - TCP to an allowed address and port: into a userspace TCP stack with bounded buffers
+//!   ([`tcp`], smoltcp), whose connections are copied to host-side `TcpStream`s, counting bytes
+//!   each way (TLS passes untouched);
 //! - anything else: refused at once (TCP RST, ICMP unreachable) and reported.
 //!
 //! Nothing changes on the host: no firewall rule, route or sysctl. Every task of one execution
-//! lives under one tokio task; [`Network::finish`] aborts it, which closes the TUN descriptor.
+//! lives under one tokio task, whose loop runs the filter, the stack and the copying;
+//! [`Network::finish`] aborts it, which closes the TUN descriptor and every host socket.
 
 mod dns;
 mod packet;
 mod policy;
 mod report;
+mod tcp;
 #[cfg(test)]
 mod tests;
 
@@ -21,38 +24,25 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use ipstack::{IpStack, IpStackConfig, IpStackStream, IpStackTcpStream, TcpConfig};
 use sandbox_core::network::{AllowedConnection, Allowlist, BlockedAttempt, NetworkReport};
 use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use packet::Verdict;
 use policy::Policy;
 use report::{now, Reporter};
+use tcp::{Stack, MAX_CONNECTIONS};
 
-/// How long connecting to an allowed destination may take.
-const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
-/// Packets read from the TUN per wake-up.
+/// Packets read from the TUN per wake-up (the stack's input queue holds at most these).
 const READ_BATCH: usize = 64;
-/// How often a quiet stream is polled again (see `copy_counting`).
-const REPOLL: Duration = Duration::from_millis(250);
-/// How long passing an end of stream on may take.
-const SHUTDOWN_PATIENCE: Duration = Duration::from_secs(1);
-/// Allowed connections open at once per sandbox (each holds a host socket); past that, new ones
-/// are reset and reported as `too_many_connections`.
-const MAX_CONNECTIONS: usize = 256;
+/// How long the stack sleeps with nothing to do and no timer set.
+const IDLE: Duration = Duration::from_secs(3600);
 /// DNS questions answered at once; more are dropped (the client retries).
 const DNS_CONCURRENCY: usize = 32;
-/// Packets queued for the TCP stack; past that they are dropped (TCP retransmits).
-const STACK_QUEUE: usize = 4096;
 
 /// One execution's network, running on the engine's runtime.
 pub(crate) struct Network {
@@ -61,9 +51,9 @@ pub(crate) struct Network {
 }
 
 /// The runtime every sandbox's network runs on: multi-threaded even under the CLI's
-/// current-thread runtime, because ipstack 1.0.1 drops a stream with `block_in_place`, which
-/// panics anywhere else. Two workers, started at the first allowlist execution, for the life of
-/// the process.
+/// current-thread runtime, so that a sandbox's packets keep moving while the CLI's thread
+/// waits on the program, and one busy sandbox does not stall another's network. Two workers,
+/// started at the first allowlist execution, for the life of the process.
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
     RUNTIME.get_or_init(|| {
@@ -82,7 +72,7 @@ impl Network {
     /// `upstream` (UDP `IP:PORT`) or, when `None`, the host's resolver.
     pub(crate) fn start(channel: UnixStream, allowlist: &Allowlist, upstream: Option<SocketAddr>) -> Self {
         let reporter = Reporter::default();
-        let policy = Arc::new(Policy::new(allowlist));
+        let policy = Arc::new(Policy::new(allowlist, policy::host_addresses()));
         let r = reporter.clone();
         let task = runtime().spawn(async move {
             // EOF (no descriptor) means init failed before its network was up; it reports why.
@@ -112,6 +102,12 @@ impl Drop for Network {
     }
 }
 
+/// What woke the loop.
+enum Event {
+    Connected(tcp::Connecting),
+    Other,
+}
+
 async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: Option<SocketAddr>) -> io::Result<()> {
     let flags = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_GETFL)?;
     let flags = nix::fcntl::OFlag::from_bits_truncate(flags) | nix::fcntl::OFlag::O_NONBLOCK;
@@ -120,51 +116,65 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
     // here it owns the `OwnedFd`, so the descriptor lives exactly as long as the registration.
     #[allow(deprecated)]
     let tun = Arc::new(AsyncFd::new(fd)?);
-    let (to_stack, from_filter) = mpsc::channel(STACK_QUEUE);
-    let mut config = IpStackConfig::default();
-    config.mtu(sandbox_runtime::tun::MTU).map_err(io::Error::other)?;
-    let mut tcp = TcpConfig::default();
-    // The defaults (16 KiB in flight, 16 KiB receive buffer) cap throughput far below the
-    // window TCP without scaling allows (64 KiB); and an idle allowed connection (a long poll)
-    // must not be reset after 60 s: the execution's own timeout ends it.
-    tcp.max_unacked_bytes = 64 << 10;
-    tcp.read_buffer_size = 64 << 10;
-    tcp.timeout = Duration::from_secs(24 * 3600);
-    config.with_tcp_config(tcp);
-    let mut stack = IpStack::new(config, Device { tun: tun.clone(), rx: from_filter });
-    let mut tasks = JoinSet::new();
+    let mut stack = Stack::new(tun.clone(), usize::from(sandbox_runtime::tun::MTU));
+    let mut connecting = JoinSet::new();
+    let mut dns_tasks = JoinSet::new();
+    let dns = dns::Resolver::new(upstream);
     let dns_slots = Arc::new(Semaphore::new(DNS_CONCURRENCY));
-    let connection_slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut buf = vec![0u8; 65536];
+    let mut peak = 0;
     loop {
-        tokio::select! {
+        let delay = stack.delay().unwrap_or(IDLE);
+        let event = tokio::select! {
             ready = tun.readable() => {
                 let mut guard = ready?;
-                // Up to a batch of packets per wake-up, then let the stack and the splices run.
+                // Up to a batch of packets per wake-up, then let the stack run.
                 for _ in 0..READ_BATCH {
                     let n = match guard.try_io(|fd| nix::unistd::read(fd, &mut buf).map_err(io::Error::from)) {
                         Ok(n) => n?,
                         Err(_would_block) => break,
                     };
-                    match packet::classify(&buf[..n], &policy, &reporter) {
-                        Verdict::Pass => {
-                            let _ = to_stack.try_send(buf[..n].to_vec());
+                    let pkt = &buf[..n];
+                    match packet::classify(pkt, &policy, &reporter) {
+                        Verdict::Pass { src, dst } => {
+                            let key = (src, dst);
+                            if stack.is_pending(&key) {
+                                // Its SYN waits for the host-side connect; nothing else is due yet.
+                            } else if stack.knows(&key) {
+                                stack.ingress(pkt.to_vec());
+                            } else {
+                                write_packet(&tun, &packet::reset_for(pkt));
+                            }
                         }
-                        Verdict::Connect { dst, refusal } => {
-                            if connection_slots.available_permits() == 0 {
+                        Verdict::Connect { src, dst, refusal } => {
+                            let key = (src, dst);
+                            if stack.knows(&key) {
+                                // A retransmitted SYN: the stack (or the pending connect) has it.
+                                if !stack.is_pending(&key) {
+                                    stack.ingress(pkt.to_vec());
+                                }
+                            } else if stack.open() >= MAX_CONNECTIONS {
                                 too_many(&reporter, &policy, dst);
                                 write_packet(&tun, &refusal);
                             } else {
-                                let _ = to_stack.try_send(buf[..n].to_vec());
+                                let report = reporter.allowed(AllowedConnection {
+                                    host: policy.host_of(dst.ip()),
+                                    address: dst.ip().to_string(),
+                                    port: dst.port(),
+                                    protocol: "tcp".into(),
+                                    started_at: now(),
+                                    ..Default::default()
+                                });
+                                connecting.spawn(stack.start(key, pkt.to_vec(), refusal, report));
                             }
                         }
                         Verdict::Reply(p) => write_packet(&tun, &p),
                         Verdict::Dns { query, client } => {
                             let Ok(permit) = dns_slots.clone().try_acquire_owned() else { continue };
-                            let (tun, policy, reporter) = (tun.clone(), policy.clone(), reporter.clone());
-                            tasks.spawn(async move {
+                            let (tun, policy, reporter, dns) = (tun.clone(), policy.clone(), reporter.clone(), dns.clone());
+                            dns_tasks.spawn(async move {
                                 let _permit = permit;
-                                if let Some(reply) = dns::answer(&query, &policy, &reporter, upstream).await.and_then(|a| packet::dns_reply(client, &a)) {
+                                if let Some(reply) = dns.answer(&query, &policy, &reporter).await.and_then(|a| packet::dns_reply(client, &a)) {
                                     write_packet(&tun, &reply);
                                 }
                             });
@@ -172,30 +182,23 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
                         Verdict::Drop => {}
                     }
                 }
+                Event::Other
             }
-            accepted = stack.accept() => match accepted {
-                Ok(IpStackStream::Tcp(stream)) => match connection_slots.clone().try_acquire_owned() {
-                    Ok(permit) => {
-                        let (policy, reporter) = (policy.clone(), reporter.clone());
-                        tasks.spawn(async move {
-                            let _permit = permit;
-                            splice(stream, policy, reporter).await;
-                        });
-                    }
-                    // Rare: SYNs raced past the filter's check (the stack answers a SYN before
-                    // the stream is accepted). The connection is closed at once.
-                    Err(_) => {
-                        too_many(&reporter, &policy, stream.peer_addr());
-                        tasks.spawn(async move {
-                            let mut stream = stream;
-                            let _ = tokio::time::timeout(SHUTDOWN_PATIENCE, stream.shutdown()).await;
-                        });
-                    }
-                },
-                Ok(_) => {}
+            Some(done) = connecting.join_next(), if !connecting.is_empty() => match done {
+                Ok(c) => Event::Connected(c),
                 Err(e) => return Err(io::Error::other(e)),
             },
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            Some(_) = dns_tasks.join_next(), if !dns_tasks.is_empty() => Event::Other,
+            () = stack.host_ready() => Event::Other,
+            () = tokio::time::sleep(delay) => Event::Other,
+        };
+        if let Event::Connected(c) = event {
+            stack.connected(c);
+        }
+        stack.run();
+        if stack.buffered_peak() != peak {
+            peak = stack.buffered_peak();
+            reporter.buffer_peak(peak);
         }
     }
 }
@@ -221,100 +224,3 @@ fn write_packet(tun: &AsyncFd<OwnedFd>, p: &[u8]) {
     }
 }
 
-/// Connects an allowed stream from the sandbox to its destination and copies both ways.
-async fn splice(stream: IpStackTcpStream, policy: Arc<Policy>, reporter: Reporter) {
-    let dst = stream.peer_addr();
-    let conn = reporter.allowed(AllowedConnection {
-        host: policy.host_of(dst.ip()),
-        address: dst.ip().to_string(),
-        port: dst.port(),
-        protocol: "tcp".into(),
-        started_at: now(),
-        ..Default::default()
-    });
-    let upstream = match tokio::time::timeout(CONNECT_PATIENCE, tokio::net::TcpStream::connect(dst)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return conn.end(Some(format!("connecting to {dst}: {e}"))),
-        Err(_) => return conn.end(Some(format!("connecting to {dst}: no answer within {CONNECT_PATIENCE:?}"))),
-    };
-    let _ = upstream.set_nodelay(true);
-    let counters = conn.counters().clone();
-    let (mut sandbox_read, mut sandbox_write) = tokio::io::split(stream);
-    let (mut up_read, mut up_write) = upstream.into_split();
-    let (a, b) = tokio::join!(
-        copy_counting(&mut sandbox_read, &mut up_write, &counters.sent),
-        copy_counting(&mut up_read, &mut sandbox_write, &counters.received),
-    );
-    conn.end(a.err().or(b.err()).map(|e| e.to_string()));
-}
-
-/// Copies `from` to `to` until EOF or an error, then shuts `to` down (so the other side sees
-/// the end either way), adding each chunk to `count`.
-async fn copy_counting(from: &mut (impl AsyncRead + Unpin), to: &mut (impl AsyncWrite + Unpin), count: &AtomicU64) -> io::Result<()> {
-    let mut buf = vec![0u8; 64 << 10];
-    let result = loop {
-        // Re-polled: ipstack 1.0.1 does not wake a pending read when the sandbox closes the
-        // connection; polling again sees the closed state (reads are cancel-safe).
-        let n = match tokio::time::timeout(REPOLL, from.read(&mut buf)).await {
-            Err(_elapsed) => continue,
-            Ok(read) => read,
-        };
-        let n = match n {
-            Ok(0) => break Ok(()),
-            Ok(n) => n,
-            Err(e) => break Err(e),
-        };
-        if let Err(e) = to.write_all(&buf[..n]).await {
-            break Err(e);
-        }
-        count.fetch_add(n as u64, Ordering::Relaxed);
-    };
-    tracing::debug!(?result, "splice: one direction ended");
-    // Bounded: ipstack's shutdown can wait on a session the sandbox already closed.
-    let _ = tokio::time::timeout(SHUTDOWN_PATIENCE, to.shutdown()).await;
-    result
-}
-
-/// The TCP stack's view of the TUN: it reads only the packets the filter passed, and writes
-/// straight to the device.
-struct Device {
-    tun: Arc<AsyncFd<OwnedFd>>,
-    rx: mpsc::Receiver<Vec<u8>>,
-}
-
-impl AsyncRead for Device {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(p)) => {
-                let n = p.len().min(buf.remaining());
-                buf.put_slice(&p[..n]);
-                Poll::Ready(Ok(()))
-            }
-            // The filter is gone (the execution is ending): nothing more will come.
-            Poll::Ready(None) | Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl AsyncWrite for Device {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        loop {
-            let mut guard = match self.tun.poll_write_ready(cx) {
-                Poll::Ready(g) => g?,
-                Poll::Pending => return Poll::Pending,
-            };
-            match guard.try_io(|fd| nix::unistd::write(fd.get_ref(), buf).map_err(io::Error::from)) {
-                Ok(r) => return Poll::Ready(r),
-                Err(_would_block) => continue,
-            }
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}

@@ -14,11 +14,19 @@ use super::report::{now, Reporter};
 /// What to do with one packet from the sandbox.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
-    /// Allowed TCP: hand it to the userspace stack.
-    Pass,
-    /// An allowed TCP SYN: hand it to the stack, unless the sandbox has too many connections
-    /// open, then answer with `refusal` (a RST).
+    /// Allowed TCP of the connection from `src` to `dst`: hand it to the userspace stack.
+    Pass {
+        /// The sandbox's end.
+        src: SocketAddr,
+        /// Destination.
+        dst: SocketAddr,
+    },
+    /// An allowed TCP SYN: connect to the destination and then hand it to the stack, unless
+    /// the sandbox has too many connections open or the connect fails, then answer with
+    /// `refusal` (a RST).
     Connect {
+        /// The sandbox's end.
+        src: SocketAddr,
         /// Destination.
         dst: SocketAddr,
         /// The RST that refuses it.
@@ -67,12 +75,13 @@ pub(crate) fn classify(pkt: &[u8], policy: &Policy, report: &Reporter) -> Verdic
     match &p.transport {
         Some(TransportSlice::Tcp(t)) => {
             if policy.tcp_allowed(dst, t.destination_port()) {
+                let (from, to) = (SocketAddr::new(src, t.source_port()), SocketAddr::new(dst, t.destination_port()));
                 if t.syn() && !t.ack() {
                     let ack = t.sequence_number().wrapping_add(1);
                     let refusal = tcp_rst(dst, src, t.destination_port(), t.source_port(), 0, ack);
-                    return Verdict::Connect { dst: SocketAddr::new(dst, t.destination_port()), refusal };
+                    return Verdict::Connect { src: from, dst: to, refusal };
                 }
-                return Verdict::Pass;
+                return Verdict::Pass { src: from, dst: to };
             }
             if t.rst() {
                 return Verdict::Drop;
@@ -103,6 +112,28 @@ pub(crate) fn classify(pkt: &[u8], policy: &Policy, report: &Reporter) -> Verdic
             Verdict::Drop
         }
     }
+}
+
+/// The RST that answers TCP packet `pkt` of a connection nobody holds (RFC 9293 3.10.7.1), or
+/// nothing for a RST or a packet that is not TCP.
+pub(crate) fn reset_for(pkt: &[u8]) -> Vec<u8> {
+    let Ok(p) = SlicedPacket::from_ip(pkt) else { return Vec::new() };
+    let (src, dst) = match &p.net {
+        Some(NetSlice::Ipv4(v4)) => (IpAddr::V4(v4.header().source_addr()), IpAddr::V4(v4.header().destination_addr())),
+        Some(NetSlice::Ipv6(v6)) => (IpAddr::V6(v6.header().source_addr()), IpAddr::V6(v6.header().destination_addr())),
+        _ => return Vec::new(),
+    };
+    let Some(TransportSlice::Tcp(t)) = &p.transport else { return Vec::new() };
+    if t.rst() {
+        return Vec::new();
+    }
+    let (seq, ack) = if t.ack() {
+        (t.acknowledgment_number(), 0)
+    } else {
+        let len = u32::try_from(t.payload().len()).unwrap_or(0) + u32::from(t.syn()) + u32::from(t.fin());
+        (0, t.sequence_number().wrapping_add(len))
+    };
+    tcp_rst(dst, src, t.destination_port(), t.source_port(), seq, ack)
 }
 
 /// A TCP RST from `from`:`from_port` to `to`:`to_port` (with ACK when `ack` is not 0).

@@ -4,11 +4,11 @@
 //! never opens a shared CDN address for other names the sandbox did not ask for).
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 use std::sync::Mutex;
 
-use sandbox_core::network::{canonical, Allowlist, Rule};
+use sandbox_core::network::{canonical, Allowlist, Rule, Target};
 
 /// Why a connection or question was refused; the strings are the report's stable `reason`s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +21,8 @@ pub(crate) enum Refusal {
     InternalAddress,
     /// Only TCP (and UDP to the sandbox's DNS) passes.
     ProtocolNotAllowed,
+    /// The sandbox's DNS already handed out [`HANDED_OUT_MAX`] addresses.
+    TooManyAddresses,
 }
 
 impl Refusal {
@@ -31,14 +33,21 @@ impl Refusal {
             Refusal::NameNotAllowed => "name_not_allowed",
             Refusal::InternalAddress => "internal_address",
             Refusal::ProtocolNotAllowed => "protocol_not_allowed",
+            Refusal::TooManyAddresses => "too_many_addresses",
         }
     }
 }
+
+/// Addresses one sandbox's DNS hands out at most (each opens the ports of its name's rules);
+/// past that, answers for new addresses are empty and reported `too_many_addresses`.
+pub(crate) const HANDED_OUT_MAX: usize = 1024;
 
 /// One sandbox's allowlist plus what its DNS has handed out so far.
 pub(crate) struct Policy {
     rules: Vec<Rule>,
     hosts: HashMap<String, IpAddr>,
+    /// The host's own addresses (every interface), internal like the ranges of [`is_internal`].
+    host: Vec<IpAddr>,
     handed_out: Mutex<HashMap<IpAddr, HandedOut>>,
 }
 
@@ -46,12 +55,36 @@ pub(crate) struct Policy {
 type HandedOut = (String, Vec<RangeInclusive<u16>>);
 
 impl Policy {
-    pub(crate) fn new(a: &Allowlist) -> Self {
+    /// The policy of allowlist `a` on a host whose own addresses are `host` (see [`host_addresses`]).
+    pub(crate) fn new(a: &Allowlist, host: Vec<IpAddr>) -> Self {
         Self {
             rules: a.allow.clone(),
             hosts: a.hosts.iter().map(|(k, v)| (k.to_ascii_lowercase(), *v)).collect(),
+            host: host.into_iter().map(canonical).collect(),
             handed_out: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Whether `ip` is internal: in a range of [`is_internal`] or one of the host's own addresses.
+    pub(crate) fn internal(&self, ip: IpAddr) -> bool {
+        is_internal(ip) || self.host.contains(&canonical(ip))
+    }
+
+    /// Whether IP/CIDR rule `r` reaches `ip`. A rule reaches an internal address only if it
+    /// names it deliberately: a host's own address only by a single-address rule, any other
+    /// internal address only by a rule lying wholly inside that internal range. So `0.0.0.0/0`
+    /// or `0.0.0.0/1` opens public addresses, never 169.254.169.254, 10.0.0.0/8 or the host,
+    /// while `10.1.2.0/24` opens that private network and `198.18.0.2/32` that one address.
+    fn reaches(&self, r: &Rule, ip: IpAddr) -> bool {
+        let ip = canonical(ip);
+        if !r.matches_ip(ip) {
+            return false;
+        }
+        let Target::Cidr(net, len) = r.target else { return false };
+        if self.host.contains(&ip) {
+            return len == if net.is_ipv4() { 32 } else { 128 };
+        }
+        !is_internal(ip) || internal_range_of(net).is_some_and(|(_, range_len)| len >= range_len && internal_range_of(ip) == internal_range_of(net))
     }
 
     /// Whether some rule covers `name` (lowercase, no trailing dot).
@@ -68,17 +101,26 @@ impl Policy {
     /// IP/CIDR rule covers it (DNS rebinding: a public name must not lead to the host's or the
     /// cloud's internal services). `trusted` addresses (the profile's own `hosts`) are kept.
     pub(crate) fn screen(&self, addrs: Vec<IpAddr>, trusted: bool) -> Vec<IpAddr> {
-        addrs.into_iter().map(canonical).filter(|ip| trusted || !is_internal(*ip) || self.rules.iter().any(|r| r.matches_ip(*ip))).collect()
+        addrs.into_iter().map(canonical).filter(|ip| trusted || !self.internal(*ip) || self.rules.iter().any(|r| self.reaches(r, *ip))).collect()
     }
 
-    /// Records that the sandbox was told `ip` for `name`: connections to it on the ports of
-    /// `name`'s rules are allowed from now on.
-    pub(crate) fn hand_out(&self, name: &str, ip: IpAddr) {
-        let ports: Vec<_> = self.rules.iter().filter(|r| r.matches_name(name)).map(|r| r.ports.clone()).collect();
+    /// Records that the sandbox is told `ip` for `name`: connections to it on the ports of
+    /// `name`'s rules are allowed from now on. Refused (`false`) for a new address once
+    /// [`HANDED_OUT_MAX`] are out; each address keeps each port range once.
+    pub(crate) fn hand_out(&self, name: &str, ip: IpAddr) -> bool {
         let mut map = self.handed_out.lock().expect("policy lock");
-        let entry = map.entry(canonical(ip)).or_insert_with(|| (name.to_owned(), Vec::new()));
+        let ip = canonical(ip);
+        if !map.contains_key(&ip) && map.len() >= HANDED_OUT_MAX {
+            return false;
+        }
+        let entry = map.entry(ip).or_insert_with(|| (name.to_owned(), Vec::new()));
         entry.0 = name.to_owned();
-        entry.1.extend(ports);
+        for r in self.rules.iter().filter(|r| r.matches_name(name)) {
+            if !entry.1.contains(&r.ports) {
+                entry.1.push(r.ports.clone());
+            }
+        }
+        true
     }
 
     /// The name the sandbox resolved to `ip`, if any.
@@ -90,33 +132,77 @@ impl Policy {
     /// sandbox's DNS handed `ip` out for a name whose rules allow `port`.
     pub(crate) fn tcp_allowed(&self, ip: IpAddr, port: u16) -> bool {
         let ip = canonical(ip);
-        if self.rules.iter().any(|r| r.matches_ip(ip) && r.allows_port(port)) {
+        if self.rules.iter().any(|r| r.allows_port(port) && self.reaches(r, ip)) {
             return true;
         }
         self.handed_out.lock().expect("policy lock").get(&ip).is_some_and(|(_, ports)| ports.iter().any(|p| p.contains(&port)))
     }
 }
 
-/// Loopback, link-local (incl. the 169.254.169.254 metadata address), private (RFC 1918, ULA),
-/// shared (100.64/10), unspecified, multicast, broadcast and documentation addresses.
-pub(crate) fn is_internal(ip: IpAddr) -> bool {
-    match canonical(ip) {
-        IpAddr::V4(a) => {
-            let o = a.octets();
-            a.is_loopback()
-                || a.is_link_local()
-                || a.is_private()
-                || a.is_unspecified()
-                || a.is_multicast()
-                || a.is_broadcast()
-                || a.is_documentation()
-                || (o[0] == 100 && (o[1] & 0xc0) == 64)
-                || o[0] == 0
-                || o[0] >= 240
+/// The internal ranges (network, prefix length): never reached through a public name (DNS
+/// rebinding) or a wide rule. IPv4: this network 0/8, RFC 1918, shared 100.64/10, loopback,
+/// link-local 169.254/16 (the cloud metadata address), IETF protocol assignments 192.0.0/24,
+/// documentation (TEST-NET-1..3), benchmarking 198.18/15, multicast and reserved 224/3 (with
+/// broadcast). IPv6: unspecified, loopback, NAT64 64:ff9b::/96 (it embeds IPv4), documentation,
+/// ULA fc00::/7, link-local, multicast.
+const INTERNAL: &[(IpAddr, u8)] = &[
+    (IpAddr::V4(Ipv4Addr::new(0, 0, 0, 0)), 8),
+    (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0)), 8),
+    (IpAddr::V4(Ipv4Addr::new(100, 64, 0, 0)), 10),
+    (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8),
+    (IpAddr::V4(Ipv4Addr::new(169, 254, 0, 0)), 16),
+    (IpAddr::V4(Ipv4Addr::new(172, 16, 0, 0)), 12),
+    (IpAddr::V4(Ipv4Addr::new(192, 0, 0, 0)), 24),
+    (IpAddr::V4(Ipv4Addr::new(192, 0, 2, 0)), 24),
+    (IpAddr::V4(Ipv4Addr::new(192, 168, 0, 0)), 16),
+    (IpAddr::V4(Ipv4Addr::new(198, 18, 0, 0)), 15),
+    (IpAddr::V4(Ipv4Addr::new(198, 51, 100, 0)), 24),
+    (IpAddr::V4(Ipv4Addr::new(203, 0, 113, 0)), 24),
+    (IpAddr::V4(Ipv4Addr::new(224, 0, 0, 0)), 3),
+    (IpAddr::V6(Ipv6Addr::UNSPECIFIED), 128),
+    (IpAddr::V6(Ipv6Addr::LOCALHOST), 128),
+    (IpAddr::V6(Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0)), 96),
+    (IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0)), 32),
+    (IpAddr::V6(Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0)), 7),
+    (IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0)), 10),
+    (IpAddr::V6(Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0)), 8),
+];
+
+/// The internal range of [`INTERNAL`] holding `ip`, if any.
+fn internal_range_of(ip: IpAddr) -> Option<(IpAddr, u8)> {
+    let ip = canonical(ip);
+    INTERNAL.iter().copied().find(|(net, len)| match (net, ip) {
+        (IpAddr::V4(n), IpAddr::V4(a)) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(*len)).unwrap_or(0);
+            u32::from(*n) & mask == u32::from(a) & mask
         }
-        IpAddr::V6(a) => {
-            let s = a.segments();
-            a.is_loopback() || a.is_unspecified() || a.is_multicast() || (s[0] & 0xfe00) == 0xfc00 || (s[0] & 0xffc0) == 0xfe80
+        (IpAddr::V6(n), IpAddr::V6(a)) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(*len)).unwrap_or(0);
+            u128::from(*n) & mask == u128::from(a) & mask
+        }
+        _ => false,
+    })
+}
+
+/// Whether `ip` is in one of the [`INTERNAL`] ranges (the host's own addresses are added by
+/// [`Policy::internal`]).
+pub(crate) fn is_internal(ip: IpAddr) -> bool {
+    internal_range_of(ip).is_some()
+}
+
+/// The host's own addresses, every interface (`getifaddrs`); empty if they cannot be listed
+/// (then the internal ranges still apply), logged.
+pub(crate) fn host_addresses() -> Vec<IpAddr> {
+    match nix::ifaddrs::getifaddrs() {
+        Ok(it) => it
+            .filter_map(|i| {
+                let a = i.address?;
+                a.as_sockaddr_in().map(|s| IpAddr::V4(s.ip())).or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the host's addresses; only the internal ranges are screened");
+            Vec::new()
         }
     }
 }

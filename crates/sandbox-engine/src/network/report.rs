@@ -30,6 +30,7 @@ struct Inner {
     blocked: Vec<BlockedAttempt>,
     allowed_omitted: u64,
     blocked_omitted: u64,
+    buffer_peak_bytes: u64,
 }
 
 /// Collects one execution's report; shared by the packet filter, the DNS and the splices.
@@ -85,6 +86,13 @@ impl Reporter {
         }
     }
 
+    /// Records that the sandbox's connections held `bytes` of userspace buffers at once (the
+    /// report keeps the largest).
+    pub(crate) fn buffer_peak(&self, bytes: usize) {
+        let mut inner = self.0.lock().expect("report lock");
+        inner.buffer_peak_bytes = inner.buffer_peak_bytes.max(bytes as u64);
+    }
+
     /// The report as it stands.
     pub(crate) fn snapshot(&self) -> NetworkReport {
         let inner = self.0.lock().expect("report lock");
@@ -106,6 +114,12 @@ impl Reporter {
                 }
             })
             .collect();
-        NetworkReport { allowed, blocked: inner.blocked.clone(), allowed_omitted: inner.allowed_omitted, blocked_omitted: inner.blocked_omitted }
+        NetworkReport {
+            allowed,
+            blocked: inner.blocked.clone(),
+            allowed_omitted: inner.allowed_omitted,
+            blocked_omitted: inner.blocked_omitted,
+            buffer_peak_bytes: inner.buffer_peak_bytes,
+        }
     }
 }

@@ -1,4 +1,5 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
 use hickory_proto::op::{Message, ResponseCode};
@@ -14,7 +15,7 @@ fn policy() -> Policy {
     Policy::new(&Allowlist {
         allow: ["api.test:443", "*.cdn.test:443", "198.51.100.0/24:8000-8100", "10.9.0.7:80"].iter().map(|r| Rule::parse(r).unwrap()).collect(),
         hosts: [("api.test".to_owned(), "10.9.0.5".parse().unwrap())].into(),
-    })
+    }, Vec::new())
 }
 
 fn syn(dst: Ipv4Addr, port: u16) -> Vec<u8> {
@@ -33,7 +34,7 @@ fn udp(dst: Ipv4Addr, port: u16, payload: &[u8]) -> Vec<u8> {
 fn check(pkt: &[u8], p: &Policy, want_pass: bool, want_reported: Option<&str>) -> Verdict {
     let r = Reporter::default();
     let v = classify(pkt, p, &r);
-    assert_eq!(matches!(v, Verdict::Pass | Verdict::Connect { .. }), want_pass, "{v:?}");
+    assert_eq!(matches!(v, Verdict::Pass { .. } | Verdict::Connect { .. }), want_pass, "{v:?}");
     let report = r.snapshot();
     assert_eq!(report.blocked.first().map(|b| b.reason.as_str()), want_reported, "{report:?}");
     v
@@ -105,7 +106,7 @@ async fn dns_answers_allowed_names_and_nxdomain_for_the_rest() {
     let answer = |name: &str, t| {
         let q = question(name, t);
         let (p, r) = (&p, &r);
-        async move { Message::from_vec(&super::dns::answer(&q, p, r, None).await.unwrap()).unwrap() }
+        async move { Message::from_vec(&super::dns::Resolver::new(None).answer(&q, p, r).await.unwrap()).unwrap() }
     };
     let a = answer("API.test.", RecordType::A).await;
     assert_eq!(a.metadata.response_code, ResponseCode::NoError);
@@ -120,4 +121,114 @@ async fn dns_answers_allowed_names_and_nxdomain_for_the_rest() {
     let blocked: Vec<_> = r.snapshot().blocked.into_iter().map(|b| (b.host.unwrap_or_default(), b.reason)).collect();
     assert_eq!(blocked.len(), 3, "{blocked:?}");
     assert!(blocked.iter().all(|(_, reason)| reason == "name_not_allowed"));
+}
+
+fn ips(s: &[&str]) -> Vec<IpAddr> {
+    s.iter().map(|a| a.parse::<IpAddr>().unwrap()).collect()
+}
+
+/// Issue 12, finding 2: the ranges `is_internal` used to miss, and the host's own addresses.
+#[test]
+fn finding_2_internal_ranges_include_benchmarking_ietf_and_the_host() {
+    for ip in ["198.18.0.1", "198.19.255.254", "192.0.0.8", "192.0.0.170", "169.254.169.254", "0.1.2.3", "255.255.255.255", "64:ff9b::a9fe:a9fe", "fd00:5b::1", "::ffff:10.0.0.1"] {
+        assert!(super::policy::is_internal(ip.parse().unwrap()), "{ip}");
+    }
+    for ip in ["198.20.0.1", "198.17.255.255", "192.0.1.1", "93.184.216.34", "2606:4700::1111"] {
+        assert!(!super::policy::is_internal(ip.parse().unwrap()), "{ip}");
+    }
+    let host = ips(&["203.0.114.7", "2a01:4f8::7"]);
+    let p = Policy::new(&Allowlist { allow: vec![], hosts: Default::default() }, host.clone());
+    assert!(host.iter().all(|ip| p.internal(*ip)), "the host's own public addresses are internal");
+    assert_eq!(p.screen(ips(&["203.0.114.7", "203.0.114.8"]), false), ips(&["203.0.114.8"]), "a name resolving to the host is screened");
+}
+
+/// Issue 12, finding 2: a wide CIDR rule opens public addresses only; an internal address needs
+/// a rule inside its range, the host's own address a rule naming exactly it.
+#[test]
+fn finding_2_wide_rules_are_screened_of_internal_ranges_and_the_host() {
+    let rules = |r: &[&str]| Allowlist { allow: r.iter().map(|r| Rule::parse(r).unwrap()).collect(), hosts: Default::default() };
+    let host = ips(&["203.0.114.7", "192.168.1.20"]);
+    let wide = Policy::new(&rules(&["0.0.0.0/0:1-65535", "::/0:1-65535"]), host.clone());
+    for (ip, want) in [
+        ("93.184.216.34", true),
+        ("2606:4700::1111", true),
+        ("169.254.169.254", false),
+        ("10.0.0.1", false),
+        ("192.0.0.8", false),
+        ("198.18.0.1", false),
+        ("203.0.114.7", false),
+        ("192.168.1.20", false),
+        ("fe80::1", false),
+        ("64:ff9b::a9fe:a9fe", false),
+    ] {
+        assert_eq!(wide.tcp_allowed(ip.parse().unwrap(), 80), want, "0.0.0.0/0 and {ip}");
+    }
+    assert_eq!(wide.screen(ips(&["93.184.216.34", "169.254.169.254", "203.0.114.7"]), false), ips(&["93.184.216.34"]));
+    // Rules inside an internal range, or naming the host's address exactly, mean it.
+    let narrow = Policy::new(&rules(&["192.168.0.0/16:80", "10.1.2.0/24:80", "203.0.114.7/32:80", "203.0.114.0/24:80", "10.0.0.0/7:80"]), host);
+    for (ip, want) in [("192.168.7.7", true), ("192.168.1.20", false), ("10.1.2.5", true), ("10.1.3.5", false), ("203.0.114.7", true), ("203.0.114.9", true), ("11.0.0.1", true)] {
+        assert_eq!(narrow.tcp_allowed(ip.parse().unwrap(), 80), want, "{ip}");
+    }
+}
+
+/// Issue 12, finding 2: the handed-out-address map is capped, and asking again for the same
+/// name does not grow an entry.
+#[test]
+fn finding_2_handed_out_addresses_are_capped() {
+    let p = policy();
+    for _ in 0..1000 {
+        assert!(p.hand_out("img.cdn.test", "93.184.216.34".parse().unwrap()));
+    }
+    for i in 1..super::policy::HANDED_OUT_MAX {
+        let ip = IpAddr::V4(Ipv4Addr::from(0x0b00_0000 + u32::try_from(i).unwrap()));
+        assert!(p.hand_out("img.cdn.test", ip), "{i}");
+    }
+    assert!(!p.hand_out("img.cdn.test", "12.0.0.1".parse().unwrap()), "past the cap");
+    assert!(!p.tcp_allowed("12.0.0.1".parse().unwrap(), 443));
+    assert!(p.hand_out("img.cdn.test", "93.184.216.34".parse().unwrap()), "an address already out stays usable");
+}
+
+static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static MOST: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A host resolver that hangs (a dead nameserver: getaddrinfo blocks for its own timeouts).
+fn hanging_lookup(_: &str) -> std::io::Result<Vec<IpAddr>> {
+    use std::sync::atomic::Ordering::SeqCst;
+    let now = RUNNING.fetch_add(1, SeqCst) + 1;
+    MOST.fetch_max(now, SeqCst);
+    std::thread::sleep(std::time::Duration::from_secs(6));
+    RUNNING.fetch_sub(1, SeqCst);
+    Ok(vec!["93.184.216.34".parse().unwrap()])
+}
+
+/// Issue 12, finding 2: look-ups through the host's resolver run on blocking threads, which a
+/// timeout cannot stop; at most `HOST_LOOKUPS_PER_SANDBOX` run for one sandbox, counted until
+/// they return, and every question is answered (empty) within the patience.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finding_2_host_lookups_are_bounded() {
+    let p = Arc::new(policy());
+    let r = Reporter::default();
+    let resolver = super::dns::Resolver::with_lookup(None, hanging_lookup);
+    let start = std::time::Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..40 {
+        let (p, r, resolver) = (p.clone(), r.clone(), resolver.clone());
+        tasks.spawn(async move {
+            let q = question(&format!("n{i}.cdn.test"), RecordType::A);
+            Message::from_vec(&resolver.answer(&q, &p, &r).await.unwrap()).unwrap()
+        });
+    }
+    while let Some(m) = tasks.join_next().await {
+        let m = m.unwrap();
+        assert_eq!((m.metadata.response_code, m.answers.len()), (ResponseCode::NoError, 0), "{m:?}");
+    }
+    assert!(start.elapsed() < std::time::Duration::from_secs(5), "answers waited for the hung look-ups: {:?}", start.elapsed());
+    assert_eq!(MOST.load(std::sync::atomic::Ordering::SeqCst), super::dns::HOST_LOOKUPS_PER_SANDBOX, "blocking look-ups at once");
+    // A second round while the first still hangs: refused at once, no new thread.
+    let q = question("late.cdn.test", RecordType::A);
+    let t = std::time::Instant::now();
+    let m = Message::from_vec(&resolver.answer(&q, &p, &r).await.unwrap()).unwrap();
+    assert_eq!(m.answers.len(), 0);
+    assert!(t.elapsed() < std::time::Duration::from_millis(500), "{:?}", t.elapsed());
+    assert_eq!(RUNNING.load(std::sync::atomic::Ordering::SeqCst), super::dns::HOST_LOOKUPS_PER_SANDBOX);
 }

@@ -21,8 +21,11 @@ use crate::{assert_gone, bin, env, Run};
 const QUICK: f64 = 3.0;
 
 /// Servers and a profile set for one test, on 198.18.`n`.0/24:
-/// `.2` is allowed (HTTP :8080, echo :7007, HTTPS :8443 as `secure.test`), `.3` is another
-/// server nobody allowed (HTTP :8080), `.4` is the upstream DNS server (UDP :53).
+/// `.2` is allowed (HTTP :8080, echo :7007, HTTPS :8443 as `secure.test`, a server that accepts
+/// and never reads :7009), `.3` is another server nobody allowed (HTTP :8080), `.4` is the
+/// upstream DNS server (UDP :53) and a DNS server that never answers (UDP :5353).
+/// Profiles: `net-py`, `net-ts` (the allowlist), `net-wide` (`0.0.0.0/0` on every port),
+/// `none-py`.
 pub struct Fixture {
     n: u8,
     config: PathBuf,
@@ -50,6 +53,8 @@ impl Fixture {
         let forbidden_hits = Arc::new(AtomicUsize::new(0));
         http_server(TcpListener::bind((allowed, 8080)).unwrap(), format!("hello from {allowed}"), None);
         echo_server(TcpListener::bind((allowed, 7007)).unwrap());
+        silent_server(TcpListener::bind((allowed, 7009)).unwrap());
+        silent_dns(UdpSocket::bind((Ipv4Addr::new(198, 18, n, 4), 5353)).unwrap());
         http_server(TcpListener::bind((Ipv4Addr::new(198, 18, n, 3), 8080)).unwrap(), "other".into(), Some(forbidden_hits.clone()));
         let host_lo = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let host_loopback_port = host_lo.local_addr().unwrap().port();
@@ -64,14 +69,16 @@ impl Fixture {
             let environment = if language == "python" { "environment = \"python-analysis\"\n" } else { "" };
             format!(
                 "[profiles.{name}]\nlanguage = \"{language}\"\n{environment}[profiles.{name}.limits]\ntimeout_ms = 30000\n\
-                 [profiles.{name}.network]\nallow = [\"api.test:8080\", \"{allowed}:7007-7008\", \"secure.test:8443\", \"up.test:8080\", \"rebind.test:80\", \"*.wild.test:8080\"]\n\
+                 [profiles.{name}.network]\nallow = [\"api.test:8080\", \"{allowed}:7007-7009\", \"secure.test:8443\", \"up.test:8080\", \"rebind.test:80\", \"*.wild.test:8080\"]\n\
                  hosts = {{ \"api.test\" = \"{allowed}\", \"secure.test\" = \"{allowed}\" }}\n"
             )
         };
         std::fs::write(
             &config,
             format!(
-                "{}[network]\nupstream_dns = \"198.18.{n}.4:53\"\n{}{}[profiles.none-py]\nlanguage = \"python\"\n",
+                "{}[network]\nupstream_dns = \"198.18.{n}.4:53\"\n{}{}[profiles.none-py]\nlanguage = \"python\"\n\
+                 [profiles.net-wide]\nlanguage = \"python\"\n[profiles.net-wide.limits]\ntimeout_ms = 30000\n\
+                 [profiles.net-wide.network]\nallow = [\"0.0.0.0/0:1-65535\"]\n",
                 crate::runtime_toml(),
                 profile("net-py", "python"),
                 profile("net-ts", "typescript")
@@ -84,12 +91,39 @@ impl Fixture {
     /// `sandbox run --json` under this fixture's configuration; `code` may say `{N}` for the
     /// fixture's number and `{HOSTPORT}` for the host loopback service's port.
     pub fn run(&self, profile: &str, code: &str, args: &[&str]) -> Run {
+        self.run_watched(profile, code, args, |_| {})
+    }
+
+    /// Like [`Fixture::run`], calling `watch` with the service's pid every 50 ms while it runs.
+    pub fn run_watched(&self, profile: &str, code: &str, args: &[&str], mut watch: impl FnMut(u32) + Send) -> Run {
         let code = code.replace("{N}", &self.n.to_string()).replace("{HOSTPORT}", &self.host_loopback_port.to_string());
         let ca = format!("ca.pem={}", self.dir.join("ca.pem").display());
         let mut all = vec!["run", "--json", "--profile", profile, "-c", &code, "--file", &ca];
         all.extend_from_slice(args);
         let start = Instant::now();
-        let out = Command::new(bin()).arg("--config").arg(&self.config).arg("--data-dir").arg(&env().data).args(&all).output().unwrap();
+        let child = Command::new(bin())
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--data-dir")
+            .arg(&env().data)
+            .args(&all)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let out = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(Ordering::SeqCst) {
+                    watch(pid);
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            });
+            let out = child.wait_with_output().unwrap();
+            done.store(true, Ordering::SeqCst);
+            out
+        });
         let json: Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
         Run { json, status: out.status.code().unwrap_or(-1), elapsed: start.elapsed(), stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
@@ -151,6 +185,24 @@ fn echo_server(l: TcpListener) {
                 }
             });
         }
+    });
+}
+
+/// Accepts connections and never reads from them (a slow or silent allowed endpoint).
+fn silent_server(l: TcpListener) {
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming().flatten() {
+            held.push(s);
+        }
+    });
+}
+
+/// Receives DNS questions and never answers.
+fn silent_dns(sock: UdpSocket) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while sock.recv_from(&mut buf).is_ok() {}
     });
 }
 
@@ -483,4 +535,131 @@ print(json.dumps({"ok": ok, "failed": failed, "refused": refused, "secs": time.t
     assert!(out["secs"].as_f64().unwrap() < 2.0 * QUICK, "refused connections hung: {r:?}");
     let over = blocked(&r).iter().filter(|b| b["reason"] == "too_many_connections" && b["port"] == 7007).count();
     assert_eq!(over, 4, "{:#}", r.json["network"]);
+}
+
+/// Peak resident memory of process `pid` (`VmHWM`), in bytes; 0 once it is gone.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0) * 1024
+}
+
+/// Issue 12, finding 2 (no backpressure in allowlist networking): 256 connections write as fast
+/// as they can to an allowed endpoint that accepts and never reads. The service's memory must
+/// not follow: each connection's window closes once its bounded buffers are full. The peak RSS
+/// of the service (the `sandbox run` process, where the engine's network runs) grows by less than
+/// the per-sandbox buffer budget (16 MiB) plus allocator slack over an allowlist run that moves
+/// nothing, and the execution ends normally.
+#[test]
+fn finding_2_writers_to_a_silent_endpoint_do_not_grow_the_service_memory() {
+    let fx = Fixture::new(9);
+    let mut idle_peak = 0;
+    let idle = fx.run_watched("net-py", "print('idle')", &[], |pid| idle_peak = idle_peak.max(peak_rss(pid)));
+    assert_eq!(idle.status(), "ok", "{idle:?}");
+    let mut peak = 0;
+    let r = fx.run_watched(
+        "net-py",
+        r#"
+import json, select, socket, time
+socks = []
+for _ in range(256):
+    s = socket.create_connection(("198.18.{N}.2", 7009), timeout=8)
+    s.setblocking(False)
+    socks.append(s)
+chunk = b"x" * 65536
+sent, end = 0, time.time() + 8
+while time.time() < end:
+    _, writable, _ = select.select([], socks, [], 0.2)
+    for s in writable:
+        try:
+            sent += s.send(chunk)
+        except BlockingIOError:
+            pass
+print(json.dumps({"conns": len(socks), "sent": sent}))
+"#,
+        &[],
+        |pid| peak = peak.max(peak_rss(pid)),
+    );
+    let out = output_json(&r);
+    assert_eq!(out["conns"], 256, "{r:?}");
+    let growth = peak.saturating_sub(idle_peak);
+    eprintln!("finding 2: service peak RSS {} MiB, idle allowlist run {} MiB, growth {} MiB; the sandbox wrote {} MiB", peak >> 20, idle_peak >> 20, growth >> 20, out["sent"].as_u64().unwrap_or(0) >> 20);
+    assert!(idle_peak > 0 && peak > 0, "no RSS samples");
+    assert!(growth < 48 << 20, "the service grew by {} MiB under 256 writers to a silent endpoint", growth >> 20);
+    // Every connection is reported.
+    let allowed = r.json["network"]["allowed"].as_array().unwrap();
+    assert_eq!(allowed.iter().filter(|c| c["port"] == 7009).count(), 256, "{:#}", r.json["network"]);
+    // The buffers the engine held are reported, within the per-execution budget.
+    let held = r.json["network"]["bufferPeakBytes"].as_u64().unwrap();
+    assert!(held > 0 && held <= 16 << 20, "bufferPeakBytes {held}");
+}
+
+/// Issue 12, finding 2: a DNS upstream that never answers costs a bounded wait: every question
+/// gets an (empty) answer within the look-up patience (3 s), many at once, and the execution
+/// ends normally. (The host-resolver path, whose look-ups run on blocking threads, is bounded
+/// by count; its unit test is `network::tests::finding_2_host_lookups_are_bounded`.)
+#[test]
+fn finding_2_dns_lookups_that_time_out_are_bounded() {
+    let fx = Fixture::new(10);
+    let config = std::fs::read_to_string(&fx.config).unwrap().replace("198.18.10.4:53", "198.18.10.4:5353");
+    std::fs::write(&fx.config, config).unwrap();
+    let r = fx.run(
+        "net-py",
+        r#"
+import json, socket, threading, time
+t = time.time()
+results = []
+def ask(i):
+    try:
+        results.append(socket.gethostbyname(f"n{i}.wild.test"))
+    except OSError as e:
+        results.append(type(e).__name__)
+threads = [threading.Thread(target=ask, args=(i,)) for i in range(64)]
+for th in threads: th.start()
+for th in threads: th.join()
+print(json.dumps({"answers": len(results), "resolved": sum(1 for r in results if r.count(".") == 3), "secs": time.time() - t}))
+"#,
+        &[],
+    );
+    let out = output_json(&r);
+    assert_eq!(out["answers"], 64, "{r:?}");
+    assert_eq!(out["resolved"], 0, "{r:?}");
+    // The resolver retries (resolv.conf: 5 s timeout, 2 attempts) only if no answer comes; an
+    // empty answer comes within the 3 s patience, plus queueing behind the 32-question cap.
+    assert!(out["secs"].as_f64().unwrap() < 20.0, "DNS questions hung: {r:?}");
+}
+
+/// Issue 12, finding 2: a rule as wide as `0.0.0.0/0` opens public addresses only: the metadata
+/// address and the host's own addresses (198.18.N.2 and .3 sit on the host's loopback here, in
+/// the benchmarking range) are refused at once and reported `not_allowed`. Only addresses on
+/// the host's loopback or the metadata address are tried, so a failure sends nothing out; the
+/// other internal ranges (192.0.0.0/24, 10/8, ...) are covered by the policy's unit tests.
+#[test]
+fn finding_2_wide_rules_do_not_open_internal_ranges_or_the_host() {
+    let fx = Fixture::new(11);
+    let r = fx.run(
+        "net-wide",
+        r#"
+import json, socket, time
+out = {}
+for name, addr in [("host", ("198.18.{N}.2", 7007)), ("other", ("198.18.{N}.3", 8080)), ("metadata", ("169.254.169.254", 80))]:
+    t = time.time()
+    try:
+        socket.create_connection(addr, timeout=8).close()
+        out[name] = "connected"
+    except OSError as e:
+        out[name] = type(e).__name__
+    out[name + "_secs"] = time.time() - t
+print(json.dumps(out))
+"#,
+        &[],
+    );
+    let out = output_json(&r);
+    for name in ["host", "other", "metadata"] {
+        assert_eq!(out[name], "ConnectionRefusedError", "{name}: {r:?}");
+        assert!(out[format!("{name}_secs")].as_f64().unwrap() < QUICK, "{name} hung: {r:?}");
+    }
+    assert_blocked(&r, "198.18.11.2", Some(7007), "tcp", "not_allowed");
+    assert_blocked(&r, "169.254.169.254", Some(80), "tcp", "not_allowed");
+    assert_blocked(&r, "198.18.11.3", Some(8080), "tcp", "not_allowed");
+    assert_eq!(fx.forbidden_hits.load(Ordering::SeqCst), 0);
 }
