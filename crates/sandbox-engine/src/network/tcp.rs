@@ -41,7 +41,7 @@ pub(crate) const MAX_CONNECTIONS: usize = 256;
 pub(crate) const BUFFER_BUDGET_BYTES: usize = 16 << 20;
 /// Buffer each way of a connection while the budget allows: the window that lets one connection
 /// run at memory speed.
-pub(crate) const WIDE_BUFFER_BYTES: usize = 256 << 10;
+pub(crate) const WIDE_BUFFER_BYTES: usize = 512 << 10;
 /// Buffer each way of a connection once the wide ones have used their share of the budget.
 pub(crate) const NARROW_BUFFER_BYTES: usize = 16 << 10;
 /// How long connecting to an allowed destination may take.
@@ -108,7 +108,7 @@ struct Conn {
 impl Stack {
     /// A stack writing to `tun`, with the sandbox's link MTU `mtu`.
     pub(crate) fn new(tun: Arc<AsyncFd<OwnedFd>>, mtu: usize) -> Self {
-        let mut dev = Link { rx: VecDeque::new(), tun, mtu };
+        let mut dev = Link { rx: VecDeque::new(), tun, mtu, out: vec![0; mtu] };
         let mut config = Config::new(HardwareAddress::Ip);
         config.random_seed = {
             use std::hash::{BuildHasher, Hasher};
@@ -355,6 +355,8 @@ struct Link {
     rx: VecDeque<Vec<u8>>,
     tun: Arc<AsyncFd<OwnedFd>>,
     mtu: usize,
+    /// Where each outgoing packet is built (one MTU, reused: no allocation or zeroing per packet).
+    out: Vec<u8>,
 }
 
 impl Link {
@@ -371,6 +373,7 @@ impl Device for Link {
         let p = self.rx.pop_front()?;
         Some((Rx(p), Tx(self)))
     }
+
 
     fn transmit(&mut self, _: smoltcp::time::Instant) -> Option<Tx<'_>> {
         Some(Tx(self))
@@ -398,13 +401,16 @@ impl RxToken for Rx {
     }
 }
 
-struct Tx<'a>(&'a Link);
+struct Tx<'a>(&'a mut Link);
 
 impl TxToken for Tx<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let mut buf = vec![0u8; len];
-        let r = f(&mut buf);
-        self.0.write(&buf);
+        let link = self.0;
+        if link.out.len() < len {
+            link.out.resize(len, 0);
+        }
+        let r = f(&mut link.out[..len]);
+        super::write_packet(&link.tun, &link.out[..len]);
         r
     }
 }
