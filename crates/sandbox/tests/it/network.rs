@@ -547,13 +547,15 @@ fn peak_rss(pid: u32) -> u64 {
 /// as they can to an allowed endpoint that accepts and never reads. The service's memory must
 /// not follow: each connection's window closes once its bounded buffers are full. The peak RSS
 /// of the service (the `sandbox run` process, where the engine's network runs) grows by less than
-/// the per-sandbox buffer budget (16 MiB) plus allocator slack over an allowlist run that moves
-/// nothing, and the execution ends normally.
+/// 40 MiB (the per-sandbox buffer budget, 16 MiB, plus allocator slack) over an allowlist run
+/// that moves nothing, and the execution ends normally. (With ipstack the service's peak
+/// was 87 MiB after 8 s of this, against about 28 MiB idle, and still growing; now about 41 MiB.)
 #[test]
 fn finding_2_writers_to_a_silent_endpoint_do_not_grow_the_service_memory() {
     let fx = Fixture::new(9);
     let mut idle_peak = 0;
-    let idle = fx.run_watched("net-py", "print('idle')", &[], |pid| idle_peak = idle_peak.max(peak_rss(pid)));
+    // Long enough to be sampled after start-up (an early sample sees the process mid-exec).
+    let idle = fx.run_watched("net-py", "import time; time.sleep(1); print('idle')", &[], |pid| idle_peak = idle_peak.max(peak_rss(pid)));
     assert_eq!(idle.status(), "ok", "{idle:?}");
     let mut peak = 0;
     let r = fx.run_watched(
@@ -566,7 +568,7 @@ for _ in range(256):
     s.setblocking(False)
     socks.append(s)
 chunk = b"x" * 65536
-sent, end = 0, time.time() + 8
+sent, end = 0, time.time() + 10
 while time.time() < end:
     _, writable, _ = select.select([], socks, [], 0.2)
     for s in writable:
@@ -584,7 +586,7 @@ print(json.dumps({"conns": len(socks), "sent": sent}))
     let growth = peak.saturating_sub(idle_peak);
     eprintln!("finding 2: service peak RSS {} MiB, idle allowlist run {} MiB, growth {} MiB; the sandbox wrote {} MiB", peak >> 20, idle_peak >> 20, growth >> 20, out["sent"].as_u64().unwrap_or(0) >> 20);
     assert!(idle_peak > 0 && peak > 0, "no RSS samples");
-    assert!(growth < 48 << 20, "the service grew by {} MiB under 256 writers to a silent endpoint", growth >> 20);
+    assert!(growth < 40 << 20, "the service grew by {} MiB under 256 writers to a silent endpoint", growth >> 20);
     // Every connection is reported.
     let allowed = r.json["network"]["allowed"].as_array().unwrap();
     assert_eq!(allowed.iter().filter(|c| c["port"] == 7009).count(), 256, "{:#}", r.json["network"]);
