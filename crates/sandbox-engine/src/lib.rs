@@ -8,7 +8,6 @@
 mod collect;
 mod command;
 pub mod environment;
-mod network;
 mod prepare;
 mod supervise;
 pub mod typescript;

@@ -23,7 +23,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWrite
 use crate::warm::{Template, Templates};
 use tokio::sync::{mpsc, Notify};
 
-use crate::network::Network;
+use sandbox_network::Network;
 use crate::prepare::Prepared;
 use crate::{ms, EngineOptions};
 

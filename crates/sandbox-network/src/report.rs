@@ -108,7 +108,7 @@ impl Reporter {
                 AllowedConnection {
                     bytes_sent: o.counters.sent.load(Ordering::Relaxed),
                     bytes_received: o.counters.received.load(Ordering::Relaxed),
-                    duration_ms: crate::ms(end.saturating_duration_since(o.started)),
+                    duration_ms: u64::try_from(end.saturating_duration_since(o.started).as_millis()).unwrap_or(u64::MAX),
                     error,
                     ..o.entry.clone()
                 }

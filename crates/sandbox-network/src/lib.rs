@@ -1,4 +1,6 @@
-//! Allowlist networking, host side. The sandbox's init sends the descriptor of a TUN device
+//! Allowlist networking, host side (the engine's `network`, in a crate of its own because it
+//! parses hostile bytes as host root and needs nothing of the execution lifecycle: it is handed
+//! a channel, an allowlist and an upstream, and returns a report). The sandbox's init sends the descriptor of a TUN device
 //! (its only route out, see `sandbox_runtime::tun`); for the execution's lifetime the engine
 //! reads every packet the sandbox sends and decides ([`packet::classify`]):
 //!
@@ -44,8 +46,8 @@ const IDLE: Duration = Duration::from_secs(3600);
 /// DNS questions answered at once; more are dropped (the client retries).
 const DNS_CONCURRENCY: usize = 32;
 
-/// One execution's network, running on the engine's runtime.
-pub(crate) struct Network {
+/// One execution's network, running on the network runtime.
+pub struct Network {
     task: tokio::task::JoinHandle<()>,
     reporter: Reporter,
 }
@@ -70,7 +72,7 @@ impl Network {
     /// Starts serving the sandbox whose init sends its TUN descriptor on `channel` (see
     /// `sandbox_runtime::tun::NET_FD`), under `allowlist`; allowed names are resolved with
     /// `upstream` (UDP `IP:PORT`) or, when `None`, the host's resolver.
-    pub(crate) fn start(channel: UnixStream, allowlist: &Allowlist, upstream: Option<SocketAddr>) -> Self {
+    pub fn start(channel: UnixStream, allowlist: &Allowlist, upstream: Option<SocketAddr>) -> Self {
         let reporter = Reporter::default();
         let policy = Arc::new(Policy::new(allowlist, policy::host_addresses()));
         let r = reporter.clone();
@@ -90,7 +92,7 @@ impl Network {
     }
 
     /// Stops everything (the TUN descriptor closes, open connections end) and returns the report.
-    pub(crate) fn finish(self) -> NetworkReport {
+    pub fn finish(self) -> NetworkReport {
         self.task.abort();
         self.reporter.snapshot()
     }
