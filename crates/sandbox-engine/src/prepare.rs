@@ -208,7 +208,7 @@ impl Prepared {
             landlock_min_abi: a.profile.landlock_min_abi,
         };
         if p.spec.tun {
-            // The engine answers DNS at the gateway of the sandbox's TUN (crate::network).
+            // The engine answers DNS at the gateway of the sandbox's TUN (sandbox-network).
             let resolver = format!("nameserver {}\noptions timeout:2 attempts:2\n", sandbox_runtime::tun::GATEWAY_IPV4);
             p.spec.root_files.iter_mut().filter(|f| f.sandbox_path == "/etc/resolv.conf").for_each(|f| f.content = resolver.clone());
         }
