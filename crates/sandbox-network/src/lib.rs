@@ -123,7 +123,7 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
     let mut dns_tasks = JoinSet::new();
     let dns = dns::Resolver::new(upstream);
     let dns_slots = Arc::new(Semaphore::new(DNS_CONCURRENCY));
-    let mut buf = vec![0u8; 65536];
+    let mut buf = vec![0u8; tcp::PACKET_BUFFER_BYTES];
     let mut peak = 0;
     loop {
         let delay = stack.delay().unwrap_or(IDLE);
@@ -136,16 +136,17 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
                         Ok(n) => n?,
                         Err(_would_block) => break,
                     };
-                    let pkt = &buf[..n];
-                    match packet::classify(pkt, &policy, &reporter) {
+                    match packet::classify(&buf[..n], &policy, &reporter) {
                         Verdict::Pass { src, dst } => {
                             let key = (src, dst);
                             if stack.is_pending(&key) {
                                 // Its SYN waits for the host-side connect; nothing else is due yet.
                             } else if stack.knows(&key) {
-                                stack.ingress(pkt.to_vec());
+                                // The packet's buffer goes to the stack as it is, a spare takes its place.
+                                let full = std::mem::replace(&mut buf, stack.spare_buffer());
+                                stack.ingress(full, n);
                             } else {
-                                write_packet(&tun, &packet::reset_for(pkt));
+                                write_packet(&tun, &packet::reset_for(&buf[..n]));
                             }
                         }
                         Verdict::Connect { src, dst, refusal } => {
@@ -153,7 +154,7 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
                             if stack.knows(&key) {
                                 // A retransmitted SYN: the stack (or the pending connect) has it.
                                 if !stack.is_pending(&key) {
-                                    stack.ingress(pkt.to_vec());
+                                    stack.ingress(buf[..n].to_vec(), n);
                                 }
                             } else if stack.open() >= MAX_CONNECTIONS {
                                 too_many(&reporter, &policy, dst);
@@ -167,7 +168,7 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
                                     started_at: now(),
                                     ..Default::default()
                                 });
-                                connecting.spawn(stack.start(key, pkt.to_vec(), refusal, report));
+                                connecting.spawn(stack.start(key, buf[..n].to_vec(), refusal, report));
                             }
                         }
                         Verdict::Reply(p) => write_packet(&tun, &p),
