@@ -232,3 +232,32 @@ async fn finding_2_host_lookups_are_bounded() {
     assert!(t.elapsed() < std::time::Duration::from_millis(500), "{:?}", t.elapsed());
     assert_eq!(RUNNING.load(std::sync::atomic::Ordering::SeqCst), super::dns::HOST_LOOKUPS_PER_SANDBOX);
 }
+
+/// Issue 12, finding 2: however many connections a sandbox opens, the userspace buffers reserved
+/// for them stay within the per-sandbox budget, and every one of the 256 gets at least the narrow
+/// size; the first ones get the wide size.
+#[tokio::test]
+async fn finding_2_the_buffer_budget_holds_for_every_connection() {
+    use super::tcp::{Stack, BUFFER_BUDGET_BYTES, MAX_CONNECTIONS, NARROW_BUFFER_BYTES, WIDE_BUFFER_BYTES};
+    let (a, _b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    a.set_nonblocking(true).unwrap();
+    #[allow(deprecated)]
+    let tun = Arc::new(tokio::io::unix::AsyncFd::new(std::os::fd::OwnedFd::from(a)).unwrap());
+    let mut stack = Stack::new(tun, 65535);
+    let r = Reporter::default();
+    let mut held = Vec::new();
+    for i in 0..MAX_CONNECTIONS {
+        let src = std::net::SocketAddr::from((SANDBOX_IPV4, 40000 + u16::try_from(i).unwrap()));
+        let dst = std::net::SocketAddr::from(([192, 0, 2, 1], 443));
+        let before = stack.buffered_peak();
+        // Not awaited: reserving happens when the connect starts.
+        held.push(stack.start((src, dst), Vec::new(), Vec::new(), r.allowed(Default::default())));
+        let took = (stack.buffered_peak() - before) / 2;
+        assert!(took == WIDE_BUFFER_BYTES || took == NARROW_BUFFER_BYTES, "{i}: {took}");
+        if i == 0 {
+            assert_eq!(took, WIDE_BUFFER_BYTES, "the first connection is wide");
+        }
+    }
+    assert_eq!(stack.open(), MAX_CONNECTIONS);
+    assert!(stack.buffered_peak() <= BUFFER_BUDGET_BYTES, "{} > {}", stack.buffered_peak(), BUFFER_BUDGET_BYTES);
+}
