@@ -48,12 +48,13 @@ pub(crate) fn step<T, E: std::fmt::Display>(name: &'static str, r: Result<T, E>)
 }
 
 fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepError> {
-    // If the helper dies, so do we, and with us (pid 1) the whole namespace.
-    step("pdeathsig", nix::sys::prctl::set_pdeathsig(Signal::SIGKILL))?;
     // Become root of the new user namespace (host uid_base): drop host supplementary groups first.
     step("setgroups", nix::unistd::setgroups(&[]))?;
     step("setresgid", nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0)))?;
     step("setresuid", nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0)))?;
+    // If the helper dies, so do we, and with us (pid 1) the whole namespace. Set after the
+    // credential changes above: the kernel clears the parent-death signal when they happen.
+    step("pdeathsig", nix::sys::prctl::set_pdeathsig(Signal::SIGKILL))?;
     // No one may ptrace or read the memory of pid 1.
     step("dumpable", nix::sys::prctl::set_dumpable(false))?;
     crate::rootfs::build(spec)?;
@@ -78,7 +79,8 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepErr
         }
         Forked::Parent(pid) => pid,
     };
-    supervise(program, &handled, ctl, if spec.template_slots > 0 { 0 } else { landlock_abi })
+    let template = spec.template_slots > 0;
+    supervise(program, &handled, ctl, if template { 0 } else { landlock_abi }, template)
 }
 
 /// SIGCHLD and the signals init forwards.
@@ -93,8 +95,10 @@ pub(crate) fn handled_signals() -> SigSet {
 
 /// Pid 1's life once the program is forked (`handled` blocked): reports `Spawned`, forwards
 /// polite signals to every process, reaps, and when the program ends kills whatever is left
-/// and reports `Exited`.
-pub(crate) fn supervise(program: Pid, handled: &SigSet, ctl: &UnixStream, landlock_abi: u32) -> Result<(), StepError> {
+/// and reports `Exited`. A template's init (`linger`) instead reports `Exited` at once and then
+/// waits for what is left: the warm executions its interpreter forked, each in its own pid
+/// namespace and supervised by the engine, end on their own.
+pub(crate) fn supervise(program: Pid, handled: &SigSet, ctl: &UnixStream, landlock_abi: u32, linger: bool) -> Result<(), StepError> {
     send(ctl, &Event::Spawned { landlock_abi });
     // Hold no copy of the program's stdio: a pipe closes when the last sandbox process ends.
     step("stdio", stdio_to_dev_null("/dev/null"))?;
@@ -110,6 +114,11 @@ pub(crate) fn supervise(program: Pid, handled: &SigSet, ctl: &UnixStream, landlo
             break status;
         }
     };
+    if linger {
+        send(ctl, &Event::Exited { code, signal, killed_at_teardown: 0 });
+        while !matches!(waitpid(None, None), Err(nix::errno::Errno::ECHILD)) {}
+        return Ok(());
+    }
     let killed_at_teardown = count_others();
     let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
     while !matches!(waitpid(None, None), Err(nix::errno::Errno::ECHILD)) {}

@@ -102,7 +102,7 @@ fn child(ctl: &UnixStream) -> Result<(), StepError> {
         match step("fork", sys::fork())? {
             Forked::Child => Ok(nix::unistd::Pid::from_raw(0)),
             Forked::Parent(program) => {
-                crate::init::supervise(program, &handled, ctl, crate::wall::enforceable_abi())?;
+                crate::init::supervise(program, &handled, ctl, crate::wall::enforceable_abi(), false)?;
                 sys::exit_now(0)
             }
         }

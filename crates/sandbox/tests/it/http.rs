@@ -74,6 +74,11 @@ impl Server {
         self.child.wait().unwrap();
     }
 
+    /// The server's host pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn client(&self, key: Option<&str>) -> Client {
         Client::new(&self.url, key.map(str::to_owned))
     }

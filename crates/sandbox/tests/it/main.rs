@@ -16,6 +16,7 @@ mod limits;
 mod mcp;
 mod network;
 mod timeouts;
+mod warm;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
