@@ -21,6 +21,9 @@ export SANDBOX_TEST_POSTGRES_URL
 export SANDBOX_BIN="$PWD/target/debug/sandbox"
 status=0
 cargo test --workspace 2>&1 | tee "$log" || status=1
+# The attack, limit, timeout, file, harness and real-world-case tests again, every Python
+# execution forked from a warm template (`sandbox run --warm`): same expected outcomes.
+SANDBOX_TEST_WARM=1 cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: 2>&1 | tee -a "$log" || status=1
 bash clients/typescript/run-tests.sh 2>&1 | tee -a "$log" || status=1
 bash clients/python/run-tests.sh -q 2>&1 | tee -a "$log" || status=1
 # The MCP server through the official Python MCP SDK (stdio and streamable HTTP).

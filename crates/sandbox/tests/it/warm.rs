@@ -233,6 +233,32 @@ fn fork_bombs_crashes_timeouts_and_kills_leave_the_template_serving() {
     assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "still here\n"), "{r:?}");
 }
 
+#[test]
+fn a_template_is_replaced_after_its_fork_limit() {
+    let s = Server::start("[profiles.py-recycle]\nlanguage = \"python\"\n[profiles.py-recycle.warm]\nmode = \"template\"\nmax_forks = 2\n");
+    wait_warm(&s, "py-recycle");
+    let pid = |s: &Server| -> Vec<i32> {
+        let mut t = templates_below(s.pid());
+        t.sort_unstable();
+        t
+    };
+    let before = pid(&s);
+    // The fork that reaches the limit starts a replacement; executions stay warm meanwhile.
+    for _ in 0..3 {
+        assert!(warm(&s, &req("py-recycle", "print(1)")).stdout == "1\n");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
+        if !metrics.contains("sandbox_warm_template_restarts 0") && pid(&s) != before {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no replacement template: {metrics}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_warm(&s, "py-recycle");
+}
+
 /// Host pids of the template interpreters below `root` (a server's pid).
 fn templates_below(root: u32) -> Vec<i32> {
     let mut out = Vec::new();
