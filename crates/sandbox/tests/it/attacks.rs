@@ -377,3 +377,84 @@ fn crashes_never_reach_a_piped_core_pattern() {
         assert!(!recorded.lines().any(|l| l == name.as_str()), "the sandbox's crash {name} reached the host's core_pattern: {recorded:?}");
     }
 }
+
+/// Issue 12, finding 3: kernel per-user counters are charged to the execution's own host uid,
+/// not to host root. The test holds 16 inotify instances as host root, then a sandbox calls
+/// `inotify_init1()` 200 times: it gets exactly `fs.inotify.max_user_instances` (its own
+/// count, whatever root holds) and then EMFILE; had the instances been charged to host root,
+/// they would have run out 16 sooner, and root's own next instance would fail.
+#[test]
+fn inotify_instances_are_charged_to_the_sandbox_not_host_root() {
+    let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances").unwrap().trim().parse().unwrap();
+    assert!(max < 200, "max_user_instances {max} is not below the 200 attempts, so the test proves nothing");
+    // A host root process holding 16 instances until its stdin closes.
+    let holder_code = "import ctypes, sys\nlibc = ctypes.CDLL(None)\nfds = [libc.inotify_init1(0) for _ in range(16)]\nprint(min(fds) >= 0, flush=True)\nsys.stdin.read()";
+    let mut holder = Command::new("/usr/bin/python3")
+        .args(["-c", holder_code])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = [0u8; 5];
+    std::io::Read::read_exact(holder.stdout.as_mut().unwrap(), &mut ready).unwrap();
+    assert_eq!(&ready, b"True\n", "host root could not hold 16 inotify instances");
+    let code = "import ctypes, errno\nlibc = ctypes.CDLL(None, use_errno=True)\nfds, err = [], None\nfor _ in range(200):\n    \
+                fd = libc.inotify_init1(0)\n    if fd < 0:\n        err = errno.errorcode[ctypes.get_errno()]\n        break\n    fds.append(fd)\nprint(len(fds), err)";
+    let r = run("python-default", code, &[]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert_eq!(r.stdout().trim(), format!("{max} EMFILE"), "{r:?}");
+    let root_after = Command::new("/usr/bin/python3").args(["-c", "import ctypes\nprint(ctypes.CDLL(None).inotify_init1(0) >= 0)"]).output().unwrap();
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    assert_eq!(String::from_utf8_lossy(&root_after.stdout), "True\n", "host root can still create inotify instances");
+}
+
+/// Issue 12, finding 3: no rlimit is inherited from the service; the program sees exactly the
+/// runtime's documented values (`sandbox-runtime` `init::FIXED_RLIMITS`) and the profile's
+/// (python-default: nofile 1024, pids_max 128), even when the service runs with raised limits.
+#[test]
+fn rlimits_inside_are_the_documented_values() {
+    let code = "import resource as r\nfor n in ['CPU','FSIZE','DATA','STACK','CORE','RSS','NPROC','NOFILE','MEMLOCK','AS','MSGQUEUE','NICE','RTPRIO','RTTIME','SIGPENDING']:\n    \
+                s, h = r.getrlimit(getattr(r, 'RLIMIT_' + n))\n    print(n, 'inf' if s == r.RLIM_INFINITY else s, 'inf' if h == r.RLIM_INFINITY else h)";
+    let mut c = sandbox(&["run", "--json", "--profile", "python-default", "-c", code]);
+    if warm_mode() {
+        c.arg("--warm");
+    }
+    // The service itself runs with raised limits an administrator might give it.
+    let mut c = with_raised_limits(c);
+    let out = c.output().unwrap();
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(json["status"], "ok", "{json:#}");
+    let profile_fsize = json["stdout"].as_str().unwrap().lines().find(|l| l.starts_with("FSIZE")).unwrap().to_owned();
+    let want = [
+        "CPU inf inf",
+        &profile_fsize,
+        "DATA inf inf",
+        "STACK 8388608 8388608",
+        "CORE 1 1",
+        "RSS inf inf",
+        "NPROC 128 128",
+        "NOFILE 1024 1024",
+        "MEMLOCK 65536 65536",
+        "AS inf inf",
+        "MSGQUEUE 819200 819200",
+        "NICE 0 0",
+        "RTPRIO 0 0",
+        "RTTIME 0 0",
+        "SIGPENDING 4096 4096",
+    ]
+    .join("\n");
+    assert_eq!(json["stdout"].as_str().unwrap().trim_end(), want, "{json:#}");
+    assert_ne!(profile_fsize, "FSIZE inf inf");
+}
+
+/// Gives the CLI (and so the engine and helper) raised limits through `prlimit(1)`: an unlimited
+/// stack and core size (soft; raising a hard limit needs CAP_SYS_RESOURCE, which the test host
+/// may lack). The rest of what the service inherits (MEMLOCK 8 MiB, SIGPENDING and NPROC in the
+/// tens of thousands, RTTIME unlimited on a usual host) already differs from the sandbox's values.
+fn with_raised_limits(c: Command) -> Command {
+    let mut p = Command::new("prlimit");
+    p.args(["--stack=unlimited:", "--core=unlimited:", "--"]).arg(c.get_program()).args(c.get_args());
+    p.env_remove("SANDBOX_LOG");
+    p
+}
