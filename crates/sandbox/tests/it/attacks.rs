@@ -124,11 +124,11 @@ fn cannot_become_root_and_holds_no_capabilities() {
     }
     assert_eq!(lines[9], "NoNewPrivs 1");
     assert_eq!(lines[10], "Seccomp 2");
-    // uid 0 inside is host 200000, the program's uid host 200000 + uid (a template maps its
-    // children's range 1000.. to 201000..): nothing inside maps to host root.
+    // uid 0 inside is host UID_BASE, the program's uid host UID_BASE + uid (a template maps its
+    // children's range 1000.. to UID_BASE + 1000..): nothing inside maps to host root.
     let map: Vec<u64> = lines[11].trim_matches(['[', ']']).split(", ").map(|v| v.trim_matches('\'').parse().unwrap()).collect();
-    assert_eq!(&map[..3], [0, 200_000, 1], "{lines:?}");
-    assert!(map[3] <= u64::from(uid) && map[4] == 200_000 + map[3] && map[5] >= 1, "{lines:?}");
+    assert_eq!(&map[..3], [0, u64::from(UID_BASE), 1], "{lines:?}");
+    assert!(map[3] <= u64::from(uid) && map[4] == u64::from(UID_BASE) + map[3] && map[5] >= 1, "{lines:?}");
 }
 
 #[test]
@@ -457,4 +457,44 @@ fn with_raised_limits(c: Command) -> Command {
     p.args(["--stack=unlimited:", "--core=unlimited:", "--"]).arg(c.get_program()).args(c.get_args());
     p.env_remove("SANDBOX_LOG");
     p
+}
+
+/// Issue 12, finding 5: a local user delegated (part of) the sandboxes' host ids in
+/// /etc/subuid or /etc/subgid could own sandbox processes and workspaces through `newuidmap`.
+/// `doctor` fails naming the line and `serve` refuses to start; with Debian's default ranges
+/// for three users (which the old default base 200000 overlapped) `serve` starts.
+#[test]
+fn uid_range_overlapping_subuid_or_subgid_is_refused() {
+    let dir = tempfile::Builder::new().prefix("subid-").tempdir_in(&env().dir).unwrap().keep();
+    let debian = "alice:100000:65536\nbob:165536:65536\ncarol:231072:65536\n";
+    std::fs::write(dir.join("subuid"), debian).unwrap();
+    std::fs::write(dir.join("subgid"), format!("{debian}mallory:{}:65536\n", UID_BASE + 60_000)).unwrap();
+    let subgid = dir.join("subgid").display().to_string();
+    let named = format!("{subgid} line 4: mallory owns {}..{}", UID_BASE + 60_000, UID_BASE + 125_536);
+
+    let out = sandbox(&["doctor", "--json"]).env("SANDBOX_TEST_SUBID_DIR", &dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let check = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "subid").expect("a subid check").clone();
+    assert_eq!(check["ok"], false, "{check}");
+    assert!(check["detail"].as_str().unwrap().contains(&named), "{check}");
+
+    let out = sandbox(&["serve", "--listen", "127.0.0.1:0"]).env("SANDBOX_TEST_SUBID_DIR", &dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&named) && stderr.contains("uid_base"), "{stderr}");
+
+    // The twin: the same users without mallory; serve starts and prints its address.
+    std::fs::write(dir.join("subgid"), debian).unwrap();
+    let mut child = sandbox(&["serve", "--listen", "127.0.0.1:0", "--no-warm"])
+        .env("SANDBOX_TEST_SUBID_DIR", &dir)
+        .env("SANDBOX_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()), nix::sys::signal::Signal::SIGTERM).unwrap();
+    child.wait().unwrap();
+    assert!(line.contains("127.0.0.1:"), "serve did not start: {line:?}");
 }
