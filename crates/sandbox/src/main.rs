@@ -6,6 +6,7 @@ mod audit;
 mod config;
 mod env;
 mod mcp;
+mod outdir;
 mod run;
 mod serve;
 mod subid;
