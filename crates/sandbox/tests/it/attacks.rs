@@ -498,3 +498,48 @@ fn uid_range_overlapping_subuid_or_subgid_is_refused() {
     child.wait().unwrap();
     assert!(line.contains("127.0.0.1:"), "serve did not start: {line:?}");
 }
+
+/// Issue 12, finding 10: an input file named after a standard-library module (`json.py`, which
+/// the harness imports to send the return value) cannot replace it: /workspace comes after the
+/// standard library and the environment on `sys.path`, while other inputs still import. The
+/// python-analysis twin shows the environment's packages win over an input `numpy.py` too.
+#[test]
+fn an_input_named_like_a_module_in_use_cannot_replace_it() {
+    let json = scratch_file("json.py", b"import sys\nsys.stderr.write('HIJACKED\\n')\nraise SystemExit(66)\n");
+    let numpy = scratch_file("numpy.py", b"raise SystemExit(67)\n");
+    let helper = scratch_file("helper.py", b"VALUE = 42\n");
+    let files = [format!("json.py={}", json.display()), format!("numpy.py={}", numpy.display()), format!("helper.py={}", helper.display())];
+    let mut args = vec!["--harness", "function"];
+    for f in &files {
+        args.extend_from_slice(&["--file", f]);
+    }
+    let code = "import helper, json, sys\ndef main(inp):\n    return {'helper': helper.VALUE, 'json': json.__file__, 'last': sys.path[-1]}\n";
+    let r = run("python-default", code, &args);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert_eq!(r.json["returnData"]["helper"], 42, "{r:?}");
+    assert!(r.json["returnData"]["json"].as_str().unwrap().starts_with("/usr/lib/python3"), "{r:?}");
+    assert_eq!(r.json["returnData"]["last"], "/workspace", "{r:?}");
+    environments_installed();
+    let code = "import numpy\ndef main(inp):\n    return numpy.__file__\n";
+    let r = run("python-analysis", code, &args);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert!(r.json["returnData"].as_str().unwrap().starts_with("/opt/sandbox/env/python/numpy/"), "{r:?}");
+}
+
+/// Issue 12, finding 10: at least Docker's /proc masks. Each path that exists on the host
+/// reads as empty inside (an empty file or directory), so kernel addresses, interrupt counts,
+/// timers, sound, ACPI and SCSI devices of the host are not visible.
+#[test]
+fn proc_paths_docker_masks_are_empty() {
+    let code = "import os\nfor n in ['acpi','asound','interrupts','kcore','keys','latency_stats','timer_list','timer_stats','sched_debug','scsi','sysrq-trigger','kallsyms']:\n    \
+                p = '/proc/' + n\n    if not os.path.exists(p):\n        print(n, 'absent')\n    elif os.path.isdir(p):\n        print(n, 'dir', len(os.listdir(p)))\n    \
+                else:\n        print(n, 'file', len(open(p, 'rb').read()))";
+    let lines = attempt(code);
+    assert_eq!(lines.len(), 12, "{lines:?}");
+    for line in lines {
+        let (name, rest) = line.split_once(' ').unwrap();
+        let host = Path::new("/proc").join(name);
+        let want = if !host.exists() { "absent" } else if host.is_dir() { "dir 0" } else { "file 0" };
+        assert_eq!(rest, want, "/proc/{name}");
+    }
+}
