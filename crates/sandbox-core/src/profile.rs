@@ -176,8 +176,11 @@ impl ApiKey {
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeConfig {
     /// First host uid (and gid) of the 65536 ids the sandbox's user namespace maps; inside,
-    /// uid 0 is host `uid_base` and the program's uid 1000 is host `uid_base + 1000`.
-    /// Never 0: no identity inside maps to host root.
+    /// uid 0 is host `uid_base` and the program's uid 1000 + slot is host `uid_base + 1000 +
+    /// slot`. Never 0: no identity inside maps to host root. Default 1900000000: above every
+    /// range Debian's and Ubuntu's `useradd` delegate in /etc/subuid (100000..600100000) and
+    /// systemd's nspawn range, below systemd's foreign range and 2^31. `sandbox doctor` and
+    /// `sandbox serve` refuse a base whose ids overlap a range of /etc/subuid or /etc/subgid.
     pub uid_base: u32,
     /// Python interpreter (host path, must lie under a directory bound into the sandbox).
     pub python: PathBuf,
@@ -203,7 +206,7 @@ pub struct RuntimeConfig {
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
-            uid_base: 200_000,
+            uid_base: 1_900_000_000,
             python: "/usr/bin/python3".into(),
             node: "/usr/local/lib/sandbox/node/bin/node".into(),
             system_dirs: ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"]

@@ -203,6 +203,7 @@ impl Prepared {
                 nofile: a.profile.limits.nofile,
                 // No file larger than the largest tmpfs, with room so that a full tmpfs says ENOSPC first.
                 fsize_bytes: fs_policy.workspace_max_bytes.max(fs_policy.tmp_max_bytes) + (1 << 20),
+                nproc: u64::from(a.profile.limits.pids_max),
             },
             tun: matches!(a.profile.network, sandbox_core::network::Network::Allowlist(_)),
             landlock_min_abi: a.profile.landlock_min_abi,

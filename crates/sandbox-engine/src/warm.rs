@@ -498,6 +498,7 @@ impl Templates {
             rlimits: Rlimits {
                 nofile: profile.limits.nofile,
                 fsize_bytes: fs_policy.workspace_max_bytes.max(fs_policy.tmp_max_bytes) + (1 << 20),
+                nproc: u64::from(profile.limits.pids_max),
             },
             tun: false,
             landlock_min_abi: profile.landlock_min_abi,

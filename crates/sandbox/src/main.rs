@@ -6,8 +6,10 @@ mod audit;
 mod config;
 mod env;
 mod mcp;
+mod outdir;
 mod run;
 mod serve;
+mod subid;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -230,7 +232,10 @@ fn warm_self_test(
 
 fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool) -> ExitCode {
     let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, data_dir);
-    let report = sandbox_runtime::probe::probe();
+    let mut report = sandbox_runtime::probe::probe();
+    // Issue 12, finding 5: no local user may own the sandboxes' host ids.
+    let subid = subid::check(config.runtime.uid_base);
+    report.checks.push(sandbox_runtime::probe::Check { name: "subid", ok: subid.is_ok(), detail: subid.unwrap_or_else(|e| e) });
     let mut runtimes = Vec::new();
     for (what, path) in [("python", &config.runtime.python), ("node", &config.runtime.node)] {
         let version = std::process::Command::new(path).arg("--version").output().ok().map(|o| {

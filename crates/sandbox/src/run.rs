@@ -1,13 +1,13 @@
 //! `sandbox run`: one execution from the command line.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use base64::Engine as _;
 use sandbox_core::wire::FileContent;
-use sandbox_core::{Config, ErrorCode, ExecutionRequest, Status, WorkspacePath};
+use sandbox_core::{Config, ErrorCode, ExecutionRequest, Status};
 use sandbox_engine::{Chunk, StreamKind};
 
 /// Arguments of `sandbox run`.
@@ -50,9 +50,13 @@ pub struct RunArgs {
     /// Print the full result object as JSON instead of streaming the program's output.
     #[arg(long)]
     json: bool,
-    /// Write the output files here (created if missing).
+    /// Write the output files here (created if missing). Symlinks are never followed, hidden
+    /// names (`.git/...`) are refused, and files get the directory's owner.
     #[arg(long, value_name = "DIR")]
     out_dir: Option<PathBuf>,
+    /// With --out-dir: replace files that already exist (else they are kept and reported).
+    #[arg(long, requires = "out_dir")]
+    overwrite: bool,
     /// Install the profile's environment first if it is missing (`sandbox env install`), with progress on stderr.
     #[arg(long)]
     install: bool,
@@ -159,7 +163,7 @@ fn run_remote(url: &str, request: ExecutionRequest, args: &RunArgs) -> anyhow::R
 fn finish(result: &sandbox_core::ExecutionResult, args: &RunArgs) -> anyhow::Result<ExitCode> {
     let result = result.clone();
     if let Some(dir) = &args.out_dir {
-        write_outputs(dir, &result.files)?;
+        crate::outdir::write(dir, &result.files, args.overwrite)?;
     }
     if args.json {
         let mut out = std::io::stdout().lock();
@@ -247,45 +251,6 @@ fn build_request(args: &RunArgs) -> anyhow::Result<ExecutionRequest> {
         },
         env,
     })
-}
-
-/// Writes output files under `dir`. Each name is re-checked as a [`WorkspacePath`]; directories
-/// are created and files opened without following symlinks (`O_NOFOLLOW`), so an existing link
-/// in `dir` cannot redirect a write. A name that cannot be written is reported and skipped.
-fn write_outputs(dir: &Path, files: &std::collections::BTreeMap<String, sandbox_core::wire::OutputFile>) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    for (name, f) in files {
-        let written = (|| -> anyhow::Result<()> {
-            let rel = WorkspacePath::parse(name)?;
-            let comps: Vec<&str> = rel.components().collect();
-            let mut path = dir.to_owned();
-            for c in &comps[..comps.len() - 1] {
-                path.push(c);
-                match std::fs::symlink_metadata(&path) {
-                    Ok(m) if m.file_type().is_symlink() => anyhow::bail!("{} is a symlink", path.display()),
-                    Ok(m) if m.is_dir() => {}
-                    Ok(_) => anyhow::bail!("{} is not a directory", path.display()),
-                    Err(_) => std::fs::create_dir(&path).with_context(|| format!("cannot create {}", path.display()))?,
-                }
-            }
-            path.push(comps[comps.len() - 1]);
-            let bytes = base64::engine::general_purpose::STANDARD.decode(&f.base64)?;
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            file.write_all(&bytes)?;
-            Ok(())
-        })();
-        if let Err(e) = written {
-            eprintln!("sandbox: output file {} not written: {e:#}", name.escape_debug());
-        }
-    }
-    Ok(())
 }
 
 /// After a streamed run, says on stderr what the exit code alone does not.

@@ -47,6 +47,9 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
             "refusing to listen on {addr} without API keys: add [[service.api_keys]] to the config, or pass --insecure-no-auth"
         );
     }
+    // Issue 12, finding 5: a local user delegated the sandboxes' host ids could own their
+    // processes and workspaces.
+    crate::subid::check(config.runtime.uid_base).map_err(|e| anyhow::anyhow!(e))?;
     let grace = Duration::from_millis(config.service.shutdown_grace_ms);
     let retention = (config.audit.retention_days, config.audit.retention_max_events);
     let (engine, audit) = crate::audit::engine(config, data_dir)?;

@@ -32,6 +32,9 @@ pub fn test_environments_dir() -> String {
     std::env::var("SANDBOX_TEST_ENVIRONMENTS").unwrap_or_else(|_| "/var/tmp/sandbox-test-environments".into())
 }
 
+/// The default `[runtime] uid_base` (the tests' configuration keeps it).
+pub const UID_BASE: u32 = 1_900_000_000;
+
 /// Profiles the tests use on top of the built-in ones.
 pub const TEST_CONFIG: &str = r#"
 [profiles.py-analysis-few-pids]
@@ -126,13 +129,13 @@ pub fn env() -> &'static Env {
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let config = dir.join("config.toml");
         // Host directories an administrator exposes: read-only data and a read-write share
-        // writable by the sandboxes' group (host gid uid_base 200000 + 1000; each execution has
+        // writable by the sandboxes' group (host gid uid_base + 1000; each execution has
         // a uid of its own).
         let (ro, rw) = (dir.join("dataset"), dir.join("share"));
         std::fs::create_dir(&ro).unwrap();
         std::fs::write(ro.join("numbers.csv"), "1,2,3\n").unwrap();
         std::fs::create_dir(&rw).unwrap();
-        nix::unistd::chown(&rw, Some(nix::unistd::Uid::from_raw(0)), Some(nix::unistd::Gid::from_raw(201_000))).unwrap();
+        nix::unistd::chown(&rw, Some(nix::unistd::Uid::from_raw(0)), Some(nix::unistd::Gid::from_raw(UID_BASE + 1000))).unwrap();
         std::fs::set_permissions(&rw, std::os::unix::fs::PermissionsExt::from_mode(0o775)).unwrap();
         let mounts = format!(
             "\n[profiles.py-mounts]\nlanguage = \"python\"\n[[profiles.py-mounts.filesystem.mounts]]\nhost = {:?}\nsandbox = \"/data\"\n\
