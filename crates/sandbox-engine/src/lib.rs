@@ -37,7 +37,9 @@ pub struct EngineOptions {
     pub data_dir: PathBuf,
     /// The `sandbox` binary, re-executed as the helper (normally `std::env::current_exe()`).
     pub helper: PathBuf,
-    /// Name of the parent cgroup, below each hierarchy's root, e.g. `sandbox`.
+    /// Parent cgroup of the executions, below each hierarchy's root. [`Engine::new`] replaces
+    /// it with the placement it resolves ([`sandbox_runtime::cgroup::place`]: `[runtime]
+    /// cgroup_parent`, else `sandbox` under the service's own cgroup on v2, `sandbox` on v1).
     pub cgroup_parent: String,
 }
 
@@ -57,10 +59,26 @@ pub struct Engine {
 impl Engine {
     /// Probes the host once and keeps the options. Never fails: a host that lacks a feature
     /// makes each execution fail with `runtime_unavailable` and the reason.
-    pub fn new(opts: EngineOptions, recorder: Arc<dyn Recorder>) -> Self {
+    /// On cgroup v2 this also places the service (see [`EngineOptions::cgroup_parent`]): its
+    /// processes may move into a leaf of its own cgroup; a failure is the failing host check
+    /// `cgroup_placement`.
+    pub fn new(mut opts: EngineOptions, recorder: Arc<dyn Recorder>) -> Self {
+        let mut host = sandbox_runtime::probe::probe();
+        if let Some(layout) = &host.cgroup {
+            let self_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+            let check = match sandbox_runtime::cgroup::place(layout, opts.config.runtime.cgroup_parent.as_deref(), &self_cgroup) {
+                Ok(p) => {
+                    tracing::debug!(parent = %p.parent, "execution cgroups placed");
+                    opts.cgroup_parent = p.parent;
+                    sandbox_runtime::probe::Check { name: "cgroup_placement", ok: true, detail: p.detail }
+                }
+                Err(e) => sandbox_runtime::probe::Check { name: "cgroup_placement", ok: false, detail: e.to_string() },
+            };
+            host.checks.push(check);
+        }
         Self {
             opts,
-            host: sandbox_runtime::probe::probe(),
+            host,
             recorder,
             abort: tokio::sync::watch::channel(false).0,
             templates: std::sync::OnceLock::new(),

@@ -230,7 +230,12 @@ fn warm_self_test(
 
 fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool) -> ExitCode {
     let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, data_dir);
-    let report = sandbox_runtime::probe::probe();
+    // The engine's report: the host probe, plus where execution cgroups are placed.
+    let report = {
+        let helper = std::env::current_exe().unwrap_or_default();
+        let options = sandbox_engine::EngineOptions { config: config.clone(), data_dir: data_dir.to_owned(), helper, cgroup_parent: "sandbox".into() };
+        sandbox_engine::Engine::new(options, std::sync::Arc::new(sandbox_engine::NoRecorder)).host().clone()
+    };
     let mut runtimes = Vec::new();
     for (what, path) in [("python", &config.runtime.python), ("node", &config.runtime.node)] {
         let version = std::process::Command::new(path).arg("--version").output().ok().map(|o| {
