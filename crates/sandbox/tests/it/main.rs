@@ -15,6 +15,7 @@ mod http_attacks;
 mod limits;
 mod mcp;
 mod placement;
+mod selftest;
 mod network;
 mod timeouts;
 
