@@ -201,6 +201,11 @@ pub struct RuntimeConfig {
     /// directory is bound over each that exists), so a run imports the standard library and its
     /// environment's packages only, never whatever the host has installed.
     pub python_hidden_dirs: Vec<PathBuf>,
+    /// Parent cgroup of the executions, a path below the cgroup hierarchy's root (e.g.
+    /// `/sandbox.slice/executions`). Unset: on cgroup v2, `sandbox` under the service's own
+    /// cgroup (the service's processes move into its `sandbox-service` leaf); on v1, `sandbox`
+    /// under each controller's root.
+    pub cgroup_parent: Option<String>,
 }
 
 impl Default for RuntimeConfig {
@@ -221,6 +226,7 @@ impl Default for RuntimeConfig {
                 .iter()
                 .map(PathBuf::from)
                 .collect(),
+            cgroup_parent: None,
         }
     }
 }
@@ -527,6 +533,15 @@ impl Config {
         for (field, path) in [("runtime.python", &rt.python), ("runtime.node", &rt.node)] {
             if !path.is_absolute() {
                 return Err(err(field.into(), format!("{} is not an absolute path", path.display())));
+            }
+        }
+        if let Some(c) = &rt.cgroup_parent {
+            let parts: Vec<&str> = c.split('/').filter(|p| !p.is_empty()).collect();
+            if parts.is_empty() || parts.iter().any(|p| *p == "." || *p == "..") {
+                return Err(err(
+                    "runtime.cgroup_parent".into(),
+                    format!("{c:?} must name a cgroup below the hierarchy's root, without . or .."),
+                ));
             }
         }
         let svc = &self.service;

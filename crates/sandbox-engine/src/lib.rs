@@ -37,7 +37,9 @@ pub struct EngineOptions {
     pub data_dir: PathBuf,
     /// The `sandbox` binary, re-executed as the helper (normally `std::env::current_exe()`).
     pub helper: PathBuf,
-    /// Name of the parent cgroup, below each hierarchy's root, e.g. `sandbox`.
+    /// Parent cgroup of the executions, below each hierarchy's root. [`Engine::new`] replaces
+    /// it with the placement it resolves ([`sandbox_runtime::cgroup::place`]: `[runtime]
+    /// cgroup_parent`, else `sandbox` under the service's own cgroup on v2, `sandbox` on v1).
     pub cgroup_parent: String,
 }
 
@@ -52,19 +54,78 @@ pub struct Engine {
     abort: tokio::sync::watch::Sender<bool>,
     /// Warm templates, once [`Engine::enable_warm`] started them.
     templates: std::sync::OnceLock<Arc<warm::Templates>>,
+    /// The last self-test's verdict and when it ran ([`Engine::readiness`]).
+    readiness: std::sync::Mutex<Option<(Instant, Result<(), String>)>>,
 }
+
+/// How long a self-test's verdict stands for [`Engine::readiness`].
+const READINESS_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Engine {
     /// Probes the host once and keeps the options. Never fails: a host that lacks a feature
     /// makes each execution fail with `runtime_unavailable` and the reason.
-    pub fn new(opts: EngineOptions, recorder: Arc<dyn Recorder>) -> Self {
+    /// On cgroup v2 this also places the service (see [`EngineOptions::cgroup_parent`]): its
+    /// processes may move into a leaf of its own cgroup; a failure is the failing host check
+    /// `cgroup_placement`.
+    pub fn new(mut opts: EngineOptions, recorder: Arc<dyn Recorder>) -> Self {
+        let mut host = sandbox_runtime::probe::probe();
+        if let Some(layout) = &host.cgroup {
+            let self_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+            let check = match sandbox_runtime::cgroup::place(layout, opts.config.runtime.cgroup_parent.as_deref(), &self_cgroup) {
+                Ok(p) => {
+                    tracing::debug!(parent = %p.parent, "execution cgroups placed");
+                    opts.cgroup_parent = p.parent;
+                    sandbox_runtime::probe::Check { name: "cgroup_placement", ok: true, detail: p.detail }
+                }
+                Err(e) => sandbox_runtime::probe::Check { name: "cgroup_placement", ok: false, detail: sandbox_runtime::selftest::chain(&e) },
+            };
+            host.checks.push(check);
+        }
         Self {
             opts,
-            host: sandbox_runtime::probe::probe(),
+            host,
             recorder,
             abort: tokio::sync::watch::channel(false).0,
             templates: std::sync::OnceLock::new(),
+            readiness: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Runs the readiness self-test now ([`sandbox_runtime::selftest`]): a cgroup with limits
+    /// under the execution parent, the namespaces, a fresh /proc, landlock and seccomp as an
+    /// execution gets them, and `/dev/net/tun` when a profile has an allowlist network. Blocks
+    /// (tens of ms; a process is started): call it off the async threads.
+    pub fn self_test(&self) -> Vec<sandbox_runtime::selftest::Step> {
+        let tun = self.opts.config.profiles.values().any(|p| !matches!(p.network, sandbox_core::network::Network::None));
+        sandbox_runtime::selftest::run(
+            &self.opts.helper,
+            self.host.cgroup.as_ref(),
+            &self.opts.cgroup_parent,
+            self.opts.config.runtime.uid_base,
+            tun,
+        )
+    }
+
+    /// Whether this node can run executions: every host check passes and the self-test does
+    /// (re-run when the last verdict is older than 30 s). Blocks like [`Engine::self_test`].
+    /// Errors: the failing check or self-test step, named ("self-test step seccomp: ...").
+    pub fn readiness(&self) -> Result<(), String> {
+        if let Some(why) = self.host.first_failure() {
+            return Err(why);
+        }
+        let mut last = self.readiness.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, verdict)) = last.as_ref() {
+            if at.elapsed() < READINESS_TTL {
+                return verdict.clone();
+            }
+        }
+        let steps = self.self_test();
+        let verdict = sandbox_runtime::selftest::first_failure(&steps).map_or(Ok(()), Err);
+        if let Err(why) = &verdict {
+            tracing::warn!(reason = %why, "readiness self-test failed: not ready");
+        }
+        *last = Some((Instant::now(), verdict.clone()));
+        verdict
     }
 
     /// Starts, in the background, a warm template for every profile with `[warm] mode =

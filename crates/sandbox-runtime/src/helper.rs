@@ -18,7 +18,7 @@ use crate::sys::{self, Forked};
 pub const HELPER_ARGV0: &str = "sandbox-init";
 
 /// Namespaces every sandbox gets.
-const NAMESPACES: CloneFlags = CloneFlags::CLONE_NEWUSER
+pub(crate) const NAMESPACES: CloneFlags = CloneFlags::CLONE_NEWUSER
     .union(CloneFlags::CLONE_NEWPID)
     .union(CloneFlags::CLONE_NEWNS)
     .union(CloneFlags::CLONE_NEWNET)

@@ -83,6 +83,9 @@ fn main() -> ExitCode {
     if std::env::args_os().next().is_some_and(|a| a == sandbox_runtime::HELPER_ARGV0) {
         sandbox_runtime::helper_main();
     }
+    if std::env::args_os().next().is_some_and(|a| a == sandbox_runtime::SELFTEST_ARGV0) {
+        sandbox_runtime::selftest_main();
+    }
     let cli = Cli::parse();
     // `run` reports failures in its own words (and the result); a server logs its work.
     let default_level = match cli.command {
@@ -232,10 +235,17 @@ fn warm_self_test(
 
 fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool) -> ExitCode {
     let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, data_dir);
-    let mut report = sandbox_runtime::probe::probe();
+    // The engine's report: the host probe, plus where execution cgroups are placed.
+    let helper = std::env::current_exe().unwrap_or_default();
+    let options = sandbox_engine::EngineOptions { config: config.clone(), data_dir: data_dir.to_owned(), helper, cgroup_parent: "sandbox".into() };
+    let engine = sandbox_engine::Engine::new(options, std::sync::Arc::new(sandbox_engine::NoRecorder));
+    let mut report = engine.host().clone();
     // Issue 12, finding 5: no local user may own the sandboxes' host ids.
     let subid = subid::check(config.runtime.uid_base);
     report.checks.push(sandbox_runtime::probe::Check { name: "subid", ok: subid.is_ok(), detail: subid.unwrap_or_else(|e| e) });
+    // The readiness self-test (as /readyz runs it): every kernel step of an execution, once.
+    let self_test = if report.first_failure().is_none() { engine.self_test() } else { Vec::new() };
+    let self_test_failure = sandbox_runtime::selftest::first_failure(&self_test);
     let mut runtimes = Vec::new();
     for (what, path) in [("python", &config.runtime.python), ("node", &config.runtime.node)] {
         let version = std::process::Command::new(path).arg("--version").output().ok().map(|o| {
@@ -267,11 +277,13 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
             (name.clone(), why)
         })
         .collect();
-    let templates = warm_self_test(config, data_dir, &profiles);
+    // Templates cannot start on a node that is not ready; the failing step says why.
+    let templates = if self_test_failure.is_none() { warm_self_test(config, data_dir, &profiles) } else { Vec::new() };
     if json {
         let v = serde_json::json!({
             "templates": templates,
             "checks": report.checks,
+            "selfTest": self_test,
             "runtimes": runtimes.iter().map(|(w, p, v)| serde_json::json!({"name": w, "path": p, "version": v})).collect::<Vec<_>>(),
             "profiles": profiles.iter().map(|(n, why)| {
                 let needs = config.profiles[n].landlock_min_abi;
@@ -288,6 +300,12 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
         println!("Host features:");
         for c in &report.checks {
             println!("  [{}] {:<16} {}", if c.ok { "ok" } else { "FAIL" }, c.name, c.detail);
+        }
+        if !self_test.is_empty() {
+            println!("Self-test (each step an execution takes, done once now; /readyz runs it too):");
+            for s in &self_test {
+                println!("  [{}] {:<16} {}", if s.ok { "ok" } else { "FAIL" }, s.name, s.detail);
+            }
         }
         println!("Runtimes:");
         for (what, path, version) in &runtimes {
@@ -318,7 +336,10 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
             }
         }
     }
-    if host_failure.is_some() {
+    if let Some(why) = &self_test_failure {
+        eprintln!("sandbox: not ready: {why}");
+    }
+    if host_failure.is_some() || self_test_failure.is_some() {
         ExitCode::from(3)
     } else {
         ExitCode::SUCCESS

@@ -55,6 +55,15 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     let (engine, audit) = crate::audit::engine(config, data_dir)?;
     if let Some(why) = engine.host().first_failure() {
         tracing::warn!(reason = %why, "this host cannot run sandboxes; /readyz will say so");
+    } else {
+        // The readiness self-test at start: each step logged; a failure makes /readyz say which.
+        for s in engine.self_test() {
+            if s.ok {
+                tracing::info!(step = %s.name, detail = %s.detail, "self-test");
+            } else {
+                tracing::warn!(step = %s.name, detail = %s.detail, "self-test failed: /readyz will say so");
+            }
+        }
     }
     let engine = Arc::new(engine);
     if !args.no_warm {

@@ -14,6 +14,8 @@ mod http;
 mod http_attacks;
 mod limits;
 mod mcp;
+mod placement;
+mod selftest;
 mod network;
 mod timeouts;
 mod warm;
@@ -253,12 +255,41 @@ pub fn assert_gone(id: &str) {
     assert!(!dir.exists(), "execution directory {} still exists", dir.display());
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mountinfo.contains(id), "a mount of {id} is still there");
-    // v2 (/sys/fs/cgroup/sandbox/<id>) and every v1 hierarchy (/sys/fs/cgroup/<controller>/sandbox/<id>).
+    // v2: <own cgroup or its parent>/sandbox/<id> (nested placement) or /sys/fs/cgroup/sandbox/<id>;
+    // v1: every hierarchy's /sys/fs/cgroup/<controller>/sandbox/<id>.
     let mut candidates = vec![Path::new("/sys/fs/cgroup/sandbox").join(id)];
+    if let Some(own) = own_v2_cgroup() {
+        candidates.push(own.join("sandbox").join(id));
+        candidates.extend(own.parent().map(|p| p.join("sandbox").join(id)));
+    }
     for h in std::fs::read_dir("/sys/fs/cgroup").unwrap().filter_map(Result::ok) {
         candidates.push(h.path().join("sandbox").join(id));
     }
     for cg in candidates {
         assert!(!cg.exists(), "cgroup {} still exists", cg.display());
     }
+}
+
+/// The cgroup version the tests expect `enforcement.cgroup` to name: `SANDBOX_TEST_CGROUP` (the
+/// v2 guest stage sets `v2`), else `v1` (the CI host is hybrid: v1 runs for real).
+pub fn expected_cgroup_version() -> String {
+    std::env::var("SANDBOX_TEST_CGROUP").unwrap_or_else(|_| "v1".into())
+}
+
+/// This process's cgroup directory on a v2-only host (`/sys/fs/cgroup/<0:: path>`), if any.
+pub fn own_v2_cgroup() -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    if text.lines().count() != 1 {
+        return None;
+    }
+    let own = text.lines().find_map(|l| l.strip_prefix("0::"))?.trim().trim_start_matches('/');
+    Some(Path::new("/sys/fs/cgroup").join(own))
+}
+
+/// A wall-clock bound of a test, stretched by `SANDBOX_TEST_TIME_FACTOR` (default 1): the v2
+/// guest stage runs under QEMU's TCG, where Python starts ~25x slower, and sets 4. Only upper
+/// bounds on wall time scale; statuses, signals and limits are asserted as everywhere.
+pub fn slack(bound: Duration) -> Duration {
+    let factor = std::env::var("SANDBOX_TEST_TIME_FACTOR").ok().and_then(|f| f.parse::<u32>().ok()).unwrap_or(1).max(1);
+    bound * factor
 }
