@@ -227,13 +227,13 @@ impl Recorder for AuditLog {
         })
     }
 
-    fn rejected(&self, caller: &str, request: Option<&ExecutionRequest>, code: &str, message: &str) -> Result<(), String> {
+    fn rejected(&self, execution_id: &str, caller: &str, request: Option<&ExecutionRequest>, code: &str, message: &str) -> Result<(), String> {
         let mut body = request.map_or_else(|| serde_json::json!({ "schemaVersion": SCHEMA_VERSION }), refusal_body);
         if let Some(o) = body.as_object_mut() {
             o.insert("error".into(), serde_json::json!({ "type": truncated(code, REFUSAL_NAME_MAX_BYTES), "message": truncated(message, REFUSAL_MESSAGE_MAX_BYTES) }));
         }
         self.append(NewEvent {
-            execution_id: uuid_like(),
+            execution_id: execution_id.into(),
             kind: EventKind::Rejected,
             at_ms: now_ms(),
             caller: truncated(caller, REFUSAL_NAME_MAX_BYTES),
@@ -297,9 +297,4 @@ fn truncated(s: &str, max: usize) -> String {
         cut -= 1;
     }
     format!("{}…", &s[..cut])
-}
-
-/// A fresh id for a refusal that never got an execution id: time-ordered like UUIDv7.
-fn uuid_like() -> String {
-    uuid::Uuid::now_v7().to_string()
 }

@@ -12,10 +12,11 @@ pub trait Recorder: Send + Sync {
     /// The final result (rejections by admission included).
     /// Errors: a message; the caller sees `internal_error`.
     fn finish(&self, caller: &str, result: &ExecutionResult) -> Result<(), String>;
-    /// A request refused before it reached the engine (authentication, profile permission,
-    /// queue, body): `code` and `message` say why; `request` is absent when the body was unreadable.
+    /// A request refused before it ran (authentication, profile permission, admission,
+    /// availability, queue, body), recorded under the fresh id `execution_id`: `code` and
+    /// `message` say why; `request` is absent when the body was unreadable.
     /// Errors: a message (the refusal stands either way).
-    fn rejected(&self, caller: &str, request: Option<&ExecutionRequest>, code: &str, message: &str) -> Result<(), String>;
+    fn rejected(&self, execution_id: &str, caller: &str, request: Option<&ExecutionRequest>, code: &str, message: &str) -> Result<(), String>;
 }
 
 /// A [`Recorder`] that keeps nothing.
@@ -28,7 +29,7 @@ impl Recorder for NoRecorder {
     fn finish(&self, _: &str, _: &ExecutionResult) -> Result<(), String> {
         Ok(())
     }
-    fn rejected(&self, _: &str, _: Option<&ExecutionRequest>, _: &str, _: &str) -> Result<(), String> {
+    fn rejected(&self, _: &str, _: &str, _: Option<&ExecutionRequest>, _: &str, _: &str) -> Result<(), String> {
         Ok(())
     }
 }

@@ -1,5 +1,7 @@
-//! The execution lifecycle (DESIGN.md steps 1-5 and 7): admit → prepare → spawn → supervise →
-//! collect → clean up. Step 6 (record) is the [`Recorder`] seam the audit log plugs into.
+//! The execution service and lifecycle (DESIGN.md steps 1-7). Every front door submits through
+//! [`Service`] (authorization, admission, availability, refusal auditing, slots and queue,
+//! metrics hooks); a [`Ticket`] then runs prepare → spawn → supervise → collect → clean up here.
+//! Step 6 (record) is the [`Recorder`] seam the audit log plugs into.
 //!
 //! One [`Engine`] serves many concurrent executions; each gets its own workspace tmpfs, cgroup
 //! and helper process. Dropping an execution's future (a client that went away) still tears
@@ -11,6 +13,7 @@ pub mod environment;
 mod network;
 mod prepare;
 mod supervise;
+pub mod service;
 pub mod typescript;
 pub mod warm;
 
@@ -18,12 +21,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use sandbox_core::wire::{Enforcement, ExecError, Timing};
-use sandbox_core::{admit, Admitted, Config, ErrorCode, ExecutionRequest, ExecutionResult, Language, Rejection, Status};
+use sandbox_core::wire::{Enforcement, ExecError};
+use sandbox_core::{Admitted, Config, ErrorCode, ExecutionRequest, ExecutionResult, Language, Status};
 use sandbox_runtime::probe::HostReport;
 use tokio::sync::mpsc;
 
 pub use command::program_command;
+pub use service::{Caller, Hooks, NoHooks, Refusal, Service, Ticket};
 pub use supervise::{Chunk, StreamKind};
 
 /// Where the engine keeps state and how it reaches the helper.
@@ -42,6 +46,17 @@ pub struct EngineOptions {
 }
 
 pub use sandbox_core::record::{NoRecorder, Recorder};
+
+/// Why a profile cannot run here: [`ErrorCode::RuntimeUnavailable`] or
+/// [`ErrorCode::EnvironmentNotInstalled`], and the reason with its fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Unavailable {
+    /// Stable code.
+    pub code: ErrorCode,
+    /// What is missing and how to fix it.
+    pub reason: String,
+}
 
 /// The execution engine.
 pub struct Engine {
@@ -98,7 +113,7 @@ impl Engine {
             return Ok(true);
         }
         let Some(t) = warm::Templates::new(opts, self.host.cgroup.clone())? else { return Ok(false) };
-        t.start(|profile| self.unavailable_code(profile).is_none());
+        t.start(|profile| self.availability(profile).is_ok());
         let _ = self.templates.set(t);
         Ok(true)
     }
@@ -135,7 +150,7 @@ impl Engine {
         &self.host
     }
 
-    /// The audit recorder, for refusals a front door makes before calling [`Engine::execute`].
+    /// The audit recorder (the [`Service`] records refusals through it).
     pub fn recorder(&self) -> &dyn Recorder {
         self.recorder.as_ref()
     }
@@ -145,109 +160,92 @@ impl Engine {
         &self.opts.config
     }
 
-    /// Why `profile` cannot run on this host, if it cannot: [`ErrorCode::RuntimeUnavailable`]
-    /// (a failed host check, a missing runtime binary or mount) or
-    /// [`ErrorCode::EnvironmentNotInstalled`] (naming the install command).
-    pub fn unavailable_code(&self, profile: &str) -> Option<(ErrorCode, String)> {
-        if let Some(why) = self.unavailable(profile) {
-            return Some((ErrorCode::RuntimeUnavailable, why));
-        }
-        let p = self.opts.config.profiles.get(profile)?;
-        let name = p.environment.as_ref()?;
-        let envs = environment::Environments::for_runtime(&self.opts.config.runtime, &self.opts.data_dir);
-        match envs.installed_in(&self.opts.config, name) {
-            Some(_) => envs.unsearchable_ancestor().map(|a| {
-                (
-                    ErrorCode::RuntimeUnavailable,
-                    format!(
-                        "environment {name:?} is installed under {}, which is not searchable by others (mode o+x on every \
-                         ancestor is needed for the sandbox to mount it)",
-                        a.display()
-                    ),
-                )
-            }),
-            None => Some((
-                ErrorCode::EnvironmentNotInstalled,
-                format!(
-                    "profile {profile:?} runs in environment {name:?}, which is not installed on this host; \
-                     install it with `sandbox env install {name}` (or `sandbox run --install ...`)"
-                ),
-            )),
-        }
-    }
-
-    /// Why `profile` cannot run on this host, if it cannot (a failed host check, a missing runtime binary).
-    pub fn unavailable(&self, profile: &str) -> Option<String> {
+    /// Whether `profile` can run on this host: the one place that decides, for every door,
+    /// `doctor`, `/readyz`, `/v1/profiles` and the warm templates.
+    /// Errors: [`Unavailable`] with [`ErrorCode::RuntimeUnavailable`] (a failed host check, an
+    /// unmet landlock minimum, a missing runtime binary, mount or tun driver, a directory the
+    /// sandbox cannot reach) or [`ErrorCode::EnvironmentNotInstalled`] (naming the install
+    /// command); [`ErrorCode::ProfileNotFound`] for a name that is not configured.
+    pub fn availability(&self, profile: &str) -> Result<(), Unavailable> {
+        let runtime = |reason: String| Unavailable { code: ErrorCode::RuntimeUnavailable, reason };
         if let Some(f) = self.host.first_failure() {
-            return Some(f);
+            return Err(runtime(f));
         }
-        let p = self.opts.config.profiles.get(profile)?;
+        let Some(p) = self.opts.config.profiles.get(profile) else {
+            return Err(Unavailable { code: ErrorCode::ProfileNotFound, reason: format!("no profile named {profile:?}") });
+        };
         if let Some(why) = landlock_unmet(&self.host, profile, p) {
-            return Some(why);
+            return Err(runtime(why));
+        }
+        for m in &p.filesystem.mounts {
+            if !m.host.is_dir() {
+                return Err(runtime(format!(
+                    "profile {profile:?} mounts host directory {}, which does not exist, at {}",
+                    m.host.display(),
+                    m.sandbox.display()
+                )));
+            }
+        }
+        if matches!(p.network, sandbox_core::network::Network::Allowlist(_)) && !std::path::Path::new("/dev/net/tun").exists() {
+            return Err(runtime(format!("profile {profile:?} has a network allowlist, which needs the tun driver (/dev/net/tun: modprobe tun)")));
         }
         let bin = match p.language {
             Language::Python => &self.opts.config.runtime.python,
             Language::Typescript => &self.opts.config.runtime.node,
         };
-        for m in &p.filesystem.mounts {
-            if !m.host.is_dir() {
-                return Some(format!("profile {profile:?} mounts host directory {} at {}, which does not exist", m.host.display(), m.sandbox.display()));
-            }
-        }
-        if matches!(p.network, sandbox_core::network::Network::Allowlist(_)) && !std::path::Path::new("/dev/net/tun").exists() {
-            return Some(format!("profile {profile:?} has a network allowlist, which needs the tun driver (/dev/net/tun: modprobe tun)"));
-        }
         if !bin.is_file() {
             let hint = match p.language {
                 Language::Python => "install python3 or set [runtime] python",
                 Language::Typescript => "scripts/install-node.sh installs it, or set [runtime] node",
             };
-            return Some(format!("{} runtime {} not found ({hint})", p.language.as_str(), bin.display()));
+            return Err(runtime(format!("{} runtime {} not found ({hint})", p.language.as_str(), bin.display())));
         }
-        None
+        let Some(name) = p.environment.as_ref() else { return Ok(()) };
+        let envs = environment::Environments::for_runtime(&self.opts.config.runtime, &self.opts.data_dir);
+        match envs.installed_in(&self.opts.config, name) {
+            Some(_) => match envs.unsearchable_ancestor() {
+                None => Ok(()),
+                Some(a) => Err(runtime(format!(
+                    "environment {name:?} is installed under {}, which is not searchable by others (mode o+x on every \
+                     ancestor is needed for the sandbox to mount it)",
+                    a.display()
+                ))),
+            },
+            None => Err(Unavailable {
+                code: ErrorCode::EnvironmentNotInstalled,
+                reason: format!(
+                    "profile {profile:?} runs in environment {name:?}, which is not installed on this host; \
+                     install it with `sandbox env install {name}` (or `sandbox run --install ...`)"
+                ),
+            }),
+        }
     }
 
-    /// Admission alone: whether `request` would be accepted (profile, fields, host support),
-    /// without preparing anything. Lets a server refuse before queueing.
-    /// Errors: the [`Rejection`] `execute` would report.
-    pub fn check(&self, request: &ExecutionRequest) -> Result<(), Rejection> {
-        let admitted = admit(request, &self.opts.config)?;
-        match self.unavailable_code(&admitted.profile_name) {
-            Some((code, reason)) => Err(Rejection::new(code, reason, None)),
-            None => Ok(()),
-        }
-    }
-
-    /// Runs one request to its end and returns the result; never panics on what the caller sent.
-    /// `output`, when given, receives stdout/stderr chunks as they arrive (within the caps).
-    /// `caller` names who asked, for the audit log (`key:NAME`, `cli:USER`, `anonymous`, ...).
-    pub async fn execute(
+    /// Runs one admitted request to its end (only [`service::Ticket::run`] calls it): the audit
+    /// record's `begin`, the lifecycle, and its `finish` with the final result; `queue_ms` is
+    /// the time it waited for a slot. Never panics on what the caller sent.
+    pub(crate) async fn execute_admitted(
         &self,
+        id: &str,
         caller: &str,
-        request: ExecutionRequest,
+        request: &ExecutionRequest,
+        admitted: Admitted,
+        queue_ms: u64,
         output: Option<mpsc::UnboundedSender<Chunk>>,
     ) -> ExecutionResult {
-        let received = Instant::now();
-        let id = uuid::Uuid::now_v7().to_string();
-        let span = tracing::info_span!("execution", execution_id = %id, profile = %request.profile);
-        let _enter = span.enter();
-        let mut result = match self.recorder.begin(&id, caller, &request) {
-            Err(e) => internal(&id, &request, format!("audit record could not be written: {e}")),
-            Ok(()) => match admit(&request, &self.opts.config) {
-                Err(rejection) => rejected(&id, &request, rejection),
-                Ok(admitted) => match self.unavailable_code(&admitted.profile_name) {
-                    Some((code, reason)) => rejected(&id, &request, Rejection::new(code, reason, None)),
-                    None => self.run_admitted(&id, admitted, received, output).await,
-                },
-            },
+        let started = Instant::now();
+        let mut result = match self.recorder.begin(id, caller, request) {
+            Err(e) => internal(id, request, format!("audit record could not be written: {e}")),
+            Ok(()) => self.run_admitted(id, admitted, started, output).await,
         };
-        result.duration_ms = ms(received.elapsed());
+        result.timing.queue_ms = queue_ms;
+        result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
         if let Err(e) = self.recorder.finish(caller, &result) {
             tracing::error!(error = %e, "audit record could not be completed");
-            result = internal(&id, &request, format!("audit record could not be written: {e}"));
-            result.duration_ms = ms(received.elapsed());
+            result = internal(id, request, format!("audit record could not be written: {e}"));
+            result.timing.queue_ms = queue_ms;
+            result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
         }
-        tracing::info!(status = result.status.as_str(), duration_ms = result.duration_ms, "execution finished");
         result
     }
 
@@ -361,18 +359,6 @@ fn internal(id: &str, request: &ExecutionRequest, message: String) -> ExecutionR
         status: Status::InternalError,
         profile: request.profile.clone(),
         error: Some(internal_error(id, message)),
-        ..Default::default()
-    }
-}
-
-fn rejected(id: &str, request: &ExecutionRequest, r: Rejection) -> ExecutionResult {
-    tracing::info!(code = r.code.as_str(), "request rejected");
-    ExecutionResult {
-        execution_id: id.to_owned(),
-        status: Status::Rejected,
-        profile: request.profile.clone(),
-        error: Some(ExecError { field: r.field, ..ExecError::new(r.code.as_str(), r.message) }),
-        timing: Timing::default(),
         ..Default::default()
     }
 }

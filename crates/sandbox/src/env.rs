@@ -135,11 +135,17 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
         config.profiles.insert(format!("env-verify-{}", language.as_str()), profile);
     }
     let (engine, _audit) = crate::audit::engine(config, data_dir.to_owned())?;
+    let service = std::sync::Arc::new(sandbox_engine::Service::new(std::sync::Arc::new(engine), 1, 0, std::sync::Arc::new(sandbox_engine::NoHooks)));
+    let caller = sandbox_engine::Caller::local("cli:env-verify");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let mut ok = true;
     for (language, code) in checks {
         let request = ExecutionRequest { profile: format!("env-verify-{}", language.as_str()), code, ..Default::default() };
-        let r = rt.block_on(engine.execute("cli:env-verify", request, None));
+        let profile = request.profile.clone();
+        let r = match service.submit(&caller, request) {
+            Ok(ticket) => rt.block_on(ticket.run(None)),
+            Err(refusal) => refusal.into_result(&profile),
+        };
         print!("{}", r.stdout);
         if r.status != Status::Ok {
             ok = false;
