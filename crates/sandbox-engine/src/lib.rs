@@ -60,7 +60,8 @@ pub struct Unavailable {
 
 /// The execution engine.
 pub struct Engine {
-    opts: EngineOptions,
+    /// Shared with the blocking threads that prepare executions.
+    opts: Arc<EngineOptions>,
     host: HostReport,
     recorder: Arc<dyn Recorder>,
     /// Set by [`Engine::abort_all`]: running executions end as `internal_error`.
@@ -74,7 +75,7 @@ impl Engine {
     /// makes each execution fail with `runtime_unavailable` and the reason.
     pub fn new(opts: EngineOptions, recorder: Arc<dyn Recorder>) -> Self {
         Self {
-            opts,
+            opts: Arc::new(opts),
             host: sandbox_runtime::probe::probe(),
             recorder,
             abort: tokio::sync::watch::channel(false).0,
@@ -89,7 +90,7 @@ impl Engine {
     /// Errors: warm starts are configured but cannot work here (the warm-start library is not
     /// built, no cgroup layout); executions then all run cold.
     pub fn enable_warm(&self) -> Result<bool, String> {
-        self.start_templates(self.opts.clone())
+        self.start_templates(EngineOptions::clone(&self.opts))
     }
 
     /// Like [`Engine::enable_warm`], for `profile` alone and whatever its `[warm] mode` says
@@ -97,7 +98,7 @@ impl Engine {
     /// the profile cannot have a template (not Python, or an allowlist network): it runs cold.
     /// Errors: as [`Engine::enable_warm`].
     pub fn enable_warm_for(&self, profile: &str) -> Result<bool, String> {
-        let mut opts = self.opts.clone();
+        let mut opts = EngineOptions::clone(&self.opts);
         for (name, p) in &mut opts.config.profiles {
             let can = name == profile && p.language == Language::Python && matches!(p.network, sandbox_core::network::Network::None);
             p.warm.mode = if can { sandbox_core::profile::WarmMode::Template } else { sandbox_core::profile::WarmMode::Off };
@@ -223,26 +224,37 @@ impl Engine {
 
     /// Runs one admitted request to its end (only [`service::Ticket::run`] calls it): the audit
     /// record's `begin`, the lifecycle, and its `finish` with the final result; `queue_ms` is
-    /// the time it waited for a slot. Never panics on what the caller sent.
+    /// the time it waited for a slot. Never panics on what the caller sent. The audit writes
+    /// (an fsync, or a PostgreSQL round trip) run on blocking threads.
     pub(crate) async fn execute_admitted(
         &self,
         id: &str,
         caller: &str,
-        request: &ExecutionRequest,
+        request: Arc<ExecutionRequest>,
         admitted: Admitted,
         queue_ms: u64,
         output: Option<mpsc::UnboundedSender<Chunk>>,
     ) -> ExecutionResult {
         let started = Instant::now();
-        let mut result = match self.recorder.begin(id, caller, request) {
-            Err(e) => internal(id, request, format!("audit record could not be written: {e}")),
+        let begun = {
+            let (recorder, id, caller, request) = (self.recorder.clone(), id.to_owned(), caller.to_owned(), request.clone());
+            off_worker(move || recorder.begin(&id, &caller, &request)).await
+        };
+        let mut result = match begun {
+            Err(e) => internal(id, &request, format!("audit record could not be written: {e}")),
             Ok(()) => self.run_admitted(id, admitted, started, output).await,
         };
         result.timing.queue_ms = queue_ms;
         result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
-        if let Err(e) = self.recorder.finish(caller, &result) {
+        let (recorder, who) = (self.recorder.clone(), caller.to_owned());
+        let (mut result, finished) = off_worker(move || {
+            let r = recorder.finish(&who, &result);
+            (result, r)
+        })
+        .await;
+        if let Err(e) = finished {
             tracing::error!(error = %e, "audit record could not be completed");
-            result = internal(id, request, format!("audit record could not be written: {e}"));
+            result = internal(id, &request, format!("audit record could not be written: {e}"));
             result.timing.queue_ms = queue_ms;
             result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
         }
@@ -262,9 +274,17 @@ impl Engine {
             language: Some(admitted.language),
             ..Default::default()
         };
-        let code = match admitted.language {
-            Language::Python => admitted.code.clone(),
-            Language::Typescript => match typescript::transpile_with_map(&admitted.code, "main.ts") {
+        let transpiled = match admitted.language {
+            Language::Python => None,
+            Language::Typescript => {
+                let source = admitted.code.clone();
+                // Parsing and code generation are CPU work: not on a worker thread.
+                Some(off_worker(move || typescript::transpile_with_map(&source, "main.ts")).await)
+            }
+        };
+        let code = match transpiled {
+            None => admitted.code.clone(),
+            Some(transpiled) => match transpiled {
                 // The inline source map lets `node --enable-source-maps` report the caller's lines.
                 Ok((js, Some(map))) => {
                     use base64::Engine as _;
@@ -287,7 +307,17 @@ impl Engine {
             },
         };
         let layout = self.host.cgroup.clone().expect("host checks passed, so a cgroup layout exists");
-        let mut prepared = match prepare::Prepared::new(&self.opts, &layout, id, &admitted, &code) {
+        // Directories, the workspace mount, input files and cgroup writes: on a blocking thread.
+        let (prepared, admitted) = {
+            let (opts, layout, id) = (self.opts.clone(), layout.clone(), id.to_owned());
+            off_worker(move || {
+                // Dropped on this thread too if the execution was abandoned meanwhile.
+                let p = prepare::Prepared::new(&opts, &layout, &id, &admitted, &code).map(prepare::DropOffWorker::new);
+                (p, admitted)
+            })
+            .await
+        };
+        let mut prepared = match prepared {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!(error = %e, "prepare failed");
@@ -306,10 +336,18 @@ impl Engine {
         let templates = self.templates.get();
         let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output, self.abort.subscribe(), templates).await;
         let collect_start = Instant::now();
-        prepared.stop_everything();
-        let usage = prepared.usage();
-        let files = prepared.collect_files(&admitted);
-        let teardown = prepared.teardown();
+        // The cgroup kill loop, usage, reading output files and teardown (unmounts, rmdir
+        // retries): on a blocking thread, so a slow teardown stalls only this execution.
+        let prepared = prepared.into_inner();
+        let (usage, files, teardown, admitted) = off_worker(move || {
+            let mut prepared = prepared;
+            prepared.stop_everything();
+            let usage = prepared.usage();
+            let files = prepared.collect_files(&admitted);
+            let teardown = prepared.teardown();
+            (usage, files, teardown, admitted)
+        })
+        .await;
         supervise::fill_result(&mut result, &admitted, run, usage);
         match files {
             Ok((files, skipped)) => {
@@ -368,6 +406,27 @@ pub(crate) fn process_start(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_comm = &stat[stat.rfind(')')? + 2..];
     after_comm.split(' ').nth(19)?.parse().ok()
+}
+
+/// Runs blocking `f` (a file system, cgroup or database call) on tokio's blocking pool, so the
+/// runtime's workers keep serving other executions, streams and health probes meanwhile.
+/// A panic in `f` is resumed here.
+pub(crate) async fn off_worker<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+/// Runs blocking `f` where it is called without copying its inputs, first letting a
+/// multi-threaded runtime move this worker's other tasks to another thread
+/// (`tokio::task::block_in_place`); runs it as is elsewhere (no runtime, or `sandbox run`'s
+/// single-threaded one, which has nothing else to serve).
+pub(crate) fn block_in_place<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) if rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 /// Whole milliseconds of `d`, saturating.

@@ -181,7 +181,7 @@ impl Service {
         match self.check(caller, &request) {
             Err(r) => Err(self.refuse(caller, Some(&request), r)),
             Ok(admitted) => match self.slots.place() {
-                Some(place) => Ok(Ticket { service: self.clone(), caller: caller.audit_name.clone(), request, admitted, place, received }),
+                Some(place) => Ok(Ticket { service: self.clone(), caller: caller.audit_name.clone(), request: Arc::new(request), admitted, place, received }),
                 None => {
                     let r = Refusal::new(ErrorCode::QueueFull, "every execution slot and queue place is taken; retry later", None);
                     Err(self.refuse(caller, Some(&request), Refusal { retry_after_s: Some(1), ..r }))
@@ -228,7 +228,10 @@ impl Service {
                 if let Some(a) = audit {
                     let id = uuid::Uuid::now_v7().to_string();
                     let message = audit_message(a.message, unrecorded_before);
-                    match self.engine.recorder().rejected(&id, a.caller, a.request, refusal.code.as_str(), &message) {
+                    // An audit write blocks (an fsync, a database round trip): let the runtime move
+                    // this worker's other tasks elsewhere meanwhile (the request is not copied).
+                    let written = crate::block_in_place(|| self.engine.recorder().rejected(&id, a.caller, a.request, refusal.code.as_str(), &message));
+                    match written {
                         Ok(()) => refusal.execution_id = Some(id),
                         Err(e) => tracing::error!(error = %e, "could not record a refused request"),
                     }
@@ -275,7 +278,7 @@ pub fn audit_message(detail: &str, unrecorded_before: u64) -> String {
 pub struct Ticket {
     service: Arc<Service>,
     caller: String,
-    request: ExecutionRequest,
+    request: Arc<ExecutionRequest>,
     admitted: Admitted,
     place: Place,
     received: Instant,
@@ -304,7 +307,7 @@ impl Ticket {
             let _slot = place.into_slot(&service.slots).await;
             let queue_ms = ms(received.elapsed());
             tracing::info!(queue_ms, "execution started");
-            let mut result = service.engine.execute_admitted(&id, &caller, &request, admitted, queue_ms, output).await;
+            let mut result = service.engine.execute_admitted(&id, &caller, request, admitted, queue_ms, output).await;
             result.duration_ms = ms(received.elapsed());
             tracing::info!(status = result.status.as_str(), duration_ms = result.duration_ms, "execution finished");
             service.hooks.executed(&result);

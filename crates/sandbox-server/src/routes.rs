@@ -256,7 +256,9 @@ async fn list_executions(State(state): State<AppState>, Extension(who): Extensio
         before_seq: q.cursor,
         limit: q.limit.unwrap_or(50),
     };
-    let page = audit.store().list(&filter);
+    // A database query blocks: on a blocking thread, never a worker.
+    let audit = audit.clone();
+    let page = tokio::task::spawn_blocking(move || audit.store().list(&filter)).await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
     match page {
         Ok(p) => Json(p).into_response(),
         Err(e) => {
@@ -271,7 +273,10 @@ async fn list_executions(State(state): State<AppState>, Extension(who): Extensio
     responses((status = 200, description = "The record"), (status = 401, body = Problem), (status = 403, body = Problem), (status = 404, body = Problem), (status = 421, body = Problem), (status = 429, body = Problem)))]
 async fn get_execution(State(state): State<AppState>, Extension(who): Extension<Caller>, Path(id): Path<String>) -> Response {
     let Some(audit) = &state.audit else { return fail(&state, ErrorCode::NotFound, "this service keeps no audit log", None) };
-    let record = audit.store().get(&id);
+    let record = {
+        let (audit, id) = (audit.clone(), id.clone());
+        tokio::task::spawn_blocking(move || audit.store().get(&id)).await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    };
     match record {
         Ok(Some(r)) if who.can_audit_all() || r.caller == who.audit_name() => Json(r).into_response(),
         // Someone else's record is as absent as a missing one.
