@@ -241,7 +241,7 @@ impl Engine {
             off_worker(move || recorder.begin(&id, &caller, &request)).await
         };
         let mut result = match begun {
-            Err(e) => internal(id, &request, format!("audit record could not be written: {e}")),
+            Err(e) => internal(id, &request, e.chain()),
             Ok(()) => self.run_admitted(id, admitted, started, output).await,
         };
         result.timing.queue_ms = queue_ms;
@@ -253,8 +253,8 @@ impl Engine {
         })
         .await;
         if let Err(e) = finished {
-            tracing::error!(error = %e, "audit record could not be completed");
-            result = internal(id, &request, format!("audit record could not be written: {e}"));
+            tracing::error!(error = %e.chain(), "audit record could not be completed");
+            result = internal(id, &request, e.chain());
             result.timing.queue_ms = queue_ms;
             result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
         }
@@ -361,8 +361,10 @@ impl Engine {
         }
         if let Err(e) = teardown {
             tracing::error!(error = %e, "teardown failed");
+            // Reported beside what the program or collection reported, not instead of it.
+            let before = result.error.take().map(|e| format!("; before that: {}: {}", e.kind, e.message)).unwrap_or_default();
             result.status = Status::InternalError;
-            result.error = Some(internal_error(id, format!("tearing the sandbox down failed: {e}")));
+            result.error = Some(internal_error(id, format!("tearing the sandbox down failed: {e}{before}")));
         }
         result.timing.collect_ms = ms(collect_start.elapsed());
         result

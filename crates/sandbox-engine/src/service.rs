@@ -233,7 +233,7 @@ impl Service {
                     let written = crate::block_in_place(|| self.engine.recorder().rejected(&id, a.caller, a.request, refusal.code.as_str(), &message));
                     match written {
                         Ok(()) => refusal.execution_id = Some(id),
-                        Err(e) => tracing::error!(error = %e, "could not record a refused request"),
+                        Err(e) => tracing::error!(error = %e.chain(), "could not record a refused request"),
                     }
                 }
                 tracing::info!(code = refusal.code.as_str(), "request refused");
