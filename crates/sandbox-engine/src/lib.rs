@@ -175,6 +175,9 @@ impl Engine {
         let Some(p) = self.opts.config.profiles.get(profile) else {
             return Err(Unavailable { code: ErrorCode::ProfileNotFound, reason: format!("no profile named {profile:?}") });
         };
+        if let Some(why) = self.data_dir_unreachable() {
+            return Err(runtime(why));
+        }
         if let Some(why) = landlock_unmet(&self.host, profile, p) {
             return Err(runtime(why));
         }
@@ -220,6 +223,26 @@ impl Engine {
                 ),
             }),
         }
+    }
+
+    /// Why no sandbox can use the data directory, if none can: an ancestor (or the directory
+    /// itself, e.g. one made by `mktemp -d`, mode 0700) that others may not search. The
+    /// container's init, an unprivileged host uid, passes through it to mount the workspace.
+    pub fn data_dir_unreachable(&self) -> Option<String> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = &self.opts.data_dir;
+        let (blocked, mode) = dir.ancestors().find_map(|a| {
+            let mode = std::fs::metadata(a).ok()?.permissions().mode() & 0o7777;
+            (mode & 0o001 == 0).then_some((a, mode))
+        })?;
+        Some(format!(
+            "the data directory {} cannot hold sandboxes: {} (mode {mode:o}) is not searchable by others, and the \
+             sandbox's unprivileged init must pass through it; fix: `chmod o+x {}`, or choose a --data-dir whose \
+             every ancestor has mode o+x",
+            dir.display(),
+            blocked.display(),
+            blocked.display()
+        ))
     }
 
     /// Runs one admitted request to its end (only [`service::Ticket::run`] calls it): the audit

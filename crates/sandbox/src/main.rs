@@ -57,7 +57,9 @@ enum Command {
         #[command(subcommand)]
         command: ProfilesCommand,
     },
-    /// Check the host features the runtime needs and which profiles can run.
+    /// Check the host features the runtime needs and which profiles can run. Exits 0 when every
+    /// built-in profile can run, 1 when one cannot (the report says why and how to fix it), 3
+    /// when the host cannot run sandboxes at all.
     Doctor {
         /// Print the report as JSON.
         #[arg(long)]
@@ -291,8 +293,12 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
             }
         }
     }
+    let builtin = sandbox_core::Config::builtin();
+    let builtin_unavailable = profiles.iter().any(|(name, why)| why.is_some() && builtin.profiles.contains_key(name));
     if host_failure.is_some() {
         ExitCode::from(3)
+    } else if builtin_unavailable {
+        ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     }

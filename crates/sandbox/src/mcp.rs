@@ -14,6 +14,9 @@ use sandbox_mcp::McpServer;
 pub fn stdio(config: Config, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
     let max_message_bytes = usize::try_from(config.service.body_max_bytes).unwrap_or(usize::MAX);
     let (engine, _audit) = crate::audit::engine(config, data_dir)?;
+    if let Some(why) = engine.data_dir_unreachable() {
+        anyhow::bail!("{why}");
+    }
     let engine = Arc::new(engine);
     if let Err(why) = engine.enable_warm() {
         tracing::warn!(reason = %why, "warm starts are off: every execution starts cold");

@@ -88,6 +88,8 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
     }
     let (engine, _audit) = crate::audit::engine(config, data_dir)?;
     let engine = std::sync::Arc::new(engine);
+    // A data directory no sandbox can use (`mktemp -d` makes one) is refused here, with the fix,
+    // by the availability check every door makes (runtime_unavailable, exit 3).
     if args.warm && engine.availability(&request.profile).is_ok() {
         if engine.enable_warm_for(&request.profile).map_err(|why| anyhow::anyhow!("--warm: {why}"))? {
             let ready = engine

@@ -53,6 +53,9 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     if let Some(why) = engine.host().first_failure() {
         tracing::warn!(reason = %why, "this host cannot run sandboxes; /readyz will say so");
     }
+    if let Some(why) = engine.data_dir_unreachable() {
+        anyhow::bail!("{why}");
+    }
     let engine = Arc::new(engine);
     if !args.no_warm {
         // Templates start in the background; their profiles run cold until they are ready.

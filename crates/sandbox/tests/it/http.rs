@@ -383,3 +383,19 @@ fn a_stalled_audit_write_stalls_neither_health_probes_nor_streams() {
         assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "1\n"), "the stalled executions ran once the log was free");
     }
 }
+
+#[test]
+fn readyz_and_profiles_name_what_cannot_run() {
+    let s = Server::start("[profiles.py-gone-mount]\nlanguage = \"python\"\n[[profiles.py-gone-mount.filesystem.mounts]]\nhost = \"/nonexistent/dataset\"\nsandbox = \"/data\"\n");
+    let ready = reqwest::blocking::get(format!("{}/readyz", s.url)).unwrap();
+    assert_eq!(ready.status(), 200, "the node still serves its other profiles");
+    let text = ready.text().unwrap();
+    assert!(text.starts_with("ready\n"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("unavailable py-gone-mount: ") && l.contains("/nonexistent/dataset")), "{text}");
+    let profiles = rt().block_on(s.client(None).profiles()).unwrap();
+    let gone = profiles.iter().find(|p| p.name == "py-gone-mount").unwrap();
+    assert_eq!((gone.available, gone.unavailable_code), (Some(false), Some(sandbox_core::ErrorCode::RuntimeUnavailable)));
+    assert!(gone.unavailable_reason.as_deref().unwrap().contains("/nonexistent/dataset"), "{gone:?}");
+    let default = profiles.iter().find(|p| p.name == "python-default").unwrap();
+    assert_eq!((default.available, default.unavailable_reason.as_deref()), (Some(true), None));
+}
