@@ -164,13 +164,6 @@ fn all_profiles() -> Vec<String> {
     vec!["*".into()]
 }
 
-impl ApiKey {
-    /// Whether this key may run `profile`.
-    pub fn allows(&self, profile: &str) -> bool {
-        self.profiles.iter().any(|p| p == "*" || p == profile)
-    }
-}
-
 /// Host-side runtime settings (`[runtime]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

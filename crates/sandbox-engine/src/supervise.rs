@@ -96,7 +96,7 @@ pub(crate) async fn run(
                 }
                 Err(why) => {
                     tracing::warn!(reason = %why.failure.unwrap_or_default(), "the template could not start the execution; starting it cold");
-                    prepared.stop_everything();
+                    prepared.stop().await;
                     prepared.init_pid = None;
                 }
             }
@@ -226,15 +226,15 @@ async fn attempt(
             () = sleep_until_opt(kill_at) => {
                 tracing::info!("grace period over: SIGKILL to the sandbox");
                 signal_init(prepared, Signal::SIGKILL);
-                prepared.stop_everything();
+                prepared.stop().await;
                 kill_at = None;
             }
-            Ok(_) = abort.wait_for(|a| *a), if out.failure.is_none() => {
+            true = async { abort.wait_for(|a| *a).await.is_ok() }, if out.failure.is_none() => {
                 tracing::warn!("service shutting down: ending the execution");
                 aborted = true;
                 out.failure = Some("the service shut down before the execution ended".into());
                 signal_init(prepared, Signal::SIGKILL);
-                prepared.stop_everything();
+                prepared.stop().await;
             }
             () = limit_hit.notified(), if a.profile.output.stop_at_limit && !out.output_stopped && !out.timed_out => {
                 tracing::info!("output cap reached: stopping the sandbox");
@@ -249,7 +249,7 @@ async fn attempt(
     }
     out.network = l.network.take().map(Network::finish);
     // Every process of the sandbox is gone once init is; the pipes close with them.
-    prepared.stop_everything();
+    prepared.stop().await;
     if let Some(t) = stdin_task {
         t.abort();
     }
@@ -344,8 +344,10 @@ async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os:
     .await
     .map_err(|e| format!("fork task: {e}"))??;
     let child = crate::warm::pidfd_pid(&pidfd).ok_or("the warm child ended at once")?;
-    let cgroup = prepared.cgroup.as_ref().ok_or("no cgroup")?;
-    if let Err(e) = cgroup.add_process(child) {
+    let cgroup = prepared.cgroup.clone().ok_or("no cgroup")?;
+    // A cgroup.procs write can wait for an RCU grace period: not on a worker thread.
+    let joined = tokio::task::spawn_blocking(move || cgroup.add_process(child)).await.map_err(|e| format!("cgroup task: {e}"))?;
+    if let Err(e) = joined {
         // Never let it run outside the execution's limits.
         let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
         return Err(format!("moving the warm child into its cgroup: {e}"));

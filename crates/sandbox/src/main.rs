@@ -59,7 +59,9 @@ enum Command {
         #[command(subcommand)]
         command: ProfilesCommand,
     },
-    /// Check the host features the runtime needs and which profiles can run.
+    /// Check the host features the runtime needs and which profiles can run. Exits 0 when every
+    /// built-in profile can run, 1 when one cannot (the report says why and how to fix it), 3
+    /// when the host cannot run sandboxes at all.
     Doctor {
         /// Print the report as JSON.
         #[arg(long)]
@@ -192,11 +194,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// Starts the template of every runnable warm profile, as `sandbox serve` would, waits for each
 /// (up to 3 minutes), reports its state and memory, and stops them all.
-fn warm_self_test(
-    config: &sandbox_core::Config,
-    data_dir: &std::path::Path,
-    profiles: &[(String, Option<String>)],
-) -> Vec<sandbox_engine::warm::TemplateStatus> {
+fn warm_self_test(engine: &sandbox_engine::Engine, profiles: &[(String, Option<String>)]) -> Vec<sandbox_engine::warm::TemplateStatus> {
+    let config = engine.config();
     let warm: Vec<&String> = profiles
         .iter()
         .filter(|(name, why)| why.is_none() && config.profiles[name].warm.mode == sandbox_core::profile::WarmMode::Template)
@@ -205,9 +204,6 @@ fn warm_self_test(
     if warm.is_empty() {
         return Vec::new();
     }
-    let Ok(helper) = std::env::current_exe() else { return Vec::new() };
-    let options = sandbox_engine::EngineOptions { config: config.clone(), data_dir: data_dir.to_owned(), helper, cgroup_parent: "sandbox".into() };
-    let engine = sandbox_engine::Engine::new(options, std::sync::Arc::new(sandbox_engine::NoRecorder));
     let out = match engine.enable_warm() {
         Ok(true) => {
             let t = engine.templates().expect("enabled");
@@ -234,9 +230,8 @@ fn warm_self_test(
 }
 
 fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool) -> ExitCode {
-    let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, data_dir);
-    // The engine's report: the host probe, plus where execution cgroups are placed.
-    let helper = std::env::current_exe().unwrap_or_default();
+    // The engine every door runs on decides which profiles can run (it probes the host once).
+    let helper = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("sandbox"));
     let options = sandbox_engine::EngineOptions { config: config.clone(), data_dir: data_dir.to_owned(), helper, cgroup_parent: "sandbox".into() };
     let engine = sandbox_engine::Engine::new(options, std::sync::Arc::new(sandbox_engine::NoRecorder));
     let mut report = engine.host().clone();
@@ -256,29 +251,10 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
     }
     let host_failure = report.first_failure();
     let landlock_abi = sandbox_engine::landlock_abi(&report);
-    let profiles: Vec<(String, Option<String>)> = config
-        .profiles
-        .iter()
-        .map(|(name, p)| {
-            let bin = match p.language {
-                sandbox_core::Language::Python => &config.runtime.python,
-                sandbox_core::Language::Typescript => &config.runtime.node,
-            };
-            let why = host_failure
-                .clone()
-                .or_else(|| sandbox_engine::landlock_unmet(&report, name, p))
-                .or_else(|| (!bin.is_file()).then(|| format!("runtime {} not found", bin.display())))
-                .or_else(|| {
-                    let env = p.environment.as_ref()?;
-                    envs.installed_in(config, env)
-                        .is_none()
-                        .then(|| format!("environment {env} is not installed (sandbox env install {env})"))
-                });
-            (name.clone(), why)
-        })
-        .collect();
+    let profiles: Vec<(String, Option<String>)> =
+        config.profiles.keys().map(|name| (name.clone(), engine.availability(name).err().map(|u| u.reason))).collect();
     // Templates cannot start on a node that is not ready; the failing step says why.
-    let templates = if self_test_failure.is_none() { warm_self_test(config, data_dir, &profiles) } else { Vec::new() };
+    let templates = if self_test_failure.is_none() { warm_self_test(&engine, &profiles) } else { Vec::new() };
     if json {
         let v = serde_json::json!({
             "templates": templates,
@@ -339,8 +315,12 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
     if let Some(why) = &self_test_failure {
         eprintln!("sandbox: not ready: {why}");
     }
+    let builtin = sandbox_core::Config::builtin();
+    let builtin_unavailable = profiles.iter().any(|(name, why)| why.is_some() && builtin.profiles.contains_key(name));
     if host_failure.is_some() || self_test_failure.is_some() {
         ExitCode::from(3)
+    } else if builtin_unavailable {
+        ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     }

@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use base64::Engine as _;
 use sandbox_core::wire::FileContent;
 use sandbox_core::{Config, ErrorCode, ExecutionRequest, Status};
-use sandbox_engine::{Chunk, StreamKind};
+use sandbox_engine::{Caller, Chunk, NoHooks, Service, StreamKind};
 
 /// Arguments of `sandbox run`.
 #[derive(clap::Args, Debug)]
@@ -91,7 +91,10 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
         }
     }
     let (engine, _audit) = crate::audit::engine(config, data_dir)?;
-    if args.warm && engine.config().profiles.contains_key(&request.profile) && engine.unavailable_code(&request.profile).is_none() {
+    let engine = std::sync::Arc::new(engine);
+    // A data directory no sandbox can use (`mktemp -d` makes one) is refused here, with the fix,
+    // by the availability check every door makes (runtime_unavailable, exit 3).
+    if args.warm && engine.availability(&request.profile).is_ok() {
         if engine.enable_warm_for(&request.profile).map_err(|why| anyhow::anyhow!("--warm: {why}"))? {
             let ready = engine
                 .templates()
@@ -105,6 +108,13 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
             eprintln!("sandbox: --warm: profile {:?} cannot have a template (not Python, or an allowlist network); running cold", request.profile);
         }
     }
+    // Decode → submit → run → encode, as every door does; one slot, no queue.
+    let service = std::sync::Arc::new(Service::new(engine.clone(), 1, 0, std::sync::Arc::new(NoHooks)));
+    let profile = request.profile.clone();
+    let ticket = match service.submit(&Caller::local(crate::audit::cli_caller()), request) {
+        Ok(t) => t,
+        Err(refusal) => return finish(&refusal.into_result(&profile), &args),
+    };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let result = rt.block_on(async {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Chunk>();
@@ -119,7 +129,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
                 }
             }
         });
-        let result = engine.execute(&crate::audit::cli_caller(), request, Some(tx)).await;
+        let result = ticket.run(Some(tx)).await;
         let _ = printer.await;
         result
     });

@@ -65,6 +65,9 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
             }
         }
     }
+    if let Some(why) = engine.data_dir_unreachable() {
+        anyhow::bail!("{why}");
+    }
     let engine = Arc::new(engine);
     if !args.no_warm {
         // Templates start in the background; their profiles run cold until they are ready.
@@ -84,7 +87,7 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     state.hosts.allowed_hosts.extend(args.allowed_host);
     state.hosts.allowed_origins.extend(args.allowed_origin);
     let mcp_shutdown = state.mcp.shutdown.clone();
-    let slots = state.admission.slots();
+    let slots = state.service.slots();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;

@@ -287,7 +287,7 @@ fn killing_the_template_fails_nothing_and_sigterm_leaves_nothing_behind() {
     // A warm execution is running when every template interpreter is killed.
     let running = {
         let c = s.client(None);
-        std::thread::spawn(move || rt().block_on(c.execute(&req("py-warm", "import time; time.sleep(1.5); print('finished')"))))
+        std::thread::spawn(move || rt().block_on(c.execute(&req("py-warm", "import time; time.sleep(1.5); print('finished')"))).map_err(|e| format!("{e:?}")))
     };
     std::thread::sleep(Duration::from_millis(500));
     for pid in &templates {
