@@ -12,6 +12,9 @@ start=$(date +%s)
 built=$(cargo test -p sandbox --test it --no-run 2>&1) || { echo "$built"; exit 1; }
 bin=$(sed -n 's/.*Executable tests\/it\/main.rs (\(.*\))/\1/p' <<<"$built")
 [ -x "$bin" ] || { echo "v2 guest stage: no test binary in: $built"; exit 1; }
+# Absolute: the guest runs it from another directory (cargo prints it relative to the workspace
+# unless CARGO_TARGET_DIR is absolute).
+bin=$(realpath "$bin")
 status=0
 for k in $kernels; do
   t0=$(date +%s)
