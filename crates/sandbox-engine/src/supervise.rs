@@ -317,9 +317,10 @@ fn launch_cold(opts: &EngineOptions, _prepared: &Prepared, a: &Admitted, side_wr
     Ok(Launched { ctl, stdin, stdout, stderr, helper: Some(child), warm_child: None, network, spawned_at })
 }
 
-/// Warm start: the template forks a child and hands back its pidfd; the engine moves the child
-/// into the execution's cgroup before sending it the spec, so nothing of the execution runs
-/// outside it.
+/// Warm start: the template forks a child and hands back its pidfd. The child joins the
+/// execution's cgroup itself, first thing, through the cgroup files the engine opened and passed
+/// along (a process that moves its own single thread skips the v1 global lock, an RCU grace
+/// period when another process moves it), so nothing of the execution runs outside it.
 async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os::fd::OwnedFd, template: Arc<Template>) -> Result<Launched, String> {
     prepared.write_warm_files(a).map_err(|e| format!("writing the execution's code directory: {e}"))?;
     // Detached copies of the execution's mounts: the child attaches them in its own mount
@@ -333,25 +334,27 @@ async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os:
     let (stdout_r, stdout_w) = pipe()?;
     let (stderr_r, stderr_w) = pipe()?;
     let child_end: std::os::fd::OwnedFd = child_end.into();
+    let joins: Vec<std::os::fd::OwnedFd> = prepared
+        .spec
+        .cgroup_join
+        .iter()
+        .map(|f| {
+            std::fs::OpenOptions::new().write(true).open(f).map(std::os::fd::OwnedFd::from).map_err(|e| format!("open {}: {e}", f.display()))
+        })
+        .collect::<Result<_, _>>()?;
     let spawned_at = Instant::now();
     let pidfd = tokio::task::spawn_blocking(move || {
         let [workspace, code, passwd, group] = &trees;
-        let r = template.fork([&child_end, &stdin_r, &stdout_w, &stderr_w, &side_write, workspace, code, passwd, group]);
+        let mut fds = vec![&child_end, &stdin_r, &stdout_w, &stderr_w, &side_write, workspace, code, passwd, group];
+        fds.extend(joins.iter());
+        let r = template.fork(&fds);
         // Our copies of the child's ends close here: only the child holds them now.
-        drop((child_end, stdin_r, stdout_w, stderr_w, side_write, trees));
+        drop((child_end, stdin_r, stdout_w, stderr_w, side_write, trees, joins));
         r
     })
     .await
     .map_err(|e| format!("fork task: {e}"))??;
     let child = crate::warm::pidfd_pid(&pidfd).ok_or("the warm child ended at once")?;
-    let cgroup = prepared.cgroup.clone().ok_or("no cgroup")?;
-    // A cgroup.procs write can wait for an RCU grace period: not on a worker thread.
-    let joined = tokio::task::spawn_blocking(move || cgroup.add_process(child)).await.map_err(|e| format!("cgroup task: {e}"))?;
-    if let Err(e) = joined {
-        // Never let it run outside the execution's limits.
-        let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
-        return Err(format!("moving the warm child into its cgroup: {e}"));
-    }
     let ctl = engine_end
         .set_nonblocking(true)
         .and_then(|()| tokio::net::UnixStream::from_std(engine_end))

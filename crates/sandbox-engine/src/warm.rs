@@ -118,10 +118,11 @@ pub(crate) struct Template {
 
 impl Template {
     /// Asks the template to fork a child for one execution, handing it `fds` (control socket,
-    /// stdin, stdout, stderr, side channel, then the mount trees of
-    /// [`sandbox_runtime::spec::WARM_TREES`], in that order). Returns the child's pidfd.
+    /// stdin, stdout, stderr, side channel, the mount trees of
+    /// [`sandbox_runtime::spec::WARM_TREES`], then one file per cgroup hierarchy to join, in
+    /// that order). Returns the child's pidfd.
     /// Errors: the template is gone or refused (it is then marked unhealthy and replaced).
-    pub(crate) fn fork(&self, fds: [&OwnedFd; 9]) -> Result<OwnedFd, String> {
+    pub(crate) fn fork(&self, fds: &[&OwnedFd]) -> Result<OwnedFd, String> {
         let channel = self.channel.lock().expect("template channel lock");
         let result = (|| {
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();

@@ -53,9 +53,11 @@ def threads():
 
 
 # Descriptors of a fork request, in order, and where the child places each: control socket (3),
-# stdin, stdout, stderr, side channel (4), then the execution's detached mounts (workspace, code,
-# /etc/passwd, /etc/group: 5-8, which sandbox_warm_enter attaches).
+# stdin, stdout, stderr, side channel (4), the execution's detached mounts (workspace, code,
+# /etc/passwd, /etc/group: 5-8, which sandbox_warm_enter attaches), then the execution's cgroup
+# files (9.., which sandbox_warm_enter joins before anything else).
 PLACES = (3, 0, 1, 2, 4, 5, 6, 7, 8)
+MAX_FDS = len(PLACES) + 8
 
 
 def child(fds, lib, harness):
@@ -64,10 +66,11 @@ def child(fds, lib, harness):
     high = [os.dup(fd) for fd in fds]
     for fd in fds:
         os.close(fd)
-    for fd, place in zip(high, PLACES):
+    places = PLACES + tuple(range(len(PLACES), len(high)))
+    for fd, place in zip(high, places):
         os.dup2(fd, place)
     # Nothing of the template's but these descriptors reaches the execution.
-    os.closerange(9, 1 << 20)
+    os.closerange(len(places), 1 << 20)
     if lib.sandbox_warm_enter(3) != 0:
         os._exit(127)
     # From here on: the execution's sandboxed program, uid, cwd /workspace.
@@ -165,7 +168,7 @@ def serve(channel, lib, harness):
     forks = 0
     while True:
         try:
-            msg, fds, _flags, _addr = socket.recv_fds(channel, 64, len(PLACES))
+            msg, fds, _flags, _addr = socket.recv_fds(channel, 64, MAX_FDS)
         except InterruptedError:
             continue
         if not msg:
@@ -176,7 +179,7 @@ def serve(channel, lib, harness):
                 pass
         except ChildProcessError:
             pass
-        if msg != b"fork\n" or len(fds) != len(PLACES):
+        if msg != b"fork\n" or len(fds) <= len(PLACES):
             for fd in fds:
                 os.close(fd)
             channel.sendall(b"err bad request\n")
