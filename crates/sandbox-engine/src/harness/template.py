@@ -33,8 +33,12 @@ def preload():
         import io
 
         plt = sys.modules["matplotlib.pyplot"]
-        fig, ax = plt.subplots()
-        ax.plot([1, 2, 3], [3, 1, 2], label="warm-up")
+        fig, ax = plt.subplots(figsize=(4, 3), dpi=50)
+        ax.plot([1, 2, 3], [3, 1, 2], label="line")
+        ax.scatter([1, 2, 3], [2, 3, 1], label="points", s=4)
+        ax.bar([1, 2], [1, 2], label="bars")
+        ax.set_xlabel("x")
+        ax.set_ylabel("y")
         ax.set_title("warm-up")
         ax.legend()
         fig.savefig(io.BytesIO(), format="png")
@@ -43,8 +47,12 @@ def preload():
         import io
 
         pd = sys.modules["pandas"]
-        frame = pd.read_csv(io.StringIO("a,b,c\n1,x,2.5\n2,y,\n3,x,4.0\n"))
-        frame.groupby("b").agg({"a": "mean", "c": ["min", "max"]}).describe()
+        frame = pd.read_csv(io.StringIO("a,b,c,d\n1,x,2.5,2020-01-01\n2,y,,2020-01-02\n3,x,4.0,2020-01-03\n"), parse_dates=["d"])
+        frame.groupby("b")[["a", "c"]].agg(["count", "mean", "std", "min", "max"]).round(3).to_string()
+        frame.dropna(subset=["c"]).describe()
+        frame["a"].corr(frame["c"])
+        frame.sort_values("c").merge(frame, on="b").pivot_table(index="b", values="a", aggfunc="sum")
+        frame.to_csv(io.StringIO())
 
 
 def threads():
