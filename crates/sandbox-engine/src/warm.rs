@@ -240,7 +240,8 @@ impl Templates {
                 let profiles = self.profiles.lock().expect("templates lock");
                 match profiles.get(profile) {
                     Some(e) if e.current.as_ref().is_some_and(|t| t.healthy.load(Ordering::SeqCst)) => return Ok(true),
-                    Some(e) if !e.starting && e.error.is_some() => return Err(e.error.clone().unwrap_or_default()),
+                    // The last start failed (another may be under way, after a back-off).
+                    Some(e) if e.failures > 0 => return Err(e.error.clone().unwrap_or_default()),
                     None => return Ok(false),
                     _ => {}
                 }

@@ -27,8 +27,15 @@ def preload():
     names = [m for m in os.environ.pop("SANDBOX_PRELOAD", "").split(",") if m]
     for name in names:
         importlib.import_module(name)
-    # Exercise the libraries once, so lazily built state (font lists, parsers, caches) is in
-    # the template and not rebuilt by every execution.
+    try:
+        warm_up()
+    except Exception as e:  # noqa: BLE001 - a warm-up that fails costs speed, not correctness
+        sys.stderr.write(f"template warm-up failed (executions still start warm): {e!r}\n")
+
+
+def warm_up():
+    """Exercises the libraries once, so lazily built state (font lists, parsers, caches) is in
+    the template and not rebuilt by every execution."""
     if "matplotlib.pyplot" in sys.modules:
         import io
 
@@ -51,7 +58,8 @@ def preload():
         frame.groupby("b")[["a", "c"]].agg(["count", "mean", "std", "min", "max"]).round(3).to_string()
         frame.dropna(subset=["c"]).describe()
         frame["a"].corr(frame["c"])
-        frame.sort_values("c").merge(frame, on="b").pivot_table(index="b", values="a", aggfunc="sum")
+        frame.sort_values("c").merge(frame, on="b", suffixes=("", "_r"))
+        frame.pivot_table(index="b", values="a", aggfunc="sum")
         frame.to_csv(io.StringIO())
 
 
