@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, then runs every test: the Rust workspace (unit tests,
-# and integration tests that create real namespaces and cgroups: run as root), and the
-# TypeScript and Python SDKs against a real `sandbox serve`, and the MCP server through the official
-# Python MCP SDK. Ends with one summary line.
+# and integration tests that create real namespaces and cgroups: run as root), the cgroup v2
+# guest stage (scripts/v2-guest/ci.sh), the TypeScript and Python SDKs against a real
+# `sandbox serve`, and the MCP server through the official Python MCP SDK. Ends with one
+# summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -21,6 +22,12 @@ export SANDBOX_TEST_POSTGRES_URL
 export SANDBOX_BIN="$PWD/target/debug/sandbox"
 status=0
 cargo test --workspace 2>&1 | tee "$log" || status=1
+# The attack, limit, timeout, file, harness and real-world-case tests again, every Python
+# execution forked from a warm template (`sandbox run --warm`): same expected outcomes.
+SANDBOX_TEST_WARM=1 cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: 2>&1 | tee -a "$log" || status=1
+# cgroup v2 for real: the limits and isolation tests in QEMU guests on Debian's 6.1 and 6.12
+# kernels with only the unified hierarchy (scripts/v2-guest/; this host is v1).
+bash scripts/v2-guest/ci.sh 2>&1 | tee -a "$log" || status=1
 bash clients/typescript/run-tests.sh 2>&1 | tee -a "$log" || status=1
 bash clients/python/run-tests.sh -q 2>&1 | tee -a "$log" || status=1
 # The MCP server through the official Python MCP SDK (stdio and streamable HTTP).

@@ -51,6 +51,14 @@ pub enum AuditError {
     /// An event body could not be encoded or decoded.
     #[error("audit event body is not valid JSON")]
     Json(#[from] serde_json::Error),
+    /// A stored event has a kind this version does not know (a newer writer, or tampering).
+    #[error("audit event {seq} has unknown kind {kind:?}")]
+    UnknownKind {
+        /// The event's sequence number.
+        seq: i64,
+        /// The kind as stored.
+        kind: String,
+    },
 }
 
 /// Kinds of events.
@@ -71,6 +79,19 @@ pub enum EventKind {
 }
 
 impl EventKind {
+    /// The kind stored as `kind` in event `seq`.
+    /// Errors: [`AuditError::UnknownKind`]; an unknown kind is never read as another one.
+    pub fn parse(kind: &str, seq: i64) -> Result<Self, AuditError> {
+        match kind {
+            "begin" => Ok(Self::Begin),
+            "finish" => Ok(Self::Finish),
+            "interrupted" => Ok(Self::Interrupted),
+            "rejected" => Ok(Self::Rejected),
+            "checkpoint" => Ok(Self::Checkpoint),
+            _ => Err(AuditError::UnknownKind { seq, kind: kind.to_owned() }),
+        }
+    }
+
     /// `begin`, `finish`, `interrupted` or `rejected`.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -86,13 +86,7 @@ fn raw(r: &postgres::Row) -> RawEvent {
 }
 
 fn stored(r: &RawEvent) -> Result<StoredEvent, AuditError> {
-    let kind = match r.kind.as_str() {
-        "begin" => EventKind::Begin,
-        "finish" => EventKind::Finish,
-        "interrupted" => EventKind::Interrupted,
-        "checkpoint" => EventKind::Checkpoint,
-        _ => EventKind::Rejected,
-    };
+    let kind = EventKind::parse(&r.kind, r.seq)?;
     Ok(StoredEvent {
         seq: r.seq,
         execution_id: r.execution_id.clone(),

@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
-use sandbox_core::record::Recorder;
+use sandbox_core::record::{RecordError, Recorder};
 use sandbox_core::wire::FileContent;
 use sandbox_core::{ExecutionRequest, ExecutionResult};
 use sha2::{Digest, Sha256};
@@ -185,23 +185,13 @@ impl AuditLog {
         v
     }
 
-    fn append(&self, e: NewEvent) -> Result<(), String> {
-        self.store().append(&e).map(|_| ()).map_err(|e| format!("{e}: {}", e.source_text()))
-    }
-}
-
-trait SourceText {
-    fn source_text(&self) -> String;
-}
-
-impl SourceText for AuditError {
-    fn source_text(&self) -> String {
-        std::error::Error::source(self).map(ToString::to_string).unwrap_or_default()
+    fn append(&self, e: NewEvent) -> Result<(), RecordError> {
+        self.store().append(&e).map(|_| ()).map_err(|e| RecordError(Box::new(e)))
     }
 }
 
 impl Recorder for AuditLog {
-    fn begin(&self, execution_id: &str, caller: &str, request: &ExecutionRequest) -> Result<(), String> {
+    fn begin(&self, execution_id: &str, caller: &str, request: &ExecutionRequest) -> Result<(), RecordError> {
         self.append(NewEvent {
             execution_id: execution_id.into(),
             kind: EventKind::Begin,
@@ -214,7 +204,7 @@ impl Recorder for AuditLog {
         })
     }
 
-    fn finish(&self, caller: &str, result: &ExecutionResult) -> Result<(), String> {
+    fn finish(&self, caller: &str, result: &ExecutionResult) -> Result<(), RecordError> {
         self.append(NewEvent {
             execution_id: result.execution_id.clone(),
             kind: EventKind::Finish,
@@ -227,13 +217,13 @@ impl Recorder for AuditLog {
         })
     }
 
-    fn rejected(&self, caller: &str, request: Option<&ExecutionRequest>, code: &str, message: &str) -> Result<(), String> {
+    fn rejected(&self, execution_id: &str, caller: &str, request: Option<&ExecutionRequest>, code: &str, message: &str) -> Result<(), RecordError> {
         let mut body = request.map_or_else(|| serde_json::json!({ "schemaVersion": SCHEMA_VERSION }), refusal_body);
         if let Some(o) = body.as_object_mut() {
             o.insert("error".into(), serde_json::json!({ "type": truncated(code, REFUSAL_NAME_MAX_BYTES), "message": truncated(message, REFUSAL_MESSAGE_MAX_BYTES) }));
         }
         self.append(NewEvent {
-            execution_id: uuid_like(),
+            execution_id: execution_id.into(),
             kind: EventKind::Rejected,
             at_ms: now_ms(),
             caller: truncated(caller, REFUSAL_NAME_MAX_BYTES),
@@ -297,9 +287,4 @@ fn truncated(s: &str, max: usize) -> String {
         cut -= 1;
     }
     format!("{}…", &s[..cut])
-}
-
-/// A fresh id for a refusal that never got an execution id: time-ordered like UUIDv7.
-fn uuid_like() -> String {
-    uuid::Uuid::now_v7().to_string()
 }

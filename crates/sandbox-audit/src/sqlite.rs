@@ -285,15 +285,13 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 fn row_to_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<StoredEvent, AuditError>> {
     let kind: String = r.get(2)?;
     let body: String = r.get(8)?;
-    let kind = match kind.as_str() {
-        "begin" => EventKind::Begin,
-        "finish" => EventKind::Finish,
-        "interrupted" => EventKind::Interrupted,
-        "checkpoint" => EventKind::Checkpoint,
-        _ => EventKind::Rejected,
+    let seq: i64 = r.get(0).unwrap_or_default();
+    let kind = match EventKind::parse(&kind, seq) {
+        Ok(k) => k,
+        Err(e) => return Ok(Err(e)),
     };
     Ok(serde_json::from_str(&body).map_err(AuditError::from).map(|body| StoredEvent {
-        seq: r.get(0).unwrap_or_default(),
+        seq,
         execution_id: r.get(1).unwrap_or_default(),
         kind,
         at_ms: r.get(3).unwrap_or_default(),

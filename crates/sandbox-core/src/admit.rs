@@ -16,9 +16,12 @@ pub const MAX_INPUT_JSON_BYTES: usize = 8 << 20;
 /// Most input files one request may carry.
 pub const MAX_INPUT_FILES: usize = 10_000;
 
-/// A request that passed admission, with defaults filled in from its profile.
+/// A request that passed admission, with defaults filled in from its profile. Only [`admit`]
+/// builds one (a private field), so code that takes an `Admitted` runs only what was checked.
 #[derive(Debug, Clone)]
 pub struct Admitted {
+    /// Proof of admission: private, so no other crate can write an `Admitted` literal.
+    _admitted_by: AdmittedBy,
     /// The profile's name.
     pub profile_name: String,
     /// The profile, as configured.
@@ -42,6 +45,10 @@ pub struct Admitted {
     /// The function harness's input, serialized as JSON (`None` for the script harness or no input).
     pub input_json: Option<String>,
 }
+
+/// The private witness in every [`Admitted`].
+#[derive(Debug, Clone, Copy)]
+struct AdmittedBy;
 
 /// One decoded input file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,6 +164,7 @@ pub fn admit(req: &ExecutionRequest, config: &Config) -> Result<Admitted, Reject
         Some(c) => decode(c).map_err(|m| Rejection::new(ErrorCode::InvalidFileContent, m, Some("stdin".into())))?,
     };
     Ok(Admitted {
+        _admitted_by: AdmittedBy,
         profile_name: req.profile.clone(),
         profile: profile.clone(),
         language,

@@ -9,6 +9,7 @@ pub mod network;
 pub mod path;
 pub mod profile;
 pub mod record;
+pub mod subid;
 pub mod wire;
 
 pub use admit::{admit, Admitted, InputFile, Rejection};

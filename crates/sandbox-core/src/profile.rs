@@ -164,20 +164,16 @@ fn all_profiles() -> Vec<String> {
     vec!["*".into()]
 }
 
-impl ApiKey {
-    /// Whether this key may run `profile`.
-    pub fn allows(&self, profile: &str) -> bool {
-        self.profiles.iter().any(|p| p == "*" || p == profile)
-    }
-}
-
 /// Host-side runtime settings (`[runtime]`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RuntimeConfig {
     /// First host uid (and gid) of the 65536 ids the sandbox's user namespace maps; inside,
-    /// uid 0 is host `uid_base` and the program's uid 1000 is host `uid_base + 1000`.
-    /// Never 0: no identity inside maps to host root.
+    /// uid 0 is host `uid_base` and the program's uid 1000 + slot is host `uid_base + 1000 +
+    /// slot`. Never 0: no identity inside maps to host root. Default 1900000000: above every
+    /// range Debian's and Ubuntu's `useradd` delegate in /etc/subuid (100000..600100000) and
+    /// systemd's nspawn range, below systemd's foreign range and 2^31. `sandbox doctor` and
+    /// `sandbox serve` refuse a base whose ids overlap a range of /etc/subuid or /etc/subgid.
     pub uid_base: u32,
     /// Python interpreter (host path, must lie under a directory bound into the sandbox).
     pub python: PathBuf,
@@ -198,12 +194,17 @@ pub struct RuntimeConfig {
     /// directory is bound over each that exists), so a run imports the standard library and its
     /// environment's packages only, never whatever the host has installed.
     pub python_hidden_dirs: Vec<PathBuf>,
+    /// Parent cgroup of the executions, a path below the cgroup hierarchy's root (e.g.
+    /// `/sandbox.slice/executions`). Unset: on cgroup v2, `sandbox` under the service's own
+    /// cgroup (the service's processes move into its `sandbox-service` leaf); on v1, `sandbox`
+    /// under each controller's root.
+    pub cgroup_parent: Option<String>,
 }
 
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
-            uid_base: 200_000,
+            uid_base: 1_900_000_000,
             python: "/usr/bin/python3".into(),
             node: "/usr/local/lib/sandbox/node/bin/node".into(),
             system_dirs: ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"]
@@ -218,6 +219,7 @@ impl Default for RuntimeConfig {
                 .iter()
                 .map(PathBuf::from)
                 .collect(),
+            cgroup_parent: None,
         }
     }
 }
@@ -524,6 +526,15 @@ impl Config {
         for (field, path) in [("runtime.python", &rt.python), ("runtime.node", &rt.node)] {
             if !path.is_absolute() {
                 return Err(err(field.into(), format!("{} is not an absolute path", path.display())));
+            }
+        }
+        if let Some(c) = &rt.cgroup_parent {
+            let parts: Vec<&str> = c.split('/').filter(|p| !p.is_empty()).collect();
+            if parts.is_empty() || parts.iter().any(|p| *p == "." || *p == "..") {
+                return Err(err(
+                    "runtime.cgroup_parent".into(),
+                    format!("{c:?} must name a cgroup below the hierarchy's root, without . or .."),
+                ));
             }
         }
         let svc = &self.service;

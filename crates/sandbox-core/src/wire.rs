@@ -376,6 +376,16 @@ pub struct ProfileInfo {
     /// `papaparse@5.7.1` (npm). Empty: standard library only.
     #[serde(default)]
     pub libraries: Vec<String>,
+    /// Whether this host can run the profile now (`GET /v1/profiles`; absent where not checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available: Option<bool>,
+    /// Why it cannot, with the fix, when `available` is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable_reason: Option<String>,
+    /// The code a request for it is refused with, when `available` is false
+    /// (`runtime_unavailable`, `environment_not_installed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable_code: Option<ErrorCode>,
 }
 
 /// An extra directory as the program sees it.
@@ -431,6 +441,9 @@ impl ProfileInfo {
                 .collect(),
             environment: p.environment.clone(),
             libraries: Vec::new(),
+            available: None,
+            unavailable_reason: None,
+            unavailable_code: None,
         }
     }
 }

@@ -37,7 +37,8 @@ pub const INPUT_FILE: &str = "/code/input.json";
 /// Argv and environment of the program. The environment is a documented allowlist:
 /// `PATH`, `HOME=/tmp`, `TMPDIR=/tmp`, `USER`/`LOGNAME=sandbox`, `LANG`/`LC_ALL=C.UTF-8`, `TZ=UTC`,
 /// for Python `PYTHONUNBUFFERED=1` (output written before a kill is kept), `PYTHONDONTWRITEBYTECODE=1`,
-/// `PYTHONPATH=/workspace` (input files import) plus the environment's site directory,
+/// with an environment `PYTHONPATH` = its site directory (the harness appends `/workspace` to
+/// `sys.path` last, so input files import but never shadow the standard library or a package),
 /// `MPLBACKEND=Agg` with matplotlib's config and cache under /tmp (`MPLCONFIGDIR`,
 /// `XDG_CONFIG_HOME`, `XDG_CACHE_HOME`), for TypeScript with an environment `NODE_PATH=/node_modules`,
 /// thread-pool sizes (`OMP_NUM_THREADS`,
@@ -110,11 +111,15 @@ fn program_env(profile: &Profile, language: Language, request_env: &BTreeMap<Str
     let with_env = profile.environment.is_some();
     match language {
         Language::Python => {
-            let path = if with_env { format!("/workspace:{ENV_MOUNT}/python") } else { "/workspace".to_owned() };
+            // /workspace is not on PYTHONPATH, which comes before the standard library: the
+            // harness appends it to sys.path, after the standard library and the environment,
+            // so an input named json.py imports but cannot replace a module in use.
+            if with_env {
+                env.push(("PYTHONPATH".to_owned(), format!("{ENV_MOUNT}/python")));
+            }
             for (k, v) in [
                 ("PYTHONUNBUFFERED", "1"),
                 ("PYTHONDONTWRITEBYTECODE", "1"),
-                ("PYTHONPATH", path.as_str()),
                 // matplotlib: no display, and its config and font cache in the writable /tmp.
                 ("MPLBACKEND", "Agg"),
                 ("MPLCONFIGDIR", "/tmp/.config/matplotlib"),

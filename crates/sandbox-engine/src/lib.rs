@@ -1,5 +1,7 @@
-//! The execution lifecycle (DESIGN.md steps 1-5 and 7): admit → prepare → spawn → supervise →
-//! collect → clean up. Step 6 (record) is the [`Recorder`] seam the audit log plugs into.
+//! The execution service and lifecycle (DESIGN.md steps 1-7). Every front door submits through
+//! [`Service`] (authorization, admission, availability, refusal auditing, slots and queue,
+//! metrics hooks); a [`Ticket`] then runs prepare → spawn → supervise → collect → clean up here.
+//! Step 6 (record) is the [`Recorder`] seam the audit log plugs into.
 //!
 //! One [`Engine`] serves many concurrent executions; each gets its own workspace tmpfs, cgroup
 //! and helper process. Dropping an execution's future (a client that went away) still tears
@@ -10,6 +12,7 @@ mod command;
 pub mod environment;
 mod prepare;
 mod supervise;
+pub mod service;
 pub mod typescript;
 pub mod warm;
 
@@ -17,12 +20,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use sandbox_core::wire::{Enforcement, ExecError, Timing};
-use sandbox_core::{admit, Admitted, Config, ErrorCode, ExecutionRequest, ExecutionResult, Language, Rejection, Status};
+use sandbox_core::wire::{Enforcement, ExecError};
+use sandbox_core::{Admitted, Config, ErrorCode, ExecutionRequest, ExecutionResult, Language, Status};
 use sandbox_runtime::probe::HostReport;
 use tokio::sync::mpsc;
 
 pub use command::program_command;
+pub use service::{Caller, Hooks, NoHooks, Refusal, Service, Ticket};
 pub use supervise::{Chunk, StreamKind};
 
 /// Where the engine keeps state and how it reaches the helper.
@@ -36,34 +40,107 @@ pub struct EngineOptions {
     pub data_dir: PathBuf,
     /// The `sandbox` binary, re-executed as the helper (normally `std::env::current_exe()`).
     pub helper: PathBuf,
-    /// Name of the parent cgroup, below each hierarchy's root, e.g. `sandbox`.
+    /// Parent cgroup of the executions, below each hierarchy's root. [`Engine::new`] replaces
+    /// it with the placement it resolves ([`sandbox_runtime::cgroup::place`]: `[runtime]
+    /// cgroup_parent`, else `sandbox` under the service's own cgroup on v2, `sandbox` on v1).
     pub cgroup_parent: String,
 }
 
 pub use sandbox_core::record::{NoRecorder, Recorder};
 
+/// Why a profile cannot run here: [`ErrorCode::RuntimeUnavailable`] or
+/// [`ErrorCode::EnvironmentNotInstalled`], and the reason with its fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Unavailable {
+    /// Stable code.
+    pub code: ErrorCode,
+    /// What is missing and how to fix it.
+    pub reason: String,
+}
+
 /// The execution engine.
 pub struct Engine {
-    opts: EngineOptions,
+    /// Shared with the blocking threads that prepare executions.
+    opts: Arc<EngineOptions>,
     host: HostReport,
     recorder: Arc<dyn Recorder>,
     /// Set by [`Engine::abort_all`]: running executions end as `internal_error`.
     abort: tokio::sync::watch::Sender<bool>,
     /// Warm templates, once [`Engine::enable_warm`] started them.
     templates: std::sync::OnceLock<Arc<warm::Templates>>,
+    /// The last self-test's verdict and when it ran ([`Engine::readiness`]).
+    readiness: std::sync::Mutex<Option<(Instant, Result<(), String>)>>,
 }
+
+/// How long a self-test's verdict stands for [`Engine::readiness`].
+const READINESS_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Engine {
     /// Probes the host once and keeps the options. Never fails: a host that lacks a feature
     /// makes each execution fail with `runtime_unavailable` and the reason.
-    pub fn new(opts: EngineOptions, recorder: Arc<dyn Recorder>) -> Self {
+    /// On cgroup v2 this also places the service (see [`EngineOptions::cgroup_parent`]): its
+    /// processes may move into a leaf of its own cgroup; a failure is the failing host check
+    /// `cgroup_placement`.
+    pub fn new(mut opts: EngineOptions, recorder: Arc<dyn Recorder>) -> Self {
+        let mut host = sandbox_runtime::probe::probe();
+        if let Some(layout) = &host.cgroup {
+            let self_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+            let check = match sandbox_runtime::cgroup::place(layout, opts.config.runtime.cgroup_parent.as_deref(), &self_cgroup) {
+                Ok(p) => {
+                    tracing::debug!(parent = %p.parent, "execution cgroups placed");
+                    opts.cgroup_parent = p.parent;
+                    sandbox_runtime::probe::Check { name: "cgroup_placement", ok: true, detail: p.detail }
+                }
+                Err(e) => sandbox_runtime::probe::Check { name: "cgroup_placement", ok: false, detail: sandbox_runtime::selftest::chain(&e) },
+            };
+            host.checks.push(check);
+        }
         Self {
-            opts,
-            host: sandbox_runtime::probe::probe(),
+            opts: Arc::new(opts),
+            host,
             recorder,
             abort: tokio::sync::watch::channel(false).0,
             templates: std::sync::OnceLock::new(),
+            readiness: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Runs the readiness self-test now ([`sandbox_runtime::selftest`]): a cgroup with limits
+    /// under the execution parent, the namespaces, a fresh /proc, landlock and seccomp as an
+    /// execution gets them, and `/dev/net/tun` when a profile has an allowlist network. Blocks
+    /// (tens of ms; a process is started): call it off the async threads.
+    pub fn self_test(&self) -> Vec<sandbox_runtime::selftest::Step> {
+        let tun = self.opts.config.profiles.values().any(|p| !matches!(p.network, sandbox_core::network::Network::None));
+        sandbox_runtime::selftest::run(
+            &self.opts.helper,
+            self.host.cgroup.as_ref(),
+            &self.opts.cgroup_parent,
+            self.opts.config.runtime.uid_base,
+            tun,
+        )
+    }
+
+    /// Whether this node can run executions: every host check passes and the self-test does
+    /// (re-run when the last verdict is older than 30 s). Blocks like [`Engine::self_test`].
+    /// Errors: the failing check or self-test step, named ("self-test step seccomp: ...").
+    pub fn readiness(&self) -> Result<(), String> {
+        if let Some(why) = self.host.first_failure() {
+            return Err(why);
+        }
+        let mut last = self.readiness.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, verdict)) = last.as_ref() {
+            if at.elapsed() < READINESS_TTL {
+                return verdict.clone();
+            }
+        }
+        let steps = self.self_test();
+        let verdict = sandbox_runtime::selftest::first_failure(&steps).map_or(Ok(()), Err);
+        if let Err(why) = &verdict {
+            tracing::warn!(reason = %why, "readiness self-test failed: not ready");
+        }
+        *last = Some((Instant::now(), verdict.clone()));
+        verdict
     }
 
     /// Starts, in the background, a warm template for every profile with `[warm] mode =
@@ -73,7 +150,7 @@ impl Engine {
     /// Errors: warm starts are configured but cannot work here (the warm-start library is not
     /// built, no cgroup layout); executions then all run cold.
     pub fn enable_warm(&self) -> Result<bool, String> {
-        self.start_templates(self.opts.clone())
+        self.start_templates(EngineOptions::clone(&self.opts))
     }
 
     /// Like [`Engine::enable_warm`], for `profile` alone and whatever its `[warm] mode` says
@@ -81,7 +158,7 @@ impl Engine {
     /// the profile cannot have a template (not Python, or an allowlist network): it runs cold.
     /// Errors: as [`Engine::enable_warm`].
     pub fn enable_warm_for(&self, profile: &str) -> Result<bool, String> {
-        let mut opts = self.opts.clone();
+        let mut opts = EngineOptions::clone(&self.opts);
         for (name, p) in &mut opts.config.profiles {
             let can = name == profile && p.language == Language::Python && matches!(p.network, sandbox_core::network::Network::None);
             p.warm.mode = if can { sandbox_core::profile::WarmMode::Template } else { sandbox_core::profile::WarmMode::Off };
@@ -97,7 +174,7 @@ impl Engine {
             return Ok(true);
         }
         let Some(t) = warm::Templates::new(opts, self.host.cgroup.clone())? else { return Ok(false) };
-        t.start(|profile| self.unavailable_code(profile).is_none());
+        t.start(|profile| self.availability(profile).is_ok());
         let _ = self.templates.set(t);
         Ok(true)
     }
@@ -134,7 +211,7 @@ impl Engine {
         &self.host
     }
 
-    /// The audit recorder, for refusals a front door makes before calling [`Engine::execute`].
+    /// The audit recorder (the [`Service`] records refusals through it).
     pub fn recorder(&self) -> &dyn Recorder {
         self.recorder.as_ref()
     }
@@ -144,109 +221,126 @@ impl Engine {
         &self.opts.config
     }
 
-    /// Why `profile` cannot run on this host, if it cannot: [`ErrorCode::RuntimeUnavailable`]
-    /// (a failed host check, a missing runtime binary or mount) or
-    /// [`ErrorCode::EnvironmentNotInstalled`] (naming the install command).
-    pub fn unavailable_code(&self, profile: &str) -> Option<(ErrorCode, String)> {
-        if let Some(why) = self.unavailable(profile) {
-            return Some((ErrorCode::RuntimeUnavailable, why));
-        }
-        let p = self.opts.config.profiles.get(profile)?;
-        let name = p.environment.as_ref()?;
-        let envs = environment::Environments::for_runtime(&self.opts.config.runtime, &self.opts.data_dir);
-        match envs.installed_in(&self.opts.config, name) {
-            Some(_) => envs.unsearchable_ancestor().map(|a| {
-                (
-                    ErrorCode::RuntimeUnavailable,
-                    format!(
-                        "environment {name:?} is installed under {}, which is not searchable by others (mode o+x on every \
-                         ancestor is needed for the sandbox to mount it)",
-                        a.display()
-                    ),
-                )
-            }),
-            None => Some((
-                ErrorCode::EnvironmentNotInstalled,
-                format!(
-                    "profile {profile:?} runs in environment {name:?}, which is not installed on this host; \
-                     install it with `sandbox env install {name}` (or `sandbox run --install ...`)"
-                ),
-            )),
-        }
-    }
-
-    /// Why `profile` cannot run on this host, if it cannot (a failed host check, a missing runtime binary).
-    pub fn unavailable(&self, profile: &str) -> Option<String> {
+    /// Whether `profile` can run on this host: the one place that decides, for every door,
+    /// `doctor`, `/readyz`, `/v1/profiles` and the warm templates.
+    /// Errors: [`Unavailable`] with [`ErrorCode::RuntimeUnavailable`] (a failed host check, an
+    /// unmet landlock minimum, a missing runtime binary, mount or tun driver, a directory the
+    /// sandbox cannot reach) or [`ErrorCode::EnvironmentNotInstalled`] (naming the install
+    /// command); [`ErrorCode::ProfileNotFound`] for a name that is not configured.
+    pub fn availability(&self, profile: &str) -> Result<(), Unavailable> {
+        let runtime = |reason: String| Unavailable { code: ErrorCode::RuntimeUnavailable, reason };
         if let Some(f) = self.host.first_failure() {
-            return Some(f);
+            return Err(runtime(f));
         }
-        let p = self.opts.config.profiles.get(profile)?;
+        let Some(p) = self.opts.config.profiles.get(profile) else {
+            return Err(Unavailable { code: ErrorCode::ProfileNotFound, reason: format!("no profile named {profile:?}") });
+        };
+        if let Some(why) = self.data_dir_unreachable() {
+            return Err(runtime(why));
+        }
         if let Some(why) = landlock_unmet(&self.host, profile, p) {
-            return Some(why);
+            return Err(runtime(why));
+        }
+        for m in &p.filesystem.mounts {
+            if !m.host.is_dir() {
+                return Err(runtime(format!(
+                    "profile {profile:?} mounts host directory {}, which does not exist, at {}",
+                    m.host.display(),
+                    m.sandbox.display()
+                )));
+            }
+        }
+        if matches!(p.network, sandbox_core::network::Network::Allowlist(_)) && !std::path::Path::new("/dev/net/tun").exists() {
+            return Err(runtime(format!("profile {profile:?} has a network allowlist, which needs the tun driver (/dev/net/tun: modprobe tun)")));
         }
         let bin = match p.language {
             Language::Python => &self.opts.config.runtime.python,
             Language::Typescript => &self.opts.config.runtime.node,
         };
-        for m in &p.filesystem.mounts {
-            if !m.host.is_dir() {
-                return Some(format!("profile {profile:?} mounts host directory {} at {}, which does not exist", m.host.display(), m.sandbox.display()));
-            }
-        }
-        if matches!(p.network, sandbox_core::network::Network::Allowlist(_)) && !std::path::Path::new("/dev/net/tun").exists() {
-            return Some(format!("profile {profile:?} has a network allowlist, which needs the tun driver (/dev/net/tun: modprobe tun)"));
-        }
         if !bin.is_file() {
             let hint = match p.language {
                 Language::Python => "install python3 or set [runtime] python",
                 Language::Typescript => "scripts/install-node.sh installs it, or set [runtime] node",
             };
-            return Some(format!("{} runtime {} not found ({hint})", p.language.as_str(), bin.display()));
+            return Err(runtime(format!("{} runtime {} not found ({hint})", p.language.as_str(), bin.display())));
         }
-        None
+        let Some(name) = p.environment.as_ref() else { return Ok(()) };
+        let envs = environment::Environments::for_runtime(&self.opts.config.runtime, &self.opts.data_dir);
+        match envs.installed_in(&self.opts.config, name) {
+            Some(_) => match envs.unsearchable_ancestor() {
+                None => Ok(()),
+                Some(a) => Err(runtime(format!(
+                    "environment {name:?} is installed under {}, which is not searchable by others (mode o+x on every \
+                     ancestor is needed for the sandbox to mount it)",
+                    a.display()
+                ))),
+            },
+            None => Err(Unavailable {
+                code: ErrorCode::EnvironmentNotInstalled,
+                reason: format!(
+                    "profile {profile:?} runs in environment {name:?}, which is not installed on this host; \
+                     install it with `sandbox env install {name}` (or `sandbox run --install ...`)"
+                ),
+            }),
+        }
     }
 
-    /// Admission alone: whether `request` would be accepted (profile, fields, host support),
-    /// without preparing anything. Lets a server refuse before queueing.
-    /// Errors: the [`Rejection`] `execute` would report.
-    pub fn check(&self, request: &ExecutionRequest) -> Result<(), Rejection> {
-        let admitted = admit(request, &self.opts.config)?;
-        match self.unavailable_code(&admitted.profile_name) {
-            Some((code, reason)) => Err(Rejection::new(code, reason, None)),
-            None => Ok(()),
-        }
+    /// Why no sandbox can use the data directory, if none can: an ancestor (or the directory
+    /// itself, e.g. one made by `mktemp -d`, mode 0700) that others may not search. The
+    /// container's init, an unprivileged host uid, passes through it to mount the workspace.
+    pub fn data_dir_unreachable(&self) -> Option<String> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = &self.opts.data_dir;
+        let (blocked, mode) = dir.ancestors().find_map(|a| {
+            let mode = std::fs::metadata(a).ok()?.permissions().mode() & 0o7777;
+            (mode & 0o001 == 0).then_some((a, mode))
+        })?;
+        Some(format!(
+            "the data directory {} cannot hold sandboxes: {} (mode {mode:o}) is not searchable by others, and the \
+             sandbox's unprivileged init must pass through it; fix: `chmod o+x {}`, or choose a --data-dir whose \
+             every ancestor has mode o+x",
+            dir.display(),
+            blocked.display(),
+            blocked.display()
+        ))
     }
 
-    /// Runs one request to its end and returns the result; never panics on what the caller sent.
-    /// `output`, when given, receives stdout/stderr chunks as they arrive (within the caps).
-    /// `caller` names who asked, for the audit log (`key:NAME`, `cli:USER`, `anonymous`, ...).
-    pub async fn execute(
+    /// Runs one admitted request to its end (only [`service::Ticket::run`] calls it): the audit
+    /// record's `begin`, the lifecycle, and its `finish` with the final result; `queue_ms` is
+    /// the time it waited for a slot. Never panics on what the caller sent. The audit writes
+    /// (an fsync, or a PostgreSQL round trip) run on blocking threads.
+    pub(crate) async fn execute_admitted(
         &self,
+        id: &str,
         caller: &str,
-        request: ExecutionRequest,
+        request: Arc<ExecutionRequest>,
+        admitted: Admitted,
+        queue_ms: u64,
         output: Option<mpsc::UnboundedSender<Chunk>>,
     ) -> ExecutionResult {
-        let received = Instant::now();
-        let id = uuid::Uuid::now_v7().to_string();
-        let span = tracing::info_span!("execution", execution_id = %id, profile = %request.profile);
-        let _enter = span.enter();
-        let mut result = match self.recorder.begin(&id, caller, &request) {
-            Err(e) => internal(&id, &request, format!("audit record could not be written: {e}")),
-            Ok(()) => match admit(&request, &self.opts.config) {
-                Err(rejection) => rejected(&id, &request, rejection),
-                Ok(admitted) => match self.unavailable_code(&admitted.profile_name) {
-                    Some((code, reason)) => rejected(&id, &request, Rejection::new(code, reason, None)),
-                    None => self.run_admitted(&id, admitted, received, output).await,
-                },
-            },
+        let started = Instant::now();
+        let begun = {
+            let (recorder, id, caller, request) = (self.recorder.clone(), id.to_owned(), caller.to_owned(), request.clone());
+            off_worker(move || recorder.begin(&id, &caller, &request)).await
         };
-        result.duration_ms = ms(received.elapsed());
-        if let Err(e) = self.recorder.finish(caller, &result) {
-            tracing::error!(error = %e, "audit record could not be completed");
-            result = internal(&id, &request, format!("audit record could not be written: {e}"));
-            result.duration_ms = ms(received.elapsed());
+        let mut result = match begun {
+            Err(e) => internal(id, &request, e.chain()),
+            Ok(()) => self.run_admitted(id, admitted, started, output).await,
+        };
+        result.timing.queue_ms = queue_ms;
+        result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
+        let (recorder, who) = (self.recorder.clone(), caller.to_owned());
+        let (mut result, finished) = off_worker(move || {
+            let r = recorder.finish(&who, &result);
+            (result, r)
+        })
+        .await;
+        if let Err(e) = finished {
+            tracing::error!(error = %e.chain(), "audit record could not be completed");
+            result = internal(id, &request, e.chain());
+            result.timing.queue_ms = queue_ms;
+            result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
         }
-        tracing::info!(status = result.status.as_str(), duration_ms = result.duration_ms, "execution finished");
         result
     }
 
@@ -263,9 +357,17 @@ impl Engine {
             language: Some(admitted.language),
             ..Default::default()
         };
-        let code = match admitted.language {
-            Language::Python => admitted.code.clone(),
-            Language::Typescript => match typescript::transpile_with_map(&admitted.code, "main.ts") {
+        let transpiled = match admitted.language {
+            Language::Python => None,
+            Language::Typescript => {
+                let source = admitted.code.clone();
+                // Parsing and code generation are CPU work: not on a worker thread.
+                Some(off_worker(move || typescript::transpile_with_map(&source, "main.ts")).await)
+            }
+        };
+        let code = match transpiled {
+            None => admitted.code.clone(),
+            Some(transpiled) => match transpiled {
                 // The inline source map lets `node --enable-source-maps` report the caller's lines.
                 Ok((js, Some(map))) => {
                     use base64::Engine as _;
@@ -288,7 +390,17 @@ impl Engine {
             },
         };
         let layout = self.host.cgroup.clone().expect("host checks passed, so a cgroup layout exists");
-        let mut prepared = match prepare::Prepared::new(&self.opts, &layout, id, &admitted, &code) {
+        // Directories, the workspace mount, input files and cgroup writes: on a blocking thread.
+        let (prepared, admitted) = {
+            let (opts, layout, id) = (self.opts.clone(), layout.clone(), id.to_owned());
+            off_worker(move || {
+                // Dropped on this thread too if the execution was abandoned meanwhile.
+                let p = prepare::Prepared::new(&opts, &layout, &id, &admitted, &code).map(prepare::DropOffWorker::new);
+                (p, admitted)
+            })
+            .await
+        };
+        let mut prepared = match prepared {
             Ok(p) => p,
             Err(e) => {
                 tracing::error!(error = %e, "prepare failed");
@@ -307,10 +419,18 @@ impl Engine {
         let templates = self.templates.get();
         let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output, self.abort.subscribe(), templates).await;
         let collect_start = Instant::now();
-        prepared.stop_everything();
-        let usage = prepared.usage();
-        let files = prepared.collect_files(&admitted);
-        let teardown = prepared.teardown();
+        // The cgroup kill loop, usage, reading output files and teardown (unmounts, rmdir
+        // retries): on a blocking thread, so a slow teardown stalls only this execution.
+        let prepared = prepared.into_inner();
+        let (usage, files, teardown, admitted) = off_worker(move || {
+            let mut prepared = prepared;
+            prepared.stop_everything();
+            let usage = prepared.usage();
+            let files = prepared.collect_files(&admitted);
+            let teardown = prepared.teardown();
+            (usage, files, teardown, admitted)
+        })
+        .await;
         supervise::fill_result(&mut result, &admitted, run, usage);
         match files {
             Ok((files, skipped)) => {
@@ -324,8 +444,10 @@ impl Engine {
         }
         if let Err(e) = teardown {
             tracing::error!(error = %e, "teardown failed");
+            // Reported beside what the program or collection reported, not instead of it.
+            let before = result.error.take().map(|e| format!("; before that: {}: {}", e.kind, e.message)).unwrap_or_default();
             result.status = Status::InternalError;
-            result.error = Some(internal_error(id, format!("tearing the sandbox down failed: {e}")));
+            result.error = Some(internal_error(id, format!("tearing the sandbox down failed: {e}{before}")));
         }
         result.timing.collect_ms = ms(collect_start.elapsed());
         result
@@ -364,23 +486,32 @@ fn internal(id: &str, request: &ExecutionRequest, message: String) -> ExecutionR
     }
 }
 
-fn rejected(id: &str, request: &ExecutionRequest, r: Rejection) -> ExecutionResult {
-    tracing::info!(code = r.code.as_str(), "request rejected");
-    ExecutionResult {
-        execution_id: id.to_owned(),
-        status: Status::Rejected,
-        profile: request.profile.clone(),
-        error: Some(ExecError { field: r.field, ..ExecError::new(r.code.as_str(), r.message) }),
-        timing: Timing::default(),
-        ..Default::default()
-    }
-}
-
 /// Start time of process `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
 pub(crate) fn process_start(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_comm = &stat[stat.rfind(')')? + 2..];
     after_comm.split(' ').nth(19)?.parse().ok()
+}
+
+/// Runs blocking `f` (a file system, cgroup or database call) on tokio's blocking pool, so the
+/// runtime's workers keep serving other executions, streams and health probes meanwhile.
+/// A panic in `f` is resumed here.
+pub(crate) async fn off_worker<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(v) => v,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+/// Runs blocking `f` where it is called without copying its inputs, first letting a
+/// multi-threaded runtime move this worker's other tasks to another thread
+/// (`tokio::task::block_in_place`); runs it as is elsewhere (no runtime, or `sandbox run`'s
+/// single-threaded one, which has nothing else to serve).
+pub(crate) fn block_in_place<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) if rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 /// Whole milliseconds of `d`, saturating.

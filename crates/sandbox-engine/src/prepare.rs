@@ -7,6 +7,7 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
@@ -107,7 +108,8 @@ pub(crate) struct Prepared {
     workspace_mounted: bool,
     /// A warm child's `warm/` tmpfs (code and /etc files) is mounted.
     warm_mounted: bool,
-    pub(crate) cgroup: Option<Cgroup>,
+    /// Shared with the blocking threads that kill its processes ([`Prepared::stop`]).
+    pub(crate) cgroup: Option<Arc<Cgroup>>,
     /// Host pid of the container's init, once known.
     pub(crate) init_pid: Option<i32>,
     /// SHA-256 of each input file, to tell changed outputs from untouched inputs.
@@ -167,14 +169,14 @@ impl Prepared {
             cpu_max: a.profile.limits.cpu_max,
             pids_max: a.profile.limits.pids_max,
         };
-        p.cgroup = Some(Cgroup::create(layout, &opts.cgroup_parent, id, limits)?);
+        p.cgroup = Some(Arc::new(Cgroup::create(layout, &opts.cgroup_parent, id, limits)?));
         let (argv, env) = program_command(a, rt);
         p.spec = SpawnSpec {
             execution_id: id.to_owned(),
             uid_base: rt.uid_base,
             program_uid: p.uid.uid(),
             template_slots: 0,
-            cgroup_join: p.cgroup.as_ref().map(Cgroup::join_files).unwrap_or_default(),
+            cgroup_join: p.cgroup.as_deref().map(Cgroup::join_files).unwrap_or_default(),
             root_dir: root,
             workspace_dir: p.workspace.clone(),
             system_dirs: rt.system_dirs.clone(),
@@ -203,6 +205,7 @@ impl Prepared {
                 nofile: a.profile.limits.nofile,
                 // No file larger than the largest tmpfs, with room so that a full tmpfs says ENOSPC first.
                 fsize_bytes: fs_policy.workspace_max_bytes.max(fs_policy.tmp_max_bytes) + (1 << 20),
+                nproc: u64::from(a.profile.limits.pids_max),
             },
             tun: matches!(a.profile.network, sandbox_core::network::Network::Allowlist(_)),
             landlock_min_abi: a.profile.landlock_min_abi,
@@ -280,15 +283,16 @@ impl Prepared {
 
     /// Ends every process of the execution: SIGKILL to init (which takes its pid namespace
     /// down), then to whatever the cgroup still holds (the helper, a process mid-fork).
-    pub(crate) fn stop_everything(&mut self) {
-        if let Some(pid) = self.init_pid {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-        if let Some(cg) = &self.cgroup {
-            if let Err(e) = cg.kill_all(Duration::from_secs(5)) {
-                tracing::error!(error = %e, "processes survived the cgroup kill");
-            }
-        }
+    /// Blocks while the cgroup empties (up to 5 s): from async code use [`Prepared::stop`].
+    pub(crate) fn stop_everything(&self) {
+        stop(self.init_pid, self.cgroup.as_deref());
+    }
+
+    /// [`Prepared::stop_everything`] on a blocking thread, so a slow kill never stalls the
+    /// runtime's workers (other executions, streams, health probes).
+    pub(crate) async fn stop(&self) {
+        let (pid, cgroup) = (self.init_pid, self.cgroup.clone());
+        let _ = tokio::task::spawn_blocking(move || stop(pid, cgroup.as_deref())).await;
     }
 
     /// Resource usage from the cgroup (zeros if it cannot be read).
@@ -340,6 +344,57 @@ impl Drop for Prepared {
         if !self.torn_down {
             if let Err(e) = self.teardown() {
                 tracing::error!(error = %e, "teardown of an abandoned execution failed");
+            }
+        }
+    }
+}
+
+fn stop(init_pid: Option<i32>, cgroup: Option<&Cgroup>) {
+    if let Some(pid) = init_pid {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    if let Some(cg) = cgroup {
+        if let Err(e) = cg.kill_all(Duration::from_secs(5)) {
+            tracing::error!(error = %e, "processes survived the cgroup kill");
+        }
+    }
+}
+
+/// Holds a value whose drop blocks (an abandoned [`Prepared`] tears down in `Drop`) and, when
+/// dropped itself inside a tokio runtime, drops it on a blocking thread instead of the worker.
+pub(crate) struct DropOffWorker<T: Send + 'static>(Option<T>);
+
+impl<T: Send + 'static> DropOffWorker<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Self(Some(value))
+    }
+
+    /// The value, to be dropped by the caller.
+    pub(crate) fn into_inner(mut self) -> T {
+        self.0.take().expect("present until taken or dropped")
+    }
+}
+
+impl<T: Send + 'static> std::ops::Deref for DropOffWorker<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.0.as_ref().expect("present until taken or dropped")
+    }
+}
+
+impl<T: Send + 'static> std::ops::DerefMut for DropOffWorker<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.0.as_mut().expect("present until taken or dropped")
+    }
+}
+
+impl<T: Send + 'static> Drop for DropOffWorker<T> {
+    fn drop(&mut self) {
+        if let Some(value) = self.0.take() {
+            match tokio::runtime::Handle::try_current() {
+                // A runtime shutting down drops the task unrun, and with it the value, here.
+                Ok(rt) => drop(rt.spawn_blocking(move || drop(value))),
+                Err(_) => drop(value),
             }
         }
     }

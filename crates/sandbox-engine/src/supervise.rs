@@ -96,7 +96,7 @@ pub(crate) async fn run(
                 }
                 Err(why) => {
                     tracing::warn!(reason = %why.failure.unwrap_or_default(), "the template could not start the execution; starting it cold");
-                    prepared.stop_everything();
+                    prepared.stop().await;
                     prepared.init_pid = None;
                 }
             }
@@ -226,15 +226,15 @@ async fn attempt(
             () = sleep_until_opt(kill_at) => {
                 tracing::info!("grace period over: SIGKILL to the sandbox");
                 signal_init(prepared, Signal::SIGKILL);
-                prepared.stop_everything();
+                prepared.stop().await;
                 kill_at = None;
             }
-            Ok(_) = abort.wait_for(|a| *a), if out.failure.is_none() => {
+            true = async { abort.wait_for(|a| *a).await.is_ok() }, if out.failure.is_none() => {
                 tracing::warn!("service shutting down: ending the execution");
                 aborted = true;
                 out.failure = Some("the service shut down before the execution ended".into());
                 signal_init(prepared, Signal::SIGKILL);
-                prepared.stop_everything();
+                prepared.stop().await;
             }
             () = limit_hit.notified(), if a.profile.output.stop_at_limit && !out.output_stopped && !out.timed_out => {
                 tracing::info!("output cap reached: stopping the sandbox");
@@ -249,7 +249,7 @@ async fn attempt(
     }
     out.network = l.network.take().map(Network::finish);
     // Every process of the sandbox is gone once init is; the pipes close with them.
-    prepared.stop_everything();
+    prepared.stop().await;
     if let Some(t) = stdin_task {
         t.abort();
     }
@@ -317,9 +317,10 @@ fn launch_cold(opts: &EngineOptions, _prepared: &Prepared, a: &Admitted, side_wr
     Ok(Launched { ctl, stdin, stdout, stderr, helper: Some(child), warm_child: None, network, spawned_at })
 }
 
-/// Warm start: the template forks a child and hands back its pidfd; the engine moves the child
-/// into the execution's cgroup before sending it the spec, so nothing of the execution runs
-/// outside it.
+/// Warm start: the template forks a child and hands back its pidfd. The child joins the
+/// execution's cgroup itself, first thing, through the cgroup files the engine opened and passed
+/// along (a process that moves its own single thread skips the v1 global lock, an RCU grace
+/// period when another process moves it), so nothing of the execution runs outside it.
 async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os::fd::OwnedFd, template: Arc<Template>) -> Result<Launched, String> {
     prepared.write_warm_files(a).map_err(|e| format!("writing the execution's code directory: {e}"))?;
     // Detached copies of the execution's mounts: the child attaches them in its own mount
@@ -333,23 +334,27 @@ async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os:
     let (stdout_r, stdout_w) = pipe()?;
     let (stderr_r, stderr_w) = pipe()?;
     let child_end: std::os::fd::OwnedFd = child_end.into();
+    let joins: Vec<std::os::fd::OwnedFd> = prepared
+        .spec
+        .cgroup_join
+        .iter()
+        .map(|f| {
+            std::fs::OpenOptions::new().write(true).open(f).map(std::os::fd::OwnedFd::from).map_err(|e| format!("open {}: {e}", f.display()))
+        })
+        .collect::<Result<_, _>>()?;
     let spawned_at = Instant::now();
     let pidfd = tokio::task::spawn_blocking(move || {
         let [workspace, code, passwd, group] = &trees;
-        let r = template.fork([&child_end, &stdin_r, &stdout_w, &stderr_w, &side_write, workspace, code, passwd, group]);
+        let mut fds = vec![&child_end, &stdin_r, &stdout_w, &stderr_w, &side_write, workspace, code, passwd, group];
+        fds.extend(joins.iter());
+        let r = template.fork(&fds);
         // Our copies of the child's ends close here: only the child holds them now.
-        drop((child_end, stdin_r, stdout_w, stderr_w, side_write, trees));
+        drop((child_end, stdin_r, stdout_w, stderr_w, side_write, trees, joins));
         r
     })
     .await
     .map_err(|e| format!("fork task: {e}"))??;
     let child = crate::warm::pidfd_pid(&pidfd).ok_or("the warm child ended at once")?;
-    let cgroup = prepared.cgroup.as_ref().ok_or("no cgroup")?;
-    if let Err(e) = cgroup.add_process(child) {
-        // Never let it run outside the execution's limits.
-        let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
-        return Err(format!("moving the warm child into its cgroup: {e}"));
-    }
     let ctl = engine_end
         .set_nonblocking(true)
         .and_then(|()| tokio::net::UnixStream::from_std(engine_end))

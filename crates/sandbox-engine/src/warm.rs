@@ -82,6 +82,10 @@ pub struct Templates {
     closing: AtomicBool,
     /// Hits, fallbacks and restarts.
     pub counters: WarmCounters,
+    /// Every template helper alive (starting, serving or retiring).
+    helpers: Mutex<Vec<Helper>>,
+    /// Threads starting or following a template.
+    busy: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -93,11 +97,16 @@ struct Entry {
     started_once: bool,
 }
 
+/// A template sandbox's helper process, shared with the registry [`Templates::shutdown`] kills from.
+type Helper = Arc<Mutex<std::process::Child>>;
+
 /// One running template.
 pub(crate) struct Template {
     id: String,
+    /// Host pid of the template sandbox's init; the interpreter is its only child.
+    init_pid: i32,
     channel: Mutex<UnixStream>,
-    helper: Mutex<std::process::Child>,
+    helper: Helper,
     cgroup: Cgroup,
     dir: PathBuf,
     forks: AtomicU64,
@@ -109,10 +118,11 @@ pub(crate) struct Template {
 
 impl Template {
     /// Asks the template to fork a child for one execution, handing it `fds` (control socket,
-    /// stdin, stdout, stderr, side channel, then the mount trees of
-    /// [`sandbox_runtime::spec::WARM_TREES`], in that order). Returns the child's pidfd.
+    /// stdin, stdout, stderr, side channel, the mount trees of
+    /// [`sandbox_runtime::spec::WARM_TREES`], then one file per cgroup hierarchy to join, in
+    /// that order). Returns the child's pidfd.
     /// Errors: the template is gone or refused (it is then marked unhealthy and replaced).
-    pub(crate) fn fork(&self, fds: [&OwnedFd; 9]) -> Result<OwnedFd, String> {
+    pub(crate) fn fork(&self, fds: &[&OwnedFd]) -> Result<OwnedFd, String> {
         let channel = self.channel.lock().expect("template channel lock");
         let result = (|| {
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
@@ -128,7 +138,7 @@ impl Template {
         })();
         if result.is_err() {
             self.healthy.store(false, Ordering::SeqCst);
-            self.kill();
+            self.kill_interpreter();
         } else {
             self.forks.fetch_add(1, Ordering::Relaxed);
         }
@@ -139,8 +149,17 @@ impl Template {
         self.forks.load(Ordering::Relaxed) >= self.max_forks || self.started.elapsed() >= self.max_age
     }
 
+    /// Kills the whole template sandbox, and with it every execution it forked that still runs.
     fn kill(&self) {
         let _ = self.helper.lock().expect("helper lock").kill();
+    }
+
+    /// Kills the interpreter only: its sandbox's init then waits for the executions already
+    /// forked, which run to their end, and exits.
+    fn kill_interpreter(&self) {
+        if let Some(pid) = crate::warm::only_child(self.init_pid) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
     }
 
     /// Asks the template to stop once its running children have ended: it sees EOF on its
@@ -173,6 +192,8 @@ impl Templates {
             profiles: Mutex::new(HashMap::new()),
             closing: AtomicBool::new(false),
             counters: WarmCounters::default(),
+            helpers: Mutex::new(Vec::new()),
+            busy: std::sync::atomic::AtomicUsize::new(0),
         })))
     }
 
@@ -219,7 +240,8 @@ impl Templates {
                 let profiles = self.profiles.lock().expect("templates lock");
                 match profiles.get(profile) {
                     Some(e) if e.current.as_ref().is_some_and(|t| t.healthy.load(Ordering::SeqCst)) => return Ok(true),
-                    Some(e) if !e.starting && e.error.is_some() => return Err(e.error.clone().unwrap_or_default()),
+                    // The last start failed (another may be under way, after a back-off).
+                    Some(e) if e.failures > 0 => return Err(e.error.clone().unwrap_or_default()),
                     None => return Ok(false),
                     _ => {}
                 }
@@ -258,21 +280,35 @@ impl Templates {
         out
     }
 
-    /// Stops every template now: killed (their sandboxes die with them), cgroups and
-    /// directories removed. Running warm
-    /// executions end with them; call it after the service drained.
+    /// Stops every template now: each is killed (its sandbox, and any warm execution still
+    /// running in it, dies with it), its cgroup and directory removed; templates being started
+    /// are stopped too. Returns once all of that is done (at most ~15 s). Call it after the
+    /// service drained.
     pub fn shutdown(&self) {
         self.closing.store(true, Ordering::SeqCst);
-        let templates: Vec<Arc<Template>> = {
-            let mut profiles = self.profiles.lock().expect("templates lock");
-            profiles.values_mut().filter_map(|e| e.current.take()).collect()
-        };
-        for t in templates {
-            t.healthy.store(false, Ordering::SeqCst);
-            t.kill();
-            let _ = t.helper.lock().expect("helper lock").wait();
-            cleanup(&t);
+        for h in self.helpers.lock().expect("helpers lock").iter() {
+            let _ = h.lock().expect("helper lock").kill();
         }
+        // The threads that started and follow each template see their sandbox end and clean up.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while self.busy.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut profiles = self.profiles.lock().expect("templates lock");
+        for e in profiles.values_mut() {
+            e.current = None;
+        }
+    }
+
+    fn register(&self, h: &Helper) {
+        self.helpers.lock().expect("helpers lock").push(Arc::clone(h));
+        if self.closing.load(Ordering::SeqCst) {
+            let _ = h.lock().expect("helper lock").kill();
+        }
+    }
+
+    fn unregister(&self, h: &Helper) {
+        self.helpers.lock().expect("helpers lock").retain(|x| !Arc::ptr_eq(x, h));
     }
 
     fn spawn_start(self: &Arc<Self>, profile: String, delay: Duration) {
@@ -281,11 +317,23 @@ impl Templates {
             profiles.entry(profile.clone()).or_default().starting = true;
         }
         let me = Arc::clone(self);
+        self.busy.fetch_add(1, Ordering::SeqCst);
         std::thread::Builder::new()
             .name(format!("template-{profile}"))
             .spawn(move || {
-                std::thread::sleep(delay);
+                struct Busy(Arc<Templates>);
+                impl Drop for Busy {
+                    fn drop(&mut self) {
+                        self.0.busy.fetch_sub(1, Ordering::SeqCst);
+                    }
+                }
+                let _busy = Busy(Arc::clone(&me));
+                let until = Instant::now() + delay;
+                while Instant::now() < until && !me.closing.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
+                }
                 if me.closing.load(Ordering::SeqCst) {
+                    me.profiles.lock().expect("templates lock").entry(profile).or_default().starting = false;
                     return;
                 }
                 let started = me.launch(&profile);
@@ -320,35 +368,51 @@ impl Templates {
             .expect("a thread can be started");
     }
 
-    /// Follows a template's control socket until its sandbox ends, then cleans up and, when it
-    /// was the profile's current template, starts a new one.
+    /// Follows a template's control socket: when its interpreter ends, the profile gets a new
+    /// template at once (executions the old one forked run on); when its sandbox ends, its
+    /// cgroup and directory are removed.
     fn monitor(self: Arc<Self>, profile: String, t: Arc<Template>, ctl: UnixStream) {
         let mut lines = BufReader::new(ctl).lines();
+        let mut replaced = false;
         while let Some(Ok(line)) = lines.next() {
-            if let Ok(Event::Failed { step, message }) = serde_json::from_str::<Event>(&line) {
-                tracing::error!(profile = %profile, step = %step, message = %message, "template failed");
+            match serde_json::from_str::<Event>(&line) {
+                Ok(Event::Failed { step, message }) => tracing::error!(profile = %profile, step = %step, message = %message, "template failed"),
+                Ok(Event::Exited { code, signal, .. }) => {
+                    tracing::info!(profile = %profile, template = %t.id, ?code, ?signal, "template interpreter ended");
+                    self.replace(&profile, &t);
+                    replaced = true;
+                }
+                _ => {}
             }
         }
-        t.healthy.store(false, Ordering::SeqCst);
+        if !replaced {
+            self.replace(&profile, &t);
+        }
         t.kill();
         let _ = t.helper.lock().expect("helper lock").wait();
         cleanup(&t);
-        let replace = {
+        self.unregister(&t.helper);
+    }
+
+    /// `t` no longer serves: if it was the profile's current template, start another.
+    fn replace(self: &Arc<Self>, profile: &str, t: &Arc<Template>) {
+        t.healthy.store(false, Ordering::SeqCst);
+        let start = {
             let mut profiles = self.profiles.lock().expect("templates lock");
-            let entry = profiles.entry(profile.clone()).or_default();
-            let current = entry.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &t));
+            let entry = profiles.entry(profile.to_owned()).or_default();
+            let current = entry.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, t));
             if current {
                 entry.current = None;
             }
-            let replace = current && !entry.starting && !self.closing.load(Ordering::SeqCst);
-            if replace {
+            let start = current && !entry.starting && !self.closing.load(Ordering::SeqCst);
+            if start {
                 entry.starting = true;
             }
-            replace
+            start
         };
-        if replace {
+        if start {
             tracing::warn!(profile = %profile, template = %t.id, "template ended; starting another (runs are cold meanwhile)");
-            self.spawn_start(profile, Duration::from_millis(200));
+            self.spawn_start(profile.to_owned(), Duration::from_millis(200));
         }
     }
 
@@ -380,7 +444,7 @@ impl Templates {
             };
             let cg = Cgroup::create(&self.layout, &self.opts.cgroup_parent, &id, limits).map_err(|e| e.to_string())?;
             let spec = self.template_spec(&id, &profile, &root, &workspace, &lib_dir, &cg)?;
-            let (t, ctl) = spawn(&spec, cg, dir.clone(), id.clone(), &profile, &self.opts.helper)?;
+            let (t, ctl) = spawn(&spec, cg, dir.clone(), id.clone(), &profile, &self.opts.helper, self)?;
             Ok((t, ctl))
         })();
         if made.is_err() {
@@ -436,6 +500,7 @@ impl Templates {
             rlimits: Rlimits {
                 nofile: profile.limits.nofile,
                 fsize_bytes: fs_policy.workspace_max_bytes.max(fs_policy.tmp_max_bytes) + (1 << 20),
+                nproc: u64::from(profile.limits.pids_max),
             },
             tun: false,
             landlock_min_abi: profile.landlock_min_abi,
@@ -451,7 +516,15 @@ impl Drop for Templates {
 }
 
 /// Spawns the template's helper, sends the spec, and waits for `Spawned` and then `ready`.
-fn spawn(spec: &SpawnSpec, cg: Cgroup, dir: PathBuf, id: String, profile: &Profile, helper: &Path) -> Result<(Arc<Template>, UnixStream), String> {
+fn spawn(
+    spec: &SpawnSpec,
+    cg: Cgroup,
+    dir: PathBuf,
+    id: String,
+    profile: &Profile,
+    helper: &Path,
+    registry: &Templates,
+) -> Result<(Arc<Template>, UnixStream), String> {
     let (engine_ctl, helper_ctl) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
     let (engine_chan, template_chan) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
     let mut cmd = std::process::Command::new(helper);
@@ -467,8 +540,11 @@ fn spawn(spec: &SpawnSpec, cg: Cgroup, dir: PathBuf, id: String, profile: &Profi
     .map_err(|e| format!("fd mapping: {e}"))?;
     let mut child = cmd.spawn().map_err(|e| format!("spawning the helper {}: {e}", helper.display()))?;
     drop(cmd);
+    let stderr = child.stderr.take();
+    let child: Helper = Arc::new(Mutex::new(child));
+    registry.register(&child);
     // The template's stderr (an import that fails, a warning) goes to the service's log.
-    if let Some(stderr) = child.stderr.take() {
+    if let Some(stderr) = stderr {
         let id = id.clone();
         let _ = std::thread::Builder::new().name("template-stderr".into()).spawn(move || {
             for line in BufReader::new(stderr.take(1 << 20)).lines().map_while(Result::ok) {
@@ -476,11 +552,15 @@ fn spawn(spec: &SpawnSpec, cg: Cgroup, dir: PathBuf, id: String, profile: &Profi
             }
         });
     }
-    let fail = |child: &mut std::process::Child, e: String| {
-        let _ = child.kill();
-        let _ = child.wait();
+    let fail = |child: &mut Helper, e: String| {
+        let mut c = child.lock().expect("helper lock");
+        let _ = c.kill();
+        let _ = c.wait();
+        drop(c);
+        registry.unregister(child);
         e
     };
+    let mut child = child;
     let mut line = serde_json::to_vec(spec).expect("the spawn spec always serializes");
     line.push(b'\n');
     if let Err(e) = (&engine_ctl).write_all(&line) {
@@ -488,11 +568,13 @@ fn spawn(spec: &SpawnSpec, cg: Cgroup, dir: PathBuf, id: String, profile: &Profi
     }
     let _ = engine_ctl.set_read_timeout(Some(READY_PATIENCE));
     let mut events = BufReader::new(engine_ctl.try_clone().map_err(|e| e.to_string())?);
+    let mut init_pid = 0;
     loop {
         let mut l = String::new();
         match events.read_line(&mut l) {
             Ok(0) | Err(_) => return Err(fail(&mut child, "the template's sandbox ended during set-up".into())),
             Ok(_) => match serde_json::from_str::<Event>(&l) {
+                Ok(Event::Started { init_pid: pid }) => init_pid = pid,
                 Ok(Event::Spawned { .. }) => break,
                 Ok(Event::Failed { step, message }) => return Err(fail(&mut child, format!("set-up failed at {step}: {message}"))),
                 _ => {}
@@ -511,8 +593,9 @@ fn spawn(spec: &SpawnSpec, cg: Cgroup, dir: PathBuf, id: String, profile: &Profi
     let _ = engine_ctl.set_read_timeout(None);
     let t = Arc::new(Template {
         id,
+        init_pid,
         channel: Mutex::new(engine_chan),
-        helper: Mutex::new(child),
+        helper: child,
         cgroup: cg,
         dir,
         forks: AtomicU64::new(0),

@@ -19,7 +19,6 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::future::BoxFuture;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CacheScope, ContentBlock, Implementation,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
@@ -28,15 +27,16 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler, ServiceExt as _};
-use sandbox_core::wire::{ExecError, ExecutionResult, ProfileInfo};
-use sandbox_core::{ErrorCode, ExecutionRequest, Language, Status};
-use sandbox_engine::{Chunk, Engine};
+use sandbox_core::wire::ProfileInfo;
+use sandbox_core::{ErrorCode, ExecutionRequest, Language};
+use sandbox_engine::{Chunk, Engine, Refusal, Service};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 pub use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 pub use rmcp::transport::streamable_http_server::StreamableHttpService;
 pub use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::schema::{ExecuteArgs, ExecuteOutput, ListProfilesArgs, ProfilesOutput};
 use crate::store::Store;
@@ -49,33 +49,10 @@ pub const PROFILES_TOOL: &str = "sandbox_list_profiles";
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
 /// Who calls, as the front door around the MCP service established it: for HTTP the API key
-/// (the server's middleware puts it in the request's extensions), for stdio the local user.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
-    /// The caller as the audit log names it outside MCP: `key:<name>`, `anonymous`, `cli:<user>`.
-    pub audit_name: String,
-    /// Profiles it may use; `"*"` for all.
-    pub profiles: Vec<String>,
-}
-
-impl Principal {
-    /// Whether this caller may run `profile`.
-    pub fn allows(&self, profile: &str) -> bool {
-        self.profiles.iter().any(|p| p == "*" || p == profile)
-    }
-}
-
-/// What a front door adds around each execution: a slot of its admission control and its
-/// metrics. `sandbox serve` shares its slots and queue between the HTTP API and MCP.
-pub trait Gate: Send + Sync {
-    /// Waits for an execution slot; the returned guard holds it until dropped.
-    /// `None`: every slot and queue place is taken (`queue_full`).
-    fn acquire(&self) -> BoxFuture<'_, Option<Box<dyn Send>>>;
-    /// An execution ended with `result` (for metrics).
-    fn finished(&self, _result: &ExecutionResult) {}
-    /// A call was refused with `code` before it reached the engine (for metrics).
-    fn refused(&self, _code: ErrorCode) {}
-}
+/// (the server's middleware puts it in the request's extensions, with the client's address),
+/// for stdio the local user. `audit_name` is the caller outside MCP (`key:<name>`,
+/// `anonymous`, `cli:<user>`); executions are recorded as `mcp:<audit_name>/<client>@<version>`.
+pub type Principal = sandbox_engine::Caller;
 
 /// The MCP server: one per service, cheap to clone (each HTTP session or request gets a clone).
 #[derive(Clone)]
@@ -87,15 +64,18 @@ pub struct McpServer {
 }
 
 struct Shared {
-    engine: Arc<Engine>,
-    gate: Option<Arc<dyn Gate>>,
+    service: Arc<Service>,
     store: Store,
 }
 
 impl McpServer {
-    /// A server running executions on `engine`, through `gate` when given.
-    pub fn new(engine: Arc<Engine>, gate: Option<Arc<dyn Gate>>) -> Self {
-        Self { shared: Arc::new(Shared { engine, gate, store: Store::default() }), local: None }
+    /// A server submitting executions to `service` (shared with the other doors).
+    pub fn new(service: Arc<Service>) -> Self {
+        Self { shared: Arc::new(Shared { service, store: Store::default() }), local: None }
+    }
+
+    fn engine(&self) -> &Engine {
+        self.shared.service.engine()
     }
 
     /// Serves one client over stdin/stdout until it closes stdin; every call is `principal`'s.
@@ -122,11 +102,11 @@ impl McpServer {
     }
 
     fn tools(&self, principal: Option<&Principal>) -> Vec<Tool> {
-        tools(self.shared.engine.config(), principal)
+        tools(self.engine().config(), principal)
     }
 
     fn list_profiles(&self, principal: &Principal) -> CallToolResult {
-        let config = self.shared.engine.config();
+        let config = self.engine().config();
         let mut text = String::from("Profiles you may use:\n");
         let mut list = Vec::new();
         for info in config.profiles.keys().filter(|n| principal.allows(n)).filter_map(|n| ProfileInfo::in_config(n, config)) {
@@ -139,28 +119,54 @@ impl McpServer {
     }
 
     async fn execute(&self, principal: &Principal, args: Option<rmcp::model::JsonObject>, ctx: &RequestContext<RoleServer>) -> CallToolResult {
-        let engine = &self.shared.engine;
-        let caller = format!("mcp:{}/{}", principal.audit_name, client_label(ctx.client_info()));
-        let args: ExecuteArgs = match serde_json::from_value(Value::Object(args.unwrap_or_default())) {
-            Ok(a) => a,
-            Err(e) => {
-                let message = format!("the arguments do not match the input schema: {e}");
-                return self.refuse(&caller, None, "", ErrorCode::InvalidRequest, message, None);
+        let service = &self.shared.service;
+        let caller = Principal { audit_name: format!("mcp:{}/{}", principal.audit_name, client_label(ctx.client_info())), ..principal.clone() };
+        // Decode the arguments into a request.
+        let request = match self.request(principal, args) {
+            Ok(r) => r,
+            Err((profile, refusal)) => return self.refused(&profile, service.refuse(&caller, None, refusal)),
+        };
+        let profile = request.profile.clone();
+        // Submit.
+        let ticket = match service.submit(&caller, request) {
+            Ok(t) => t,
+            Err(refusal) => return self.refused(&profile, refusal),
+        };
+        // Run, with progress notifications when the client asked for them.
+        let (output, progress) = match ctx.meta.get_progress_token() {
+            Some(token) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let task = tokio::spawn(report_progress(ctx.peer.clone(), token, ticket.timeout_ms(), rx));
+                (Some(tx), Some(AbortOnDropHandle::new(task)))
             }
+            None => (None, None),
         };
+        let mut result = ticket.run(output).await;
+        drop(progress);
+        // Encode.
+        if let Some(e) = &mut result.error {
+            e.field = e.field.take().map(argument_name);
+        }
+        self.shared.store.keep(&principal.audit_name, &result);
+        render::tool_result(&result)
+    }
+
+    /// The request the tool arguments describe, the profile defaulting to the caller's first of
+    /// the language. Errors: the profile asked for (or none) and why the arguments are not a request.
+    fn request(&self, principal: &Principal, args: Option<rmcp::model::JsonObject>) -> Result<ExecutionRequest, (String, Refusal)> {
+        let args: ExecuteArgs = serde_json::from_value(Value::Object(args.unwrap_or_default())).map_err(|e| {
+            (String::new(), Refusal::new(ErrorCode::InvalidRequest, format!("the arguments do not match the input schema: {e}"), None))
+        })?;
         let language = args.language.language();
-        let profile = match args.profile.clone() {
+        let profile = match args.profile {
             Some(p) => p,
-            None => match default_profile(engine.config(), principal, language) {
-                Some(p) => p,
-                None => {
-                    let message = format!("no {} profile you may use; call {PROFILES_TOOL} to see yours", language.as_str());
-                    return self.refuse(&caller, None, "", ErrorCode::ProfileNotFound, message, Some("profile".into()));
-                }
-            },
+            None => default_profile(self.engine().config(), principal, language).ok_or_else(|| {
+                let message = format!("no {} profile you may use; call {PROFILES_TOOL} to see yours", language.as_str());
+                (String::new(), Refusal::new(ErrorCode::ProfileNotFound, message, Some("profile".into())))
+            })?,
         };
-        let request = ExecutionRequest {
-            profile: profile.clone(),
+        Ok(ExecutionRequest {
+            profile,
             language: Some(language.as_str().into()),
             code: args.code,
             harness: args.harness.map(|h| h.as_str().into()),
@@ -168,73 +174,13 @@ impl McpServer {
             files: args.files.into_iter().map(|(k, v)| (k, v.into())).collect(),
             input: args.input,
             ..Default::default()
-        };
-        if !principal.allows(&profile) && engine.config().profiles.contains_key(&profile) {
-            let message = format!("you may not use profile {profile:?}; call {PROFILES_TOOL} to see yours");
-            return self.refuse(&caller, Some(&request), &profile, ErrorCode::ForbiddenProfile, message, Some("profile".into()));
-        }
-        if let Err(r) = engine.check(&request) {
-            let message = if r.code == ErrorCode::ProfileNotFound {
-                let allowed: Vec<&str> = engine.config().profiles.keys().map(String::as_str).filter(|p| principal.allows(p)).collect();
-                format!("no profile named {profile:?}; profiles you may use: {}", allowed.join(", "))
-            } else {
-                r.message
-            };
-            let field = r.field.or_else(|| (r.code == ErrorCode::ProfileNotFound).then(|| "profile".into()));
-            return self.refuse(&caller, Some(&request), &profile, r.code, message, field);
-        }
-        let received = Instant::now();
-        let _slot = match &self.shared.gate {
-            Some(gate) => match gate.acquire().await {
-                Some(slot) => Some(slot),
-                None => {
-                    let message = "every execution slot and queue place is taken; retry later".to_owned();
-                    return self.refuse(&caller, Some(&request), &profile, ErrorCode::QueueFull, message, None);
-                }
-            },
-            None => None,
-        };
-        let queue_ms = u64::try_from(received.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let timeout_ms = request.timeout.or_else(|| engine.config().profiles.get(&profile).map(|p| p.limits.timeout_ms)).unwrap_or(0);
-        let (output, progress) = match ctx.meta.get_progress_token() {
-            Some(token) => {
-                let (tx, rx) = mpsc::unbounded_channel();
-                let task = tokio::spawn(report_progress(ctx.peer.clone(), token, timeout_ms, rx));
-                (Some(tx), Some(AbortOnDrop(task)))
-            }
-            None => (None, None),
-        };
-        tracing::info!(caller = %caller, profile = %profile, queue_ms, "mcp execution admitted");
-        let mut result = engine.execute(&caller, request, output).await;
-        drop(progress);
-        if let Some(e) = &mut result.error {
-            e.field = e.field.take().map(argument_name);
-        }
-        result.timing.queue_ms = queue_ms;
-        result.duration_ms += queue_ms;
-        if let Some(gate) = &self.shared.gate {
-            gate.finished(&result);
-        }
-        self.shared.store.keep(&principal.audit_name, &result);
-        render::tool_result(&result)
+        })
     }
 
-    /// A refusal before the engine ran anything: recorded in the audit log, answered as a
-    /// `rejected` tool result.
-    fn refuse(&self, caller: &str, request: Option<&ExecutionRequest>, profile: &str, code: ErrorCode, message: String, field: Option<String>) -> CallToolResult {
-        if let Err(e) = self.shared.engine.recorder().rejected(caller, request, code.as_str(), &message) {
-            tracing::error!(error = %e, "could not record a refused call");
-        }
-        if let Some(gate) = &self.shared.gate {
-            gate.refused(code);
-        }
-        let result = ExecutionResult {
-            status: Status::Rejected,
-            profile: profile.to_owned(),
-            error: Some(ExecError { field: field.map(argument_name), ..ExecError::new(code.as_str(), message) }),
-            ..Default::default()
-        };
-        render::tool_result(&result)
+    /// A refusal of the service as a `rejected` tool result.
+    fn refused(&self, profile: &str, mut refusal: Refusal) -> CallToolResult {
+        refusal.field = refusal.field.take().map(argument_name);
+        render::tool_result(&refusal.into_result(profile))
     }
 
     fn read(&self, principal: &Principal, uri: &str) -> Result<ReadResourceResult, McpError> {
@@ -380,15 +326,6 @@ fn client_label(info: Option<Implementation>) -> String {
     match info {
         Some(i) if !clean(&i.name).is_empty() => format!("{}@{}", clean(&i.name), clean(&i.version)),
         _ => "unknown".into(),
-    }
-}
-
-/// Aborts the task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

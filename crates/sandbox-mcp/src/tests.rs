@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use sandbox_core::wire::{Enforcement, ExecError, OutputFile, SkippedFile};
-use sandbox_core::Config;
+use sandbox_core::{Config, ExecutionResult, Status};
 
 use super::*;
 
@@ -116,7 +116,7 @@ fn the_tool_list_is_committed() {
 
 #[track_caller]
 fn check_default(principal: &[&str], language: Language, want: Option<&str>) {
-    let p = Principal { audit_name: "t".into(), profiles: principal.iter().map(|s| s.to_string()).collect() };
+    let p = Principal { audit_name: "t".into(), profiles: principal.iter().map(|s| s.to_string()).collect(), peer: None };
     assert_eq!(default_profile(&Config::builtin(), &p, language).as_deref(), want);
 }
 

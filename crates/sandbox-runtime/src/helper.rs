@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 
 use nix::sched::CloneFlags;
 use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::{getppid, pipe};
+use nix::unistd::{getppid, pipe, Uid};
 
 use crate::spec::{Event, SpawnSpec, CONTROL_FD};
 use crate::sys::{self, Forked};
@@ -18,7 +18,7 @@ use crate::sys::{self, Forked};
 pub const HELPER_ARGV0: &str = "sandbox-init";
 
 /// Namespaces every sandbox gets.
-const NAMESPACES: CloneFlags = CloneFlags::CLONE_NEWUSER
+pub(crate) const NAMESPACES: CloneFlags = CloneFlags::CLONE_NEWUSER
     .union(CloneFlags::CLONE_NEWPID)
     .union(CloneFlags::CLONE_NEWNS)
     .union(CloneFlags::CLONE_NEWNET)
@@ -67,7 +67,23 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
     // reach the container (the network channel, fd 5, is the helper's own and close-on-exec).
     step("cloexec", sys::cloexec_from(5))?;
     let (go_read, go_write) = step("pipe", pipe())?;
-    match step("clone", sys::clone_namespaces(NAMESPACES))? {
+    // Create the user namespace as an unprivileged host uid, not as root: the kernel charges the
+    // per-user counters of everything inside (inotify instances and watches, pending signals,
+    // message queues, locked memory, processes) to the namespace's owner at the host level too,
+    // so with root as owner ~128 inotify_init1() calls in any sandbox would exhaust host root's
+    // fs.inotify.max_user_instances. The real and saved uid stay 0, so the capabilities stay
+    // permitted; we raise them again for the clone and return to euid 0 right after.
+    step("namespace_owner", become_owner(spec.namespace_owner()))?;
+    let cloned = sys::clone_namespaces(NAMESPACES);
+    if matches!(cloned, Ok(Forked::Parent(_)) | Err(_)) {
+        step("namespace_owner", nix::unistd::seteuid(Uid::from_raw(0)))?;
+        // An euid change clears the parent-death signal: set it again.
+        step("pdeathsig", nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL))?;
+        if getppid().as_raw() == 1 {
+            return Err(("pdeathsig", "the engine exited while the helper cloned init".into()));
+        }
+    }
+    match step("clone", cloned)? {
         Forked::Child => {
             drop(go_write);
             crate::init::init_main(&spec, go_read, ctl)
@@ -97,6 +113,14 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
             }
         }
     }
+}
+
+/// Sets the effective uid to `owner` (host), keeping every capability effective (`seteuid`
+/// away from 0 clears the effective set; the permitted set stays because the saved uid is 0).
+fn become_owner(owner: u32) -> Result<(), String> {
+    nix::unistd::seteuid(Uid::from_raw(owner)).map_err(|e| format!("seteuid({owner}): {e}"))?;
+    let permitted = caps::read(None, caps::CapSet::Permitted).map_err(|e| e.to_string())?;
+    caps::set(None, caps::CapSet::Effective, &permitted).map_err(|e| e.to_string())
 }
 
 /// Writes one event line to the control socket. A failed write means the engine is gone;

@@ -48,12 +48,13 @@ pub(crate) fn step<T, E: std::fmt::Display>(name: &'static str, r: Result<T, E>)
 }
 
 fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepError> {
-    // If the helper dies, so do we, and with us (pid 1) the whole namespace.
-    step("pdeathsig", nix::sys::prctl::set_pdeathsig(Signal::SIGKILL))?;
     // Become root of the new user namespace (host uid_base): drop host supplementary groups first.
     step("setgroups", nix::unistd::setgroups(&[]))?;
     step("setresgid", nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0)))?;
     step("setresuid", nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0)))?;
+    // If the helper dies, so do we, and with us (pid 1) the whole namespace. (After the uid
+    // change, which clears the parent-death signal; the helper waits for us, so it is alive.)
+    step("pdeathsig", nix::sys::prctl::set_pdeathsig(Signal::SIGKILL))?;
     // No one may ptrace or read the memory of pid 1.
     step("dumpable", nix::sys::prctl::set_dumpable(false))?;
     crate::rootfs::build(spec)?;
@@ -78,7 +79,8 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepErr
         }
         Forked::Parent(pid) => pid,
     };
-    supervise(program, &handled, ctl, if spec.template_slots > 0 { 0 } else { landlock_abi })
+    let template = spec.template_slots > 0;
+    supervise(program, &handled, ctl, if template { 0 } else { landlock_abi }, template)
 }
 
 /// SIGCHLD and the signals init forwards.
@@ -93,8 +95,10 @@ pub(crate) fn handled_signals() -> SigSet {
 
 /// Pid 1's life once the program is forked (`handled` blocked): reports `Spawned`, forwards
 /// polite signals to every process, reaps, and when the program ends kills whatever is left
-/// and reports `Exited`.
-pub(crate) fn supervise(program: Pid, handled: &SigSet, ctl: &UnixStream, landlock_abi: u32) -> Result<(), StepError> {
+/// and reports `Exited`. A template's init (`linger`) instead reports `Exited` at once and then
+/// waits for what is left: the warm executions its interpreter forked, each in its own pid
+/// namespace and supervised by the engine, end on their own.
+pub(crate) fn supervise(program: Pid, handled: &SigSet, ctl: &UnixStream, landlock_abi: u32, linger: bool) -> Result<(), StepError> {
     send(ctl, &Event::Spawned { landlock_abi });
     // Hold no copy of the program's stdio: a pipe closes when the last sandbox process ends.
     step("stdio", stdio_to_dev_null("/dev/null"))?;
@@ -110,6 +114,11 @@ pub(crate) fn supervise(program: Pid, handled: &SigSet, ctl: &UnixStream, landlo
             break status;
         }
     };
+    if linger {
+        send(ctl, &Event::Exited { code, signal, killed_at_teardown: 0 });
+        while !matches!(waitpid(None, None), Err(nix::errno::Errno::ECHILD)) {}
+        return Ok(());
+    }
     let killed_at_teardown = count_others();
     let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
     while !matches!(waitpid(None, None), Err(nix::errno::Errno::ECHILD)) {}
@@ -158,7 +167,7 @@ fn exec_program(spec: &SpawnSpec) -> Result<std::convert::Infallible, StepError>
     if spec.template_slots > 0 {
         step("sigmask", SigSet::all().thread_unblock())?;
         step("setsid", nix::unistd::setsid())?;
-        limits(spec)?;
+        limits(spec, true)?;
         step("no_new_privs", nix::sys::prctl::set_no_new_privs())?;
     } else {
         drop_privileges(spec)?;
@@ -170,15 +179,66 @@ fn exec_program(spec: &SpawnSpec) -> Result<std::convert::Infallible, StepError>
     Err(("exec", format!("{}: {err}", spec.argv[0])))
 }
 
-/// The rlimits of the program, and its working directory.
-fn limits(spec: &SpawnSpec) -> Result<(), StepError> {
-    use nix::sys::resource::{setrlimit, Resource};
-    // Core limit 1, pinned by seccomp: the kernel skips a piped core_pattern (apport,
-    // systemd-coredump, run as host root) only for exactly 1, and 1 byte is below any core file.
-    step("rlimit_core", setrlimit(Resource::RLIMIT_CORE, CORE_LIMIT_BYTES, CORE_LIMIT_BYTES))?;
-    step("rlimit_nofile", setrlimit(Resource::RLIMIT_NOFILE, spec.rlimits.nofile, spec.rlimits.nofile))?;
-    step("rlimit_fsize", setrlimit(Resource::RLIMIT_FSIZE, spec.rlimits.fsize_bytes, spec.rlimits.fsize_bytes))?;
+/// Every rlimit of the program that does not come from the profile, as (resource, soft = hard).
+/// None is inherited from the service (whose limits an administrator or a systemd unit may
+/// have raised, e.g. `LimitMEMLOCK=infinity` or a real-time priority):
+///
+/// - `RLIMIT_CORE` 1: see [`CORE_LIMIT_BYTES`] (pinned by seccomp).
+/// - `RLIMIT_RTPRIO` 0, `RLIMIT_NICE` 0, `RLIMIT_RTTIME` 0: no real-time scheduling and no
+///   priority above normal, so a program cannot starve the host's CPUs with SCHED_FIFO.
+/// - `RLIMIT_MEMLOCK` 64 KiB: the kernel's historic default; neither runtime locks memory, and
+///   io_uring and bpf (which charge it) are refused by seccomp.
+/// - `RLIMIT_MSGQUEUE` 819200 bytes: the kernel's default for POSIX message queues.
+/// - `RLIMIT_SIGPENDING` 4096 queued signals: far above what a runtime queues, far below a host's
+///   default (about 60,000 on a 16 GiB machine).
+/// - `RLIMIT_STACK` 8 MiB: the usual default; an inherited `unlimited` would switch the kernel
+///   to the legacy mmap layout, and glibc sizes thread stacks from it.
+/// - `RLIMIT_CPU`, `RLIMIT_DATA`, `RLIMIT_AS`, `RLIMIT_RSS`, `RLIMIT_LOCKS` unlimited: CPU time
+///   and memory are the cgroup's and the timeout's to bound (V8 reserves far more address
+///   space than it uses); RSS and LOCKS are not enforced by Linux.
+///
+/// A value above the inherited hard limit is lowered to it (a sandbox's user namespace cannot
+/// raise a hard limit): stricter, never weaker.
+pub const FIXED_RLIMITS: [(nix::sys::resource::Resource, u64); 13] = {
+    use nix::sys::resource::{Resource, RLIM_INFINITY};
+    [
+        (Resource::RLIMIT_CORE, CORE_LIMIT_BYTES),
+        (Resource::RLIMIT_RTPRIO, 0),
+        (Resource::RLIMIT_NICE, 0),
+        (Resource::RLIMIT_RTTIME, 0),
+        (Resource::RLIMIT_MEMLOCK, 64 << 10),
+        (Resource::RLIMIT_MSGQUEUE, 819_200),
+        (Resource::RLIMIT_SIGPENDING, 4096),
+        (Resource::RLIMIT_STACK, 8 << 20),
+        (Resource::RLIMIT_CPU, RLIM_INFINITY),
+        (Resource::RLIMIT_DATA, RLIM_INFINITY),
+        (Resource::RLIMIT_AS, RLIM_INFINITY),
+        (Resource::RLIMIT_RSS, RLIM_INFINITY),
+        (Resource::RLIMIT_LOCKS, RLIM_INFINITY),
+    ]
+};
+
+/// The rlimits of the program (every one of the kernel's 16: [`FIXED_RLIMITS`] and the
+/// profile's NOFILE, FSIZE and NPROC), and its working directory. `template`: a template's own
+/// program, which keeps the inherited NPROC (its children's inits run as its uid).
+fn limits(spec: &SpawnSpec, template: bool) -> Result<(), StepError> {
+    use nix::sys::resource::Resource;
+    for (resource, value) in FIXED_RLIMITS {
+        step("rlimit", set_rlimit(resource, value))?;
+    }
+    step("rlimit_nofile", set_rlimit(Resource::RLIMIT_NOFILE, spec.rlimits.nofile))?;
+    step("rlimit_fsize", set_rlimit(Resource::RLIMIT_FSIZE, spec.rlimits.fsize_bytes))?;
+    if !template {
+        step("rlimit_nproc", set_rlimit(Resource::RLIMIT_NPROC, spec.rlimits.nproc))?;
+    }
     step("chdir", nix::unistd::chdir(spec.cwd.as_str()))
+}
+
+/// Sets soft and hard limit of `resource` to `value`, or to the current hard limit if that is lower.
+fn set_rlimit(resource: nix::sys::resource::Resource, value: u64) -> Result<(), String> {
+    let (_, hard) = nix::sys::resource::getrlimit(resource).map_err(|e| format!("{resource:?}: {e}"))?;
+    let value = value.min(hard);
+    nix::sys::resource::setrlimit(resource, value, value).map_err(|e| format!("{resource:?} = {value}: {e}"))
 }
 
 /// Everything between init's fork and the caller's first instruction, in the program process:
@@ -188,7 +248,7 @@ fn limits(spec: &SpawnSpec) -> Result<(), StepError> {
 pub(crate) fn drop_privileges(spec: &SpawnSpec) -> Result<(), StepError> {
     step("sigmask", SigSet::all().thread_unblock())?;
     step("setsid", nix::unistd::setsid())?;
-    limits(spec)?;
+    limits(spec, false)?;
     // Empty the bounding and ambient sets while we still hold CAP_SETPCAP, then change to the
     // unprivileged uid, which clears the permitted and effective sets.
     step("capabilities", caps::clear(None, caps::CapSet::Ambient))?;

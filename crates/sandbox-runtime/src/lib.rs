@@ -18,6 +18,7 @@ mod init;
 pub mod probe;
 mod rootfs;
 mod seccomp;
+pub mod selftest;
 pub mod spec;
 pub(crate) mod sys;
 pub mod tun;
@@ -25,5 +26,6 @@ pub mod wall;
 pub mod warm;
 
 pub use helper::{helper_main, HELPER_ARGV0};
+pub use selftest::{selftest_main, SELFTEST_ARGV0};
 pub use sys::{open_tree_clone, recv_fd, recv_with_fds, send_fds};
 pub use sys::warm_ffi as warm_entry;

@@ -21,7 +21,23 @@ fn step<T, E: std::fmt::Display>(name: &'static str, what: &Path, r: Result<T, E
 const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
 
 /// /proc entries hidden behind /dev/null (as container runtimes' default masked paths do).
-const PROC_MASKED: [&str; 6] = ["kcore", "keys", "timer_list", "sched_debug", "sysrq-trigger", "kallsyms"];
+/// Docker's masked /proc paths (moby `oci/defaults.go`: acpi, asound, interrupts, kcore, keys,
+/// latency_stats, timer_list, timer_stats, sched_debug, scsi) plus sysrq-trigger and kallsyms:
+/// files are covered by /dev/null, directories by an empty read-only tmpfs.
+const PROC_MASKED: [&str; 12] = [
+    "acpi",
+    "asound",
+    "interrupts",
+    "kcore",
+    "keys",
+    "latency_stats",
+    "timer_list",
+    "timer_stats",
+    "sched_debug",
+    "scsi",
+    "sysrq-trigger",
+    "kallsyms",
+];
 
 /// Builds the root and pivots into it. Runs as root of the container's user namespace.
 pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
@@ -113,7 +129,10 @@ pub(crate) fn mount_proc(proc_dir: &Path) -> Result<(), StepError> {
     )?;
     for name in PROC_MASKED {
         let target = proc_dir.join(name);
-        if target.exists() {
+        if target.is_dir() {
+            let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+            step("proc_mask", &target, mount(Some("tmpfs"), &target, Some("tmpfs"), flags, Some("size=4k,mode=0555")))?;
+        } else if target.exists() {
             step("proc_mask", &target, mount(Some("/dev/null"), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>))?;
         }
     }

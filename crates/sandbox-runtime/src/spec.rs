@@ -104,6 +104,19 @@ impl SpawnSpec {
         }
     }
 
+    /// The host uid that creates (owns) the sandbox's user namespace, and so is charged at the
+    /// host level for the kernel's per-user counters of everything inside (inotify instances
+    /// and watches, pending signals, message queues, locked memory, processes): the program's
+    /// own host uid, which no other running execution has; for a template, its root's host uid
+    /// (`uid_base`), shared by the template's children.
+    pub fn namespace_owner(&self) -> u32 {
+        if self.template_slots > 0 {
+            self.uid_base
+        } else {
+            self.uid_base + self.program_uid
+        }
+    }
+
     /// The gid map: root and the program's gid [`SANDBOX_UID`].
     pub fn gid_map(&self) -> String {
         format!("0 {} 1\n{SANDBOX_UID} {} 1\n", self.uid_base, self.uid_base + SANDBOX_UID)
@@ -132,13 +145,20 @@ pub struct BindMount {
     pub read_only: bool,
 }
 
-/// Per-process limits (setrlimit(2)).
+/// Per-process limits (setrlimit(2)) that come from the profile. Every other rlimit the
+/// program starts with is a fixed value of the runtime (`init::FIXED_RLIMITS`), never what the
+/// service inherited.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
 pub struct Rlimits {
     /// `RLIMIT_NOFILE`.
     pub nofile: u64,
     /// `RLIMIT_FSIZE`, in bytes.
     pub fsize_bytes: u64,
+    /// `RLIMIT_NPROC`: processes and threads of the program's uid (its own per execution); the
+    /// profile's `pids_max`, so the per-uid count can never pass the cgroup's. A template's own
+    /// program leaves it as inherited (its forked children and their inits share its uid).
+    #[serde(default)]
+    pub nproc: u64,
 }
 
 /// What the helper and init report, one JSON object per line.

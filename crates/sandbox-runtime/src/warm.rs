@@ -6,8 +6,8 @@
 //!
 //! ```text
 //! template (root of the template's user namespace, capabilities inside it only)
-//!  └─ child      reads its SpawnSpec (sent once the engine moved it into the execution's
-//!      │          cgroup); unshares mount, pid, net, ipc, uts and cgroup namespaces; binds its
+//!  └─ child      reads its SpawnSpec; joins the execution's cgroup (through files the engine
+//!      │          opened); unshares mount, pid, net, ipc, uts and cgroup namespaces; binds its
 //!      │          own /workspace, /code, /etc/passwd; fresh /tmp, /dev/shm; hides /.sandbox;
 //!      │          hostname; lo up; forks ↓ and waits for it
 //!      └─ init    pid 1: fresh /proc, forwards signals, reaps, reports `Exited` (as cold)
@@ -28,7 +28,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 
 use crate::helper::send;
 use crate::init::{step, StepError};
-use crate::spec::{Event, SpawnSpec};
+use crate::spec::{Event, SpawnSpec, WARM_TREES};
 use crate::sys::{self, Forked};
 
 /// Namespaces a template's child enters (the user namespace stays the template's).
@@ -63,6 +63,13 @@ fn child(ctl: &UnixStream) -> Result<(), StepError> {
     let mut line = String::new();
     step("read_spec", BufReader::new(ctl).read_line(&mut line))?;
     let spec: SpawnSpec = step("parse_spec", serde_json::from_str(&line))?;
+    // Into the execution's cgroup before anything else: "0" moves this (single-threaded)
+    // process, through the files the engine opened (its credentials are the ones checked).
+    for i in 0..spec.cgroup_join.len() {
+        let fd = i32::try_from(WARM_TREES.len() + 5 + i).map_err(|e| ("cgroup_join", e.to_string()))?;
+        let file = std::fs::File::from(step("cgroup_join", sys::take_fd(fd))?);
+        step("cgroup_join", std::io::Write::write_all(&mut &file, b"0"))?;
+    }
     step("setgroups", nix::unistd::setgroups(&[]))?;
     step("unshare", nix::sched::unshare(NAMESPACES))?;
     crate::rootfs::warm_child(&spec)?;
@@ -102,7 +109,7 @@ fn child(ctl: &UnixStream) -> Result<(), StepError> {
         match step("fork", sys::fork())? {
             Forked::Child => Ok(nix::unistd::Pid::from_raw(0)),
             Forked::Parent(program) => {
-                crate::init::supervise(program, &handled, ctl, crate::wall::enforceable_abi())?;
+                crate::init::supervise(program, &handled, ctl, crate::wall::enforceable_abi(), false)?;
                 sys::exit_now(0)
             }
         }

@@ -17,12 +17,13 @@ pub enum Caller {
 }
 
 impl Caller {
-    /// Whether this caller may run `profile`.
-    pub fn allows(&self, profile: &str) -> bool {
-        match self {
-            Self::Anonymous => true,
-            Self::Key(k) => k.allows(profile),
-        }
+    /// The caller as the execution service knows it: audit name, profiles, address `peer`.
+    pub fn submitter(&self, peer: Option<std::net::IpAddr>) -> sandbox_engine::Caller {
+        let profiles = match self {
+            Self::Anonymous => vec!["*".to_owned()],
+            Self::Key(k) => k.profiles.clone(),
+        };
+        sandbox_engine::Caller { audit_name: self.audit_name(), profiles, peer }
     }
 
     /// A name for logs (`anonymous` or the key's name).

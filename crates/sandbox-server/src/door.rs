@@ -14,6 +14,7 @@ use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::Response;
 use sandbox_core::ErrorCode;
+use sandbox_engine::service::Audit;
 
 use crate::auth::{authenticate, Caller};
 use crate::problem;
@@ -60,7 +61,7 @@ async fn refuse_unread(state: &AppState, request: Request, code: ErrorCode, deta
     // The record says where the request went and from where; the body is never looked at.
     let path: String = parts.uri.path().chars().take(128).collect();
     let message = format!("{detail} ({} {path} from {peer})", parts.method);
-    let audit = runs_code.then_some(("unauthenticated", None, message.as_str()));
+    let audit = runs_code.then_some(Audit { caller: "unauthenticated", request: None, message: &message });
     let mut response = refuse(state, peer, audit, problem::new(code, detail, None, None));
     let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if !drain(declared, body).await {

@@ -24,6 +24,33 @@ struct ProfileLabels {
     profile: String,
 }
 
+/// The [`sandbox_engine::Hooks`] of `sandbox serve` (shared by `/v1`, `/mcp` and `sandbox mcp`):
+/// refusals charged to the per-address limit, and counted with executions in the metrics.
+pub struct ServerHooks {
+    /// Where refusals and executions are counted.
+    pub metrics: std::sync::Arc<Metrics>,
+    /// The per-address limit of refusals.
+    pub refusals: std::sync::Arc<crate::Refusals>,
+}
+
+impl sandbox_engine::Hooks for ServerHooks {
+    fn charge(&self, peer: std::net::IpAddr, code: sandbox_core::ErrorCode) -> sandbox_engine::service::Charge {
+        let charge = self.refusals.charge(crate::Peer(peer));
+        if matches!(charge, sandbox_engine::service::Charge::Limited { .. }) {
+            self.metrics.unrecorded(code.as_str());
+        }
+        charge
+    }
+
+    fn refused(&self, code: sandbox_core::ErrorCode) {
+        self.metrics.rejected(code.as_str());
+    }
+
+    fn executed(&self, result: &sandbox_core::ExecutionResult) {
+        self.metrics.executed(&result.profile, result.status.as_str(), result.duration_ms);
+    }
+}
+
 /// The service's metrics.
 #[derive(Debug)]
 pub struct Metrics {

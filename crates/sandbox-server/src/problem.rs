@@ -84,3 +84,14 @@ impl IntoResponse for ProblemResponse {
         r
     }
 }
+
+/// The answer to a refusal of the execution service: its problem (with the audit record's id as
+/// `executionId`), and `Retry-After` when the refusal says when to retry.
+pub(crate) fn of_refusal(r: sandbox_engine::Refusal) -> Response {
+    let retry_after = r.retry_after_s;
+    let mut response = ProblemResponse(new(r.code, r.message, r.field, r.execution_id)).into_response();
+    if let Some(s) = retry_after {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    response
+}

@@ -14,14 +14,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
-use axum::http::{header, Extensions, HeaderValue};
-use axum::response::{IntoResponse, Response};
-use sandbox_core::wire::Problem;
-use sandbox_core::{ErrorCode, ExecutionRequest};
+use axum::http::Extensions;
+use axum::response::Response;
 use governor::clock::Clock;
+use sandbox_core::wire::Problem;
+pub use sandbox_engine::service::Charge;
+use sandbox_engine::service::{Audit, Refusal};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-use crate::problem::{self, ProblemResponse};
 use crate::AppState;
 
 /// Addresses the limiter may track before it forgets those whose bucket is full again.
@@ -63,18 +63,6 @@ pub struct Refusals {
     unrecorded: AtomicU64,
 }
 
-/// What to do with one refusal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Charge {
-    /// Answer it as usual and record it.
-    Record,
-    /// The address is over its limit: answer 429 `rate_limited` with this `Retry-After`, record nothing.
-    Limited {
-        /// Seconds until the address may be refused (and recorded) again, at least 1.
-        retry_after_s: u64,
-    },
-}
-
 impl Refusals {
     /// `per_minute` refusals per address sustained, after a burst of `burst` (0 for either: no limit).
     pub fn new(per_minute: u32, burst: u32) -> Self {
@@ -84,15 +72,17 @@ impl Refusals {
         Self { limiter, unrecorded: AtomicU64::new(0) }
     }
 
-    /// Charges one refusal to `peer`'s address.
+    /// Charges one refusal to `peer`'s address. A refusal to record carries the count of
+    /// those left out since the previous one (and the count restarts at 0).
     pub fn charge(&self, peer: Peer) -> Charge {
-        let Some(limiter) = &self.limiter else { return Charge::Record };
+        let record = || Charge::Record { unrecorded_before: self.take_unrecorded() };
+        let Some(limiter) = &self.limiter else { return record() };
         if limiter.len() > TRACKED_ADDRESSES_MAX {
             // Addresses whose bucket has refilled carry no state worth keeping.
             limiter.retain_recent();
         }
         match limiter.check_key(&peer.bucket()) {
-            Ok(()) => Charge::Record,
+            Ok(()) => record(),
             Err(not_until) => {
                 self.unrecorded.fetch_add(1, Ordering::Relaxed);
                 let wait = not_until.wait_time_from(limiter.clock().now());
@@ -112,42 +102,14 @@ fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// `detail` with a note of the refusals left out of the audit log before it, if any.
-pub(crate) fn audit_message(detail: &str, unrecorded_before: u64) -> String {
-    if unrecorded_before == 0 {
-        detail.to_owned()
-    } else {
-        // First, so that truncating a long detail cannot cut the count off.
-        format!("[{unrecorded_before} earlier refusals were rate-limited and not recorded] {detail}")
-    }
-}
-
-/// Answers a refusal `problem` of a request from `peer`: charged to the address; within the
-/// limit, recorded in the audit log when `audit` gives the caller, the request (if it was read)
-/// and the message to keep, counted in metrics and answered with `problem`; past it, answered
-/// 429 `rate_limited` and counted as unrecorded.
-pub(crate) fn refuse(state: &AppState, peer: Peer, audit: Option<(&str, Option<&ExecutionRequest>, &str)>, problem: Problem) -> Response {
-    let code = problem.code;
-    match state.refusals.charge(peer) {
-        Charge::Record => {
-            if let Some((caller, request, message)) = audit {
-                let message = audit_message(message, state.refusals.take_unrecorded());
-                if let Err(e) = state.engine.recorder().rejected(caller, request, code.as_str(), &message) {
-                    tracing::error!(error = %e, "could not record a refused request");
-                }
-            }
-            state.metrics.rejected(code.as_str());
-            ProblemResponse(problem).into_response()
-        }
-        Charge::Limited { retry_after_s } => {
-            state.metrics.unrecorded(code.as_str());
-            state.metrics.rejected(ErrorCode::RateLimited.as_str());
-            let detail = format!("too many refused requests from {peer}; retry in {retry_after_s} s");
-            let mut r = ProblemResponse(problem::new(ErrorCode::RateLimited, detail, None, None)).into_response();
-            r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
-            r
-        }
-    }
+/// Answers a refusal `problem` of a request from `peer` made by the HTTP door itself (before a
+/// caller or a request could be handed to the service: Host/Origin, the API key, an unreadable
+/// body): charged, recorded as `audit` says and counted by the service
+/// ([`sandbox_engine::Service::refuse_as`]), answered with `problem` or 429 `rate_limited`.
+pub(crate) fn refuse(state: &AppState, peer: Peer, audit: Option<Audit<'_>>, problem: Problem) -> Response {
+    let refusal = Refusal::new(problem.code, problem.detail.clone(), problem.field.clone());
+    let refusal = state.service.refuse_as(Some(peer.0), audit, refusal);
+    crate::problem::of_refusal(refusal)
 }
 
 #[cfg(test)]

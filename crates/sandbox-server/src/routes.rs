@@ -1,7 +1,6 @@
 //! Route handlers and the OpenAPI document generated from the same types.
 
 use std::convert::Infallible;
-use std::time::Instant;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -13,14 +12,15 @@ use axum::{middleware, Extension, Json, Router};
 use futures_util::stream::{self, Stream, StreamExt};
 use sandbox_core::wire::{ExecutionResult, Problem, ProfileInfo, ProfileList};
 use sandbox_core::{ErrorCode, ExecutionRequest, Status};
-use sandbox_engine::{Chunk, StreamKind};
+use sandbox_engine::{Chunk, Refusal, StreamKind, Ticket};
+use tokio_util::task::AbortOnDropHandle;
 use tokio::sync::{mpsc, oneshot};
 use utoipa::OpenApi;
 
 use crate::auth::Caller;
 use crate::door;
 use crate::problem::{self, ProblemResponse};
-use crate::refusals::{refuse, Peer};
+use crate::refusals::Peer;
 use crate::AppState;
 
 /// The OpenAPI 3.1 document of the HTTP API.
@@ -67,21 +67,6 @@ fn fail(state: &AppState, code: ErrorCode, detail: impl Into<String>, field: Opt
     ProblemResponse(problem::new(code, detail.into(), field, None)).into_response()
 }
 
-/// Refuses an execution request made here, before the engine saw it: recorded in the audit
-/// log (a bounded summary of `request`) and charged to the client's address
-/// ([`crate::refusals`]). A failing audit write is logged; the refusal stands.
-fn reject(
-    state: &AppState,
-    peer: Peer,
-    caller: &str,
-    request: Option<&ExecutionRequest>,
-    code: ErrorCode,
-    detail: String,
-    field: Option<String>,
-) -> Response {
-    refuse(state, peer, Some((caller, request, &detail)), problem::new(code, detail.clone(), field, None))
-}
-
 /// Runs one execution. Synchronous by default (the result in the body); with
 /// `Accept: text/event-stream` it streams `stdout` and `stderr` events (`{"text": ...}`) as the
 /// program writes, then one `result` event with the result object.
@@ -107,58 +92,32 @@ async fn execute(
     headers: HeaderMap,
     body: Result<Json<ExecutionRequest>, JsonRejection>,
 ) -> Response {
-    let received = Instant::now();
-    let name = who.audit_name();
+    let caller = who.submitter(Some(peer.0));
+    // Decode: a body that is not a request is refused through the service too.
     let request = match body.map(|Json(r)| r) {
         Ok(r) => r,
-        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            let detail = format!("the body is over {} bytes", state.engine.config().service.body_max_bytes);
-            return reject(&state, peer, &name, None, ErrorCode::BodyTooLarge, detail, None);
-        }
-        Err(e) => return reject(&state, peer, &name, None, ErrorCode::InvalidRequest, e.body_text(), None),
-    };
-    if !who.allows(&request.profile) && state.engine.config().profiles.contains_key(&request.profile) {
-        let detail = format!("key {:?} may not use profile {:?}", who.name(), request.profile);
-        return reject(&state, peer, &name, Some(&request), ErrorCode::ForbiddenProfile, detail, Some("profile".into()));
-    }
-    if let Err(r) = state.engine.check(&request) {
-        let detail = if r.code == ErrorCode::ProfileNotFound {
-            // Name only the profiles this caller may use.
-            let allowed: Vec<&str> = state.engine.config().profiles.keys().map(String::as_str).filter(|p| who.allows(p)).collect();
-            format!("no profile named {:?}; profiles you may use: {}", request.profile, allowed.join(", "))
-        } else {
-            r.message
-        };
-        return reject(&state, peer, &name, Some(&request), r.code, detail, r.field);
-    }
-    let permit = match state.admission.acquire().await {
-        Ok(p) => p,
-        Err(_) => {
-            let detail = "every execution slot and queue place is taken; retry later".to_owned();
-            return reject(&state, peer, &name, Some(&request), ErrorCode::QueueFull, detail, None);
+        Err(e) => {
+            let refusal = if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                let detail = format!("the body is over {} bytes", state.engine.config().service.body_max_bytes);
+                Refusal::new(ErrorCode::BodyTooLarge, detail, None)
+            } else {
+                Refusal::new(ErrorCode::InvalidRequest, e.body_text(), None)
+            };
+            return problem::of_refusal(state.service.refuse(&caller, None, refusal));
         }
     };
-    let queue_ms = u64::try_from(received.elapsed().as_millis()).unwrap_or(u64::MAX);
-    tracing::info!(caller = who.name(), profile = %request.profile, queue_ms, "execution admitted");
+    // Submit.
+    let ticket = match state.service.submit(&caller, request) {
+        Ok(t) => t,
+        Err(refusal) => return problem::of_refusal(refusal),
+    };
+    // Run and encode. Dropping this future (the client went away) drops the execution, whose
+    // state tears itself down.
     let wants_stream = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/event-stream"));
     if wants_stream {
-        return stream_execution(state, name, request, permit, queue_ms).into_response();
+        return stream_execution(ticket).into_response();
     }
-    // Dropping this future (the client went away) drops the execution, whose state tears itself down.
-    let mut result = state.engine.execute(&name, request, None).await;
-    drop(permit);
-    finish(&state, &mut result, queue_ms);
-    respond(result)
-}
-
-fn finish(state: &AppState, result: &mut ExecutionResult, queue_ms: u64) {
-    result.timing.queue_ms = queue_ms;
-    result.duration_ms += queue_ms;
-    if result.status == Status::Rejected {
-        state.metrics.rejected(result.error.as_ref().map_or("rejected", |e| e.kind.as_str()));
-    } else {
-        state.metrics.executed(&result.profile, result.status.as_str(), result.duration_ms);
-    }
+    respond(ticket.run(None).await)
 }
 
 /// The problem for a result that did not run (rejected, internal error); `None` for one that ran.
@@ -179,32 +138,13 @@ fn respond(result: ExecutionResult) -> Response {
     }
 }
 
-/// Aborts the execution task when the response stream is dropped (client disconnected).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-fn stream_execution(
-    state: AppState,
-    caller: String,
-    request: ExecutionRequest,
-    permit: tokio::sync::OwnedSemaphorePermit,
-    queue_ms: u64,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+fn stream_execution(ticket: Ticket) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = mpsc::unbounded_channel::<Chunk>();
     let (done_tx, done_rx) = oneshot::channel::<ExecutionResult>();
-    let task_state = state.clone();
-    let task = tokio::spawn(async move {
-        let mut result = task_state.engine.execute(&caller, request, Some(tx)).await;
-        drop(permit);
-        finish(&task_state, &mut result, queue_ms);
-        let _ = done_tx.send(result);
-    });
-    let guard = AbortOnDrop(task);
+    // The execution runs in a task of its own, aborted (and so torn down) when the stream is dropped.
+    let guard = AbortOnDropHandle::new(tokio::spawn(async move {
+        let _ = done_tx.send(ticket.run(Some(tx)).await);
+    }));
     let decoders = (Utf8Stream::default(), Utf8Stream::default());
     let text_event = |name: &str, text: String| Event::default().event(name).json_data(serde_json::json!({ "text": text })).expect("json");
     let chunks = stream::unfold(Some((rx, decoders)), move |state| async move {
@@ -316,7 +256,9 @@ async fn list_executions(State(state): State<AppState>, Extension(who): Extensio
         before_seq: q.cursor,
         limit: q.limit.unwrap_or(50),
     };
-    let page = audit.store().list(&filter);
+    // A database query blocks: on a blocking thread, never a worker.
+    let audit = audit.clone();
+    let page = tokio::task::spawn_blocking(move || audit.store().list(&filter)).await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
     match page {
         Ok(p) => Json(p).into_response(),
         Err(e) => {
@@ -331,7 +273,10 @@ async fn list_executions(State(state): State<AppState>, Extension(who): Extensio
     responses((status = 200, description = "The record"), (status = 401, body = Problem), (status = 403, body = Problem), (status = 404, body = Problem), (status = 421, body = Problem), (status = 429, body = Problem)))]
 async fn get_execution(State(state): State<AppState>, Extension(who): Extension<Caller>, Path(id): Path<String>) -> Response {
     let Some(audit) = &state.audit else { return fail(&state, ErrorCode::NotFound, "this service keeps no audit log", None) };
-    let record = audit.store().get(&id);
+    let record = {
+        let (audit, id) = (audit.clone(), id.clone());
+        tokio::task::spawn_blocking(move || audit.store().get(&id)).await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    };
     match record {
         Ok(Some(r)) if who.can_audit_all() || r.caller == who.audit_name() => Json(r).into_response(),
         // Someone else's record is as absent as a missing one.
@@ -347,8 +292,19 @@ async fn get_execution(State(state): State<AppState>, Extension(who): Extension<
 #[utoipa::path(get, path = "/v1/profiles", responses((status = 200, body = ProfileList), (status = 401, body = Problem), (status = 403, body = Problem), (status = 421, body = Problem), (status = 429, body = Problem)))]
 async fn list_profiles(State(state): State<AppState>, Extension(who): Extension<Caller>) -> Response {
     let config = state.engine.config();
-    let profiles = config.profiles.keys().filter(|n| who.allows(n)).filter_map(|n| ProfileInfo::in_config(n, config)).collect();
+    let who = who.submitter(None);
+    let profiles = config.profiles.keys().filter(|n| who.allows(n)).filter_map(|n| profile_info(&state, n)).collect();
     Json(ProfileList { profiles }).into_response()
+}
+
+/// The caller's view of profile `name`, with whether this host can run it and why not.
+fn profile_info(state: &AppState, name: &str) -> Option<ProfileInfo> {
+    let mut info = ProfileInfo::in_config(name, state.engine.config())?;
+    let why = state.engine.availability(name).err();
+    info.available = Some(why.is_none());
+    info.unavailable_code = why.as_ref().map(|u| u.code);
+    info.unavailable_reason = why.map(|u| u.reason);
+    Some(info)
 }
 
 /// One profile, if the caller may use it.
@@ -357,10 +313,10 @@ async fn list_profiles(State(state): State<AppState>, Extension(who): Extension<
 async fn get_profile(State(state): State<AppState>, Extension(who): Extension<Caller>, Path(name): Path<String>) -> Response {
     match state.engine.config().profiles.get(&name) {
         None => fail(&state, ErrorCode::ProfileNotFound, format!("no profile named {name:?}"), Some("name".into())),
-        Some(_) if !who.allows(&name) => {
+        Some(_) if !who.submitter(None).allows(&name) => {
             fail(&state, ErrorCode::ForbiddenProfile, format!("key {:?} may not use profile {name:?}", who.name()), Some("name".into()))
         }
-        Some(_) => Json(ProfileInfo::in_config(&name, state.engine.config())).into_response(),
+        Some(_) => Json(profile_info(&state, &name)).into_response(),
     }
 }
 
@@ -370,19 +326,32 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// The runtime is usable: every host check of `sandbox doctor` passes.
+/// The runtime is usable: every host check of `sandbox doctor` passes, and so does the
+/// self-test (namespaces, /proc, a cgroup with limits, landlock, seccomp, /dev/net/tun for
+/// allowlist profiles; re-run at most every 30 s). Else 503, naming the failing step.
+///
+/// The body starts `ready`; each profile this host cannot run follows on a line of its own,
+/// `unavailable NAME: REASON` (the node still serves the others).
 #[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, body = Problem)))]
 async fn readyz(State(state): State<AppState>) -> Response {
-    match state.engine.host().first_failure() {
-        None => "ready\n".into_response(),
-        Some(why) => ProblemResponse(problem::new(ErrorCode::RuntimeUnavailable, why, None, None)).into_response(),
+    let engine = state.engine.clone();
+    let verdict = tokio::task::spawn_blocking(move || engine.readiness()).await.unwrap_or_else(|e| Err(format!("self-test panicked: {e}")));
+    if let Err(why) = verdict {
+        return ProblemResponse(problem::new(ErrorCode::RuntimeUnavailable, why, None, None)).into_response();
     }
+    let mut body = String::from("ready\n");
+    for name in state.engine.config().profiles.keys() {
+        if let Err(u) = state.engine.availability(name) {
+            body.push_str(&format!("unavailable {name}: {}\n", u.reason));
+        }
+    }
+    body.into_response()
 }
 
 /// Prometheus metrics, text exposition format.
 #[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain"), (status = 403, body = Problem), (status = 421, body = Problem)))]
 async fn metrics(State(state): State<AppState>) -> Response {
-    let body = state.metrics.render(state.admission.in_flight(), state.admission.queued(), state.engine.templates().map(AsRef::as_ref));
+    let body = state.metrics.render(state.service.in_flight(), state.service.queued(), state.engine.templates().map(AsRef::as_ref));
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()
 }
 

@@ -19,7 +19,10 @@ pub enum EnvCommand {
         name: String,
     },
     /// Check an installed environment: its files against the manifest's digest, then every
-    /// package imported inside a real sandbox.
+    /// package imported inside a real sandbox. Exit codes: 0 all good; 2 no such environment
+    /// is declared (or another error, named on stderr); 3 it is not installed; 4 its files changed after install; 5 a package
+    /// failed to import inside the sandbox; 6 the sandbox could not run the check (the host
+    /// cannot run the profile, a limit ended it, an internal error).
     Verify {
         /// Environment name.
         name: String,
@@ -91,15 +94,31 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
     }
 }
 
+/// `env verify` exit code: the environment is not installed.
+const VERIFY_NOT_INSTALLED: u8 = 3;
+/// `env verify` exit code: its files changed after install.
+const VERIFY_TAMPERED: u8 = 4;
+/// `env verify` exit code: a package failed to import inside the sandbox.
+const VERIFY_IMPORT_FAILED: u8 = 5;
+/// `env verify` exit code: the sandbox could not run the check.
+const VERIFY_NOT_RUN: u8 = 6;
+
 /// Integrity first (nothing changed since install), then imports inside a sandbox, per language.
 fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCode> {
     let env = declared(&config, name)?.clone();
     let envs = Environments::for_runtime(&config.runtime, data_dir);
     if envs.installed(name, &env, &config.runtime).is_none() {
         eprintln!("sandbox: error[environment_not_installed]: {name} is not installed; run `sandbox env install {name}`");
-        return Ok(ExitCode::from(3));
+        return Ok(ExitCode::from(VERIFY_NOT_INSTALLED));
     }
-    let (path, manifest) = envs.check_integrity(name, &env, &config.runtime)?;
+    let (path, manifest) = match envs.check_integrity(name, &env, &config.runtime) {
+        Ok(v) => v,
+        Err(e @ sandbox_engine::environment::EnvError::Tampered { .. }) => {
+            eprintln!("sandbox: error: {e}");
+            return Ok(ExitCode::from(VERIFY_TAMPERED));
+        }
+        Err(e) => return Err(e.into()),
+    };
     eprintln!("files: {} files, {} bytes match the manifest ({})", manifest.files, manifest.bytes, path.display());
     let mut checks: Vec<(Language, String)> = Vec::new();
     if !env.python_imports.is_empty() {
@@ -135,14 +154,22 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
         config.profiles.insert(format!("env-verify-{}", language.as_str()), profile);
     }
     let (engine, _audit) = crate::audit::engine(config, data_dir.to_owned())?;
+    let service = std::sync::Arc::new(sandbox_engine::Service::new(std::sync::Arc::new(engine), 1, 0, std::sync::Arc::new(sandbox_engine::NoHooks)));
+    let caller = sandbox_engine::Caller::local("cli:env-verify");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let mut ok = true;
+    // The worst failure decides the exit code: the sandbox not running the check at all, then
+    // an import that failed.
+    let mut exit = 0;
     for (language, code) in checks {
         let request = ExecutionRequest { profile: format!("env-verify-{}", language.as_str()), code, ..Default::default() };
-        let r = rt.block_on(engine.execute("cli:env-verify", request, None));
+        let profile = request.profile.clone();
+        let r = match service.submit(&caller, request) {
+            Ok(ticket) => rt.block_on(ticket.run(None)),
+            Err(refusal) => refusal.into_result(&profile),
+        };
         print!("{}", r.stdout);
         if r.status != Status::Ok {
-            ok = false;
+            exit = exit.max(if r.status == Status::Error { VERIFY_IMPORT_FAILED } else { VERIFY_NOT_RUN });
             eprintln!("{}: {} in the sandbox: {}", language.as_str(), r.status.as_str(), r.stderr.trim_end());
             if let Some(e) = &r.error {
                 eprintln!("  {}: {}", e.kind, e.message);
@@ -151,5 +178,5 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
             eprintln!("{}: every package imports inside the sandbox ({} ms)", language.as_str(), r.timing.run_ms);
         }
     }
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(ExitCode::from(exit))
 }

@@ -6,8 +6,10 @@ mod audit;
 mod config;
 mod env;
 mod mcp;
+mod outdir;
 mod run;
 mod serve;
+mod subid;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -57,7 +59,9 @@ enum Command {
         #[command(subcommand)]
         command: ProfilesCommand,
     },
-    /// Check the host features the runtime needs and which profiles can run.
+    /// Check the host features the runtime needs and which profiles can run. Exits 0 when every
+    /// built-in profile can run, 1 when one cannot (the report says why and how to fix it), 3
+    /// when the host cannot run sandboxes at all.
     Doctor {
         /// Print the report as JSON.
         #[arg(long)]
@@ -80,6 +84,9 @@ fn main() -> ExitCode {
     // The helper must start before any thread exists: it clones into new namespaces.
     if std::env::args_os().next().is_some_and(|a| a == sandbox_runtime::HELPER_ARGV0) {
         sandbox_runtime::helper_main();
+    }
+    if std::env::args_os().next().is_some_and(|a| a == sandbox_runtime::SELFTEST_ARGV0) {
+        sandbox_runtime::selftest_main();
     }
     let cli = Cli::parse();
     // `run` reports failures in its own words (and the result); a server logs its work.
@@ -187,11 +194,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// Starts the template of every runnable warm profile, as `sandbox serve` would, waits for each
 /// (up to 3 minutes), reports its state and memory, and stops them all.
-fn warm_self_test(
-    config: &sandbox_core::Config,
-    data_dir: &std::path::Path,
-    profiles: &[(String, Option<String>)],
-) -> Vec<sandbox_engine::warm::TemplateStatus> {
+fn warm_self_test(engine: &sandbox_engine::Engine, profiles: &[(String, Option<String>)]) -> Vec<sandbox_engine::warm::TemplateStatus> {
+    let config = engine.config();
     let warm: Vec<&String> = profiles
         .iter()
         .filter(|(name, why)| why.is_none() && config.profiles[name].warm.mode == sandbox_core::profile::WarmMode::Template)
@@ -200,9 +204,6 @@ fn warm_self_test(
     if warm.is_empty() {
         return Vec::new();
     }
-    let Ok(helper) = std::env::current_exe() else { return Vec::new() };
-    let options = sandbox_engine::EngineOptions { config: config.clone(), data_dir: data_dir.to_owned(), helper, cgroup_parent: "sandbox".into() };
-    let engine = sandbox_engine::Engine::new(options, std::sync::Arc::new(sandbox_engine::NoRecorder));
     let out = match engine.enable_warm() {
         Ok(true) => {
             let t = engine.templates().expect("enabled");
@@ -229,8 +230,17 @@ fn warm_self_test(
 }
 
 fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool) -> ExitCode {
-    let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, data_dir);
-    let report = sandbox_runtime::probe::probe();
+    // The engine every door runs on decides which profiles can run (it probes the host once).
+    let helper = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("sandbox"));
+    let options = sandbox_engine::EngineOptions { config: config.clone(), data_dir: data_dir.to_owned(), helper, cgroup_parent: "sandbox".into() };
+    let engine = sandbox_engine::Engine::new(options, std::sync::Arc::new(sandbox_engine::NoRecorder));
+    let mut report = engine.host().clone();
+    // Issue 12, finding 5: no local user may own the sandboxes' host ids.
+    let subid = subid::check(config.runtime.uid_base);
+    report.checks.push(sandbox_runtime::probe::Check { name: "subid", ok: subid.is_ok(), detail: subid.unwrap_or_else(|e| e) });
+    // The readiness self-test (as /readyz runs it): every kernel step of an execution, once.
+    let self_test = if report.first_failure().is_none() { engine.self_test() } else { Vec::new() };
+    let self_test_failure = sandbox_runtime::selftest::first_failure(&self_test);
     let mut runtimes = Vec::new();
     for (what, path) in [("python", &config.runtime.python), ("node", &config.runtime.node)] {
         let version = std::process::Command::new(path).arg("--version").output().ok().map(|o| {
@@ -241,32 +251,15 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
     }
     let host_failure = report.first_failure();
     let landlock_abi = sandbox_engine::landlock_abi(&report);
-    let profiles: Vec<(String, Option<String>)> = config
-        .profiles
-        .iter()
-        .map(|(name, p)| {
-            let bin = match p.language {
-                sandbox_core::Language::Python => &config.runtime.python,
-                sandbox_core::Language::Typescript => &config.runtime.node,
-            };
-            let why = host_failure
-                .clone()
-                .or_else(|| sandbox_engine::landlock_unmet(&report, name, p))
-                .or_else(|| (!bin.is_file()).then(|| format!("runtime {} not found", bin.display())))
-                .or_else(|| {
-                    let env = p.environment.as_ref()?;
-                    envs.installed_in(config, env)
-                        .is_none()
-                        .then(|| format!("environment {env} is not installed (sandbox env install {env})"))
-                });
-            (name.clone(), why)
-        })
-        .collect();
-    let templates = warm_self_test(config, data_dir, &profiles);
+    let profiles: Vec<(String, Option<String>)> =
+        config.profiles.keys().map(|name| (name.clone(), engine.availability(name).err().map(|u| u.reason))).collect();
+    // Templates cannot start on a node that is not ready; the failing step says why.
+    let templates = if self_test_failure.is_none() { warm_self_test(&engine, &profiles) } else { Vec::new() };
     if json {
         let v = serde_json::json!({
             "templates": templates,
             "checks": report.checks,
+            "selfTest": self_test,
             "runtimes": runtimes.iter().map(|(w, p, v)| serde_json::json!({"name": w, "path": p, "version": v})).collect::<Vec<_>>(),
             "profiles": profiles.iter().map(|(n, why)| {
                 let needs = config.profiles[n].landlock_min_abi;
@@ -283,6 +276,12 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
         println!("Host features:");
         for c in &report.checks {
             println!("  [{}] {:<16} {}", if c.ok { "ok" } else { "FAIL" }, c.name, c.detail);
+        }
+        if !self_test.is_empty() {
+            println!("Self-test (each step an execution takes, done once now; /readyz runs it too):");
+            for s in &self_test {
+                println!("  [{}] {:<16} {}", if s.ok { "ok" } else { "FAIL" }, s.name, s.detail);
+            }
         }
         println!("Runtimes:");
         for (what, path, version) in &runtimes {
@@ -313,8 +312,15 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
             }
         }
     }
-    if host_failure.is_some() {
+    if let Some(why) = &self_test_failure {
+        eprintln!("sandbox: not ready: {why}");
+    }
+    let builtin = sandbox_core::Config::builtin();
+    let builtin_unavailable = profiles.iter().any(|(name, why)| why.is_some() && builtin.profiles.contains_key(name));
+    if host_failure.is_some() || self_test_failure.is_some() {
         ExitCode::from(3)
+    } else if builtin_unavailable {
+        ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     }

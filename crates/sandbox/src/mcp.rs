@@ -5,22 +5,25 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use sandbox_core::Config;
-use sandbox_mcp::{McpServer, Principal};
-use sandbox_server::AppState;
+use sandbox_engine::{Caller, NoHooks, Service};
+use sandbox_mcp::McpServer;
 
 /// Serves one MCP client on stdin/stdout until it closes stdin. Executions are recorded as
-/// `mcp:cli:<user>/<client>@<version>` and share the slots and queue `sandbox serve` would have.
+/// `mcp:cli:<user>/<client>@<version>` and get the slots and queue `sandbox serve` would have.
 /// Errors: the audit log cannot be opened, or the transport failed.
 pub fn stdio(config: Config, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
     let max_message_bytes = usize::try_from(config.service.body_max_bytes).unwrap_or(usize::MAX);
-    let (engine, audit) = crate::audit::engine(config, data_dir)?;
+    let (engine, _audit) = crate::audit::engine(config, data_dir)?;
+    if let Some(why) = engine.data_dir_unreachable() {
+        anyhow::bail!("{why}");
+    }
     let engine = Arc::new(engine);
     if let Err(why) = engine.enable_warm() {
         tracing::warn!(reason = %why, "warm starts are off: every execution starts cold");
     }
-    let state = AppState::new(engine.clone(), Some(audit));
-    let server = McpServer::new(state.engine.clone(), Some(sandbox_server::mcp_gate(&state)));
-    let principal = Principal { audit_name: crate::audit::cli_caller(), profiles: vec!["*".into()] };
+    // The slots and queue `sandbox serve` would have; no metrics are served here.
+    let server = McpServer::new(Arc::new(Service::for_config(engine.clone(), Arc::new(NoHooks))));
+    let principal = Caller::local(crate::audit::cli_caller());
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let served = rt.block_on(server.serve_stdio(principal, max_message_bytes));
     // Executions still running (the client closed stdin mid-call) are dropped with the runtime

@@ -1,14 +1,14 @@
 //! `sandbox run`: one execution from the command line.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use base64::Engine as _;
 use sandbox_core::wire::FileContent;
-use sandbox_core::{Config, ErrorCode, ExecutionRequest, Status, WorkspacePath};
-use sandbox_engine::{Chunk, StreamKind};
+use sandbox_core::{Config, ErrorCode, ExecutionRequest, Status};
+use sandbox_engine::{Caller, Chunk, NoHooks, Service, StreamKind};
 
 /// Arguments of `sandbox run`.
 #[derive(clap::Args, Debug)]
@@ -50,9 +50,13 @@ pub struct RunArgs {
     /// Print the full result object as JSON instead of streaming the program's output.
     #[arg(long)]
     json: bool,
-    /// Write the output files here (created if missing).
+    /// Write the output files here (created if missing). Symlinks are never followed, hidden
+    /// names (`.git/...`) are refused, and files get the directory's owner.
     #[arg(long, value_name = "DIR")]
     out_dir: Option<PathBuf>,
+    /// With --out-dir: replace files that already exist (else they are kept and reported).
+    #[arg(long, requires = "out_dir")]
+    overwrite: bool,
     /// Install the profile's environment first if it is missing (`sandbox env install`), with progress on stderr.
     #[arg(long)]
     install: bool,
@@ -87,7 +91,10 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
         }
     }
     let (engine, _audit) = crate::audit::engine(config, data_dir)?;
-    if args.warm && engine.config().profiles.contains_key(&request.profile) && engine.unavailable_code(&request.profile).is_none() {
+    let engine = std::sync::Arc::new(engine);
+    // A data directory no sandbox can use (`mktemp -d` makes one) is refused here, with the fix,
+    // by the availability check every door makes (runtime_unavailable, exit 3).
+    if args.warm && engine.availability(&request.profile).is_ok() {
         if engine.enable_warm_for(&request.profile).map_err(|why| anyhow::anyhow!("--warm: {why}"))? {
             let ready = engine
                 .templates()
@@ -101,6 +108,13 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
             eprintln!("sandbox: --warm: profile {:?} cannot have a template (not Python, or an allowlist network); running cold", request.profile);
         }
     }
+    // Decode → submit → run → encode, as every door does; one slot, no queue.
+    let service = std::sync::Arc::new(Service::new(engine.clone(), 1, 0, std::sync::Arc::new(NoHooks)));
+    let profile = request.profile.clone();
+    let ticket = match service.submit(&Caller::local(crate::audit::cli_caller()), request) {
+        Ok(t) => t,
+        Err(refusal) => return finish(&refusal.into_result(&profile), &args),
+    };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let result = rt.block_on(async {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Chunk>();
@@ -115,7 +129,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
                 }
             }
         });
-        let result = engine.execute(&crate::audit::cli_caller(), request, Some(tx)).await;
+        let result = ticket.run(Some(tx)).await;
         let _ = printer.await;
         result
     });
@@ -159,7 +173,7 @@ fn run_remote(url: &str, request: ExecutionRequest, args: &RunArgs) -> anyhow::R
 fn finish(result: &sandbox_core::ExecutionResult, args: &RunArgs) -> anyhow::Result<ExitCode> {
     let result = result.clone();
     if let Some(dir) = &args.out_dir {
-        write_outputs(dir, &result.files)?;
+        crate::outdir::write(dir, &result.files, args.overwrite)?;
     }
     if args.json {
         let mut out = std::io::stdout().lock();
@@ -247,45 +261,6 @@ fn build_request(args: &RunArgs) -> anyhow::Result<ExecutionRequest> {
         },
         env,
     })
-}
-
-/// Writes output files under `dir`. Each name is re-checked as a [`WorkspacePath`]; directories
-/// are created and files opened without following symlinks (`O_NOFOLLOW`), so an existing link
-/// in `dir` cannot redirect a write. A name that cannot be written is reported and skipped.
-fn write_outputs(dir: &Path, files: &std::collections::BTreeMap<String, sandbox_core::wire::OutputFile>) -> anyhow::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    for (name, f) in files {
-        let written = (|| -> anyhow::Result<()> {
-            let rel = WorkspacePath::parse(name)?;
-            let comps: Vec<&str> = rel.components().collect();
-            let mut path = dir.to_owned();
-            for c in &comps[..comps.len() - 1] {
-                path.push(c);
-                match std::fs::symlink_metadata(&path) {
-                    Ok(m) if m.file_type().is_symlink() => anyhow::bail!("{} is a symlink", path.display()),
-                    Ok(m) if m.is_dir() => {}
-                    Ok(_) => anyhow::bail!("{} is not a directory", path.display()),
-                    Err(_) => std::fs::create_dir(&path).with_context(|| format!("cannot create {}", path.display()))?,
-                }
-            }
-            path.push(comps[comps.len() - 1]);
-            let bytes = base64::engine::general_purpose::STANDARD.decode(&f.base64)?;
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            file.write_all(&bytes)?;
-            Ok(())
-        })();
-        if let Err(e) = written {
-            eprintln!("sandbox: output file {} not written: {e:#}", name.escape_debug());
-        }
-    }
-    Ok(())
 }
 
 /// After a streamed run, says on stderr what the exit code alone does not.

@@ -47,11 +47,26 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
             "refusing to listen on {addr} without API keys: add [[service.api_keys]] to the config, or pass --insecure-no-auth"
         );
     }
+    // Issue 12, finding 5: a local user delegated the sandboxes' host ids could own their
+    // processes and workspaces.
+    crate::subid::check(config.runtime.uid_base).map_err(|e| anyhow::anyhow!(e))?;
     let grace = Duration::from_millis(config.service.shutdown_grace_ms);
     let retention = (config.audit.retention_days, config.audit.retention_max_events);
     let (engine, audit) = crate::audit::engine(config, data_dir)?;
     if let Some(why) = engine.host().first_failure() {
         tracing::warn!(reason = %why, "this host cannot run sandboxes; /readyz will say so");
+    } else {
+        // The readiness self-test at start: each step logged; a failure makes /readyz say which.
+        for s in engine.self_test() {
+            if s.ok {
+                tracing::info!(step = %s.name, detail = %s.detail, "self-test");
+            } else {
+                tracing::warn!(step = %s.name, detail = %s.detail, "self-test failed: /readyz will say so");
+            }
+        }
+    }
+    if let Some(why) = engine.data_dir_unreachable() {
+        anyhow::bail!("{why}");
     }
     let engine = Arc::new(engine);
     if !args.no_warm {
@@ -72,7 +87,7 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     state.hosts.allowed_hosts.extend(args.allowed_host);
     state.hosts.allowed_origins.extend(args.allowed_origin);
     let mcp_shutdown = state.mcp.shutdown.clone();
-    let slots = state.admission.slots();
+    let slots = state.service.slots();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;

@@ -202,3 +202,15 @@ fn retention_age(s: &mut dyn AuditStore) {
     assert!(s.get("x1").unwrap().is_none() && s.get("x2").unwrap().is_some());
     assert_eq!(s.verify().unwrap().broken, None);
 }
+
+#[test]
+fn an_unknown_event_kind_is_an_error_not_a_refusal() {
+    on_each_backend(|s, _| {
+        filled(s);
+        s.execute_raw("UPDATE audit_events SET kind = 'bogus' WHERE execution_id = 'r1'").unwrap();
+        let err = s.get("r1").unwrap_err();
+        assert!(matches!(&err, crate::AuditError::UnknownKind { kind, .. } if kind == "bogus"), "{err:?}");
+        let page = s.list(&ListFilter { limit: 50, ..Default::default() }).unwrap();
+        assert!(page.records.iter().all(|r| r.execution_id != "r1"), "not listed as a refusal either");
+    });
+}

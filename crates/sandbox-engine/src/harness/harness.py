@@ -17,6 +17,13 @@ import sys
 def run(mode):
     import os
 
+    # Input files import, but after the standard library and the environment: an input named
+    # json.py must not replace a module the harness or a library uses (a template's
+    # interpreter may have put /workspace anywhere on its path).
+    while "/workspace" in sys.path:
+        sys.path.remove("/workspace")
+    sys.path.append("/workspace")
+
     ModuleType = type(sys)
     path = "/code/main.py"
     sys.argv = [path]

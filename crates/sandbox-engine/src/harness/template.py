@@ -27,14 +27,25 @@ def preload():
     names = [m for m in os.environ.pop("SANDBOX_PRELOAD", "").split(",") if m]
     for name in names:
         importlib.import_module(name)
-    # Exercise the libraries once, so lazily built state (font lists, parsers, caches) is in
-    # the template and not rebuilt by every execution.
+    try:
+        warm_up()
+    except Exception as e:  # noqa: BLE001 - a warm-up that fails costs speed, not correctness
+        sys.stderr.write(f"template warm-up failed (executions still start warm): {e!r}\n")
+
+
+def warm_up():
+    """Exercises the libraries once, so lazily built state (font lists, parsers, caches) is in
+    the template and not rebuilt by every execution."""
     if "matplotlib.pyplot" in sys.modules:
         import io
 
         plt = sys.modules["matplotlib.pyplot"]
-        fig, ax = plt.subplots()
-        ax.plot([1, 2, 3], [3, 1, 2], label="warm-up")
+        fig, ax = plt.subplots(figsize=(4, 3), dpi=50)
+        ax.plot([1, 2, 3], [3, 1, 2], label="line")
+        ax.scatter([1, 2, 3], [2, 3, 1], label="points", s=4)
+        ax.bar([1, 2], [1, 2], label="bars")
+        ax.set_xlabel("x")
+        ax.set_ylabel("y")
         ax.set_title("warm-up")
         ax.legend()
         fig.savefig(io.BytesIO(), format="png")
@@ -43,8 +54,13 @@ def preload():
         import io
 
         pd = sys.modules["pandas"]
-        frame = pd.read_csv(io.StringIO("a,b,c\n1,x,2.5\n2,y,\n3,x,4.0\n"))
-        frame.groupby("b").agg({"a": "mean", "c": ["min", "max"]}).describe()
+        frame = pd.read_csv(io.StringIO("a,b,c,d\n1,x,2.5,2020-01-01\n2,y,,2020-01-02\n3,x,4.0,2020-01-03\n"), parse_dates=["d"])
+        frame.groupby("b")[["a", "c"]].agg(["count", "mean", "std", "min", "max"]).round(3).to_string()
+        frame.dropna(subset=["c"]).describe()
+        frame["a"].corr(frame["c"])
+        frame.sort_values("c").merge(frame, on="b", suffixes=("", "_r"))
+        frame.pivot_table(index="b", values="a", aggfunc="sum")
+        frame.to_csv(io.StringIO())
 
 
 def threads():
@@ -53,9 +69,11 @@ def threads():
 
 
 # Descriptors of a fork request, in order, and where the child places each: control socket (3),
-# stdin, stdout, stderr, side channel (4), then the execution's detached mounts (workspace, code,
-# /etc/passwd, /etc/group: 5-8, which sandbox_warm_enter attaches).
+# stdin, stdout, stderr, side channel (4), the execution's detached mounts (workspace, code,
+# /etc/passwd, /etc/group: 5-8, which sandbox_warm_enter attaches), then the execution's cgroup
+# files (9.., which sandbox_warm_enter joins before anything else).
 PLACES = (3, 0, 1, 2, 4, 5, 6, 7, 8)
+MAX_FDS = len(PLACES) + 8
 
 
 def child(fds, lib, harness):
@@ -64,10 +82,11 @@ def child(fds, lib, harness):
     high = [os.dup(fd) for fd in fds]
     for fd in fds:
         os.close(fd)
-    for fd, place in zip(high, PLACES):
+    places = PLACES + tuple(range(len(PLACES), len(high)))
+    for fd, place in zip(high, places):
         os.dup2(fd, place)
     # Nothing of the template's but these descriptors reaches the execution.
-    os.closerange(9, 1 << 20)
+    os.closerange(len(places), 1 << 20)
     if lib.sandbox_warm_enter(3) != 0:
         os._exit(127)
     # From here on: the execution's sandboxed program, uid, cwd /workspace.
@@ -165,7 +184,7 @@ def serve(channel, lib, harness):
     forks = 0
     while True:
         try:
-            msg, fds, _flags, _addr = socket.recv_fds(channel, 64, len(PLACES))
+            msg, fds, _flags, _addr = socket.recv_fds(channel, 64, MAX_FDS)
         except InterruptedError:
             continue
         if not msg:
@@ -176,7 +195,7 @@ def serve(channel, lib, harness):
                 pass
         except ChildProcessError:
             pass
-        if msg != b"fork\n" or len(fds) != len(PLACES):
+        if msg != b"fork\n" or len(fds) <= len(PLACES):
             for fd in fds:
                 os.close(fd)
             channel.sendall(b"err bad request\n")

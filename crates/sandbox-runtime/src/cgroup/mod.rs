@@ -3,8 +3,11 @@
 //! (+cpuacct on v1) and pids. Layouts are plain directory paths, so the v2 file interface is
 //! testable on any directory.
 
+mod place;
 mod v1;
 mod v2;
+
+pub use place::{place, Placement, EXECUTIONS, SERVICE_LEAF};
 
 use std::fs;
 use std::io;

@@ -101,3 +101,64 @@ fn joins_through_tasks_on_v1_and_cgroup_procs_on_v2() {
     let cg = Cgroup::create(&v2, "sandbox2", "y", limits).unwrap();
     assert_eq!(cg.join_files(), [r.join("sandbox2/y/cgroup.procs")]);
 }
+
+/// A fake v2 hierarchy: `root` has no `cgroup.type` (the real root), every cgroup in `below` does.
+fn fake_v2(below: &[&str]) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    for d in below {
+        let dir = root.path().join(d);
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("cgroup.type"), "domain\n").unwrap();
+        fs::write(dir.join("cgroup.procs"), "").unwrap();
+    }
+    root
+}
+
+#[track_caller]
+fn check_place(below: &[&str], configured: Option<&str>, self_cgroup: &str, want_parent: &str) -> tempfile::TempDir {
+    let root = fake_v2(below);
+    let layout = Layout::V2 { root: root.path().into() };
+    assert_eq!(place(&layout, configured, self_cgroup).unwrap().parent, want_parent);
+    root
+}
+
+#[test]
+fn executions_go_under_the_services_own_cgroup_never_at_the_root() {
+    // systemd with Delegate=yes: the unit's cgroup; the service's processes move into a leaf.
+    let unit = "system.slice/sandbox.service";
+    let root = fake_v2(&[unit]);
+    fs::write(root.path().join(unit).join("cgroup.procs"), "41\n42\n").unwrap();
+    let layout = Layout::V2 { root: root.path().into() };
+    let p = place(&layout, None, "0::/system.slice/sandbox.service\n").unwrap();
+    assert_eq!(p.parent, "system.slice/sandbox.service/sandbox");
+    // (a plain directory keeps the written text: the last pid written to the leaf)
+    assert_eq!(fs::read_to_string(root.path().join(unit).join("sandbox-service/cgroup.procs")).unwrap(), "42");
+    assert_eq!(fs::read_to_string(root.path().join(unit).join("cgroup.subtree_control")).unwrap(), "+memory +cpu +pids");
+    // Started again from inside the leaf: the same place, no deeper nesting.
+    check_place(&[unit, "system.slice/sandbox.service/sandbox-service"], None, "0::/system.slice/sandbox.service/sandbox-service\n", "system.slice/sandbox.service/sandbox");
+    // A container with its own cgroup namespace sees its cgroup as "/": not the real root.
+    let ns = fake_v2(&[]);
+    fs::write(ns.path().join("cgroup.type"), "domain\n").unwrap();
+    fs::write(ns.path().join("cgroup.procs"), "1\n").unwrap();
+    assert_eq!(place(&Layout::V2 { root: ns.path().into() }, None, "0::/\n").unwrap().parent, "sandbox");
+    assert!(ns.path().join("sandbox-service").is_dir());
+    // The real root: executions in /sandbox, nobody moved.
+    let r = check_place(&[], None, "0::/\n", "sandbox");
+    assert!(!r.path().join("sandbox-service").exists());
+    // A configured parent wins; v1 keeps /sandbox in each hierarchy.
+    check_place(&[unit], Some("/sandbox.slice/executions/"), "0::/system.slice/sandbox.service\n", "sandbox.slice/executions");
+    let v1 = Layout::V1 { memory: "/m".into(), cpu: "/c".into(), cpuacct: "/c".into(), pids: "/p".into() };
+    assert_eq!(place(&v1, None, "12:memory:/user.slice\n0::/user.slice\n").unwrap().parent, "sandbox");
+}
+
+#[test]
+fn v2_nested_parent_enables_controllers_at_every_level() {
+    let root = fake_v2(&["a", "a/b"]);
+    let layout = Layout::V2 { root: root.path().into() };
+    let limits = Limits { memory_max_bytes: 64 << 20, cpu_max: 1.0, pids_max: 8 };
+    Cgroup::create(&layout, "a/b/sandbox", "x", limits).unwrap();
+    for level in ["", "a", "a/b", "a/b/sandbox"] {
+        let f = root.path().join(level).join("cgroup.subtree_control");
+        assert_eq!(fs::read_to_string(&f).unwrap(), "+memory +cpu +pids", "{}", f.display());
+    }
+}

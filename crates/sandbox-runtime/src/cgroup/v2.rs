@@ -4,22 +4,35 @@ use std::path::Path;
 
 use super::{cpu_quota_us, keyed, read, write, CgroupError, Limits, Usage, CPU_PERIOD_US};
 
-/// Creates `parent` under `root` and enables memory, cpu and pids for children of both
-/// (`cgroup.subtree_control`), as v2's "no internal processes" rule requires.
+/// Creates `parent` under `root` and enables memory, cpu and pids for the children of `root`,
+/// of `parent` and of every cgroup between them (`cgroup.subtree_control`), as v2's "no
+/// internal processes" rule requires. A level that already has them is not written (a
+/// delegated subtree may not own its ancestors' files).
 pub(super) fn prepare_parent(root: &Path, parent: &Path) -> Result<(), CgroupError> {
     if !parent.exists() {
         std::fs::create_dir_all(parent)
             .map_err(|source| CgroupError::Dir { op: "create", path: parent.to_owned(), source })?;
     }
-    for dir in [root, parent] {
-        let file = dir.join("cgroup.subtree_control");
-        let current = std::fs::read_to_string(&file).unwrap_or_default();
-        let missing: Vec<&str> =
-            ["memory", "cpu", "pids"].into_iter().filter(|c| !current.split_whitespace().any(|x| x == *c)).collect();
-        if !missing.is_empty() {
-            let value = missing.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ");
-            write(&file, &value)?;
-        }
+    let below = parent.strip_prefix(root).unwrap_or(Path::new(""));
+    let mut dir = root.to_owned();
+    enable_controllers(&dir)?;
+    for part in below.components() {
+        dir.push(part);
+        enable_controllers(&dir)?;
+    }
+    Ok(())
+}
+
+/// Enables memory, cpu and pids for the children of `dir` where they are not yet.
+/// Errors: [`CgroupError::Write`] (EBUSY: `dir` holds processes).
+pub(super) fn enable_controllers(dir: &Path) -> Result<(), CgroupError> {
+    let file = dir.join("cgroup.subtree_control");
+    let current = std::fs::read_to_string(&file).unwrap_or_default();
+    let missing: Vec<&str> =
+        ["memory", "cpu", "pids"].into_iter().filter(|c| !current.split_whitespace().any(|x| x == *c)).collect();
+    if !missing.is_empty() {
+        let value = missing.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ");
+        write(&file, &value)?;
     }
     Ok(())
 }

@@ -124,11 +124,11 @@ fn cannot_become_root_and_holds_no_capabilities() {
     }
     assert_eq!(lines[9], "NoNewPrivs 1");
     assert_eq!(lines[10], "Seccomp 2");
-    // uid 0 inside is host 200000, the program's uid host 200000 + uid (a template maps its
-    // children's range 1000.. to 201000..): nothing inside maps to host root.
+    // uid 0 inside is host UID_BASE, the program's uid host UID_BASE + uid (a template maps its
+    // children's range 1000.. to UID_BASE + 1000..): nothing inside maps to host root.
     let map: Vec<u64> = lines[11].trim_matches(['[', ']']).split(", ").map(|v| v.trim_matches('\'').parse().unwrap()).collect();
-    assert_eq!(&map[..3], [0, 200_000, 1], "{lines:?}");
-    assert!(map[3] <= u64::from(uid) && map[4] == 200_000 + map[3] && map[5] >= 1, "{lines:?}");
+    assert_eq!(&map[..3], [0, u64::from(UID_BASE), 1], "{lines:?}");
+    assert!(map[3] <= u64::from(uid) && map[4] == u64::from(UID_BASE) + map[3] && map[5] >= 1, "{lines:?}");
 }
 
 #[test]
@@ -375,5 +375,171 @@ fn crashes_never_reach_a_piped_core_pattern() {
     assert!(recorded.lines().any(|l| l == host), "the control crash did not reach the handler, so the test proves nothing: {recorded:?}");
     for name in [&child, &main, &node] {
         assert!(!recorded.lines().any(|l| l == name.as_str()), "the sandbox's crash {name} reached the host's core_pattern: {recorded:?}");
+    }
+}
+
+/// Issue 12, finding 3: kernel per-user counters are charged to the execution's own host uid,
+/// not to host root. The test holds 16 inotify instances as host root, then a sandbox calls
+/// `inotify_init1()` 200 times: it gets exactly `fs.inotify.max_user_instances` (its own
+/// count, whatever root holds) and then EMFILE; had the instances been charged to host root,
+/// they would have run out 16 sooner, and root's own next instance would fail.
+#[test]
+fn inotify_instances_are_charged_to_the_sandbox_not_host_root() {
+    let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances").unwrap().trim().parse().unwrap();
+    assert!(max < 200, "max_user_instances {max} is not below the 200 attempts, so the test proves nothing");
+    // A host root process holding 16 instances until its stdin closes.
+    let holder_code = "import ctypes, sys\nlibc = ctypes.CDLL(None)\nfds = [libc.inotify_init1(0) for _ in range(16)]\nprint(min(fds) >= 0, flush=True)\nsys.stdin.read()";
+    let mut holder = Command::new("/usr/bin/python3")
+        .args(["-c", holder_code])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = [0u8; 5];
+    std::io::Read::read_exact(holder.stdout.as_mut().unwrap(), &mut ready).unwrap();
+    assert_eq!(&ready, b"True\n", "host root could not hold 16 inotify instances");
+    let code = "import ctypes, errno\nlibc = ctypes.CDLL(None, use_errno=True)\nfds, err = [], None\nfor _ in range(200):\n    \
+                fd = libc.inotify_init1(0)\n    if fd < 0:\n        err = errno.errorcode[ctypes.get_errno()]\n        break\n    fds.append(fd)\nprint(len(fds), err)";
+    let r = run("python-default", code, &[]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert_eq!(r.stdout().trim(), format!("{max} EMFILE"), "{r:?}");
+    let root_after = Command::new("/usr/bin/python3").args(["-c", "import ctypes\nprint(ctypes.CDLL(None).inotify_init1(0) >= 0)"]).output().unwrap();
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+    assert_eq!(String::from_utf8_lossy(&root_after.stdout), "True\n", "host root can still create inotify instances");
+}
+
+/// Issue 12, finding 3: no rlimit is inherited from the service; the program sees exactly the
+/// runtime's documented values (`sandbox-runtime` `init::FIXED_RLIMITS`) and the profile's
+/// (python-default: nofile 1024, pids_max 128), even when the service runs with raised limits.
+#[test]
+fn rlimits_inside_are_the_documented_values() {
+    let code = "import resource as r\nfor n in ['CPU','FSIZE','DATA','STACK','CORE','RSS','NPROC','NOFILE','MEMLOCK','AS','MSGQUEUE','NICE','RTPRIO','RTTIME','SIGPENDING']:\n    \
+                s, h = r.getrlimit(getattr(r, 'RLIMIT_' + n))\n    print(n, 'inf' if s == r.RLIM_INFINITY else s, 'inf' if h == r.RLIM_INFINITY else h)";
+    let mut c = sandbox(&["run", "--json", "--profile", "python-default", "-c", code]);
+    if warm_mode() {
+        c.arg("--warm");
+    }
+    // The service itself runs with raised limits an administrator might give it.
+    let mut c = with_raised_limits(c);
+    let out = c.output().unwrap();
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(json["status"], "ok", "{json:#}");
+    let profile_fsize = json["stdout"].as_str().unwrap().lines().find(|l| l.starts_with("FSIZE")).unwrap().to_owned();
+    let want = [
+        "CPU inf inf",
+        &profile_fsize,
+        "DATA inf inf",
+        "STACK 8388608 8388608",
+        "CORE 1 1",
+        "RSS inf inf",
+        "NPROC 128 128",
+        "NOFILE 1024 1024",
+        "MEMLOCK 65536 65536",
+        "AS inf inf",
+        "MSGQUEUE 819200 819200",
+        "NICE 0 0",
+        "RTPRIO 0 0",
+        "RTTIME 0 0",
+        "SIGPENDING 4096 4096",
+    ]
+    .join("\n");
+    assert_eq!(json["stdout"].as_str().unwrap().trim_end(), want, "{json:#}");
+    assert_ne!(profile_fsize, "FSIZE inf inf");
+}
+
+/// Gives the CLI (and so the engine and helper) raised limits through `prlimit(1)`: an unlimited
+/// stack and core size (soft; raising a hard limit needs CAP_SYS_RESOURCE, which the test host
+/// may lack). The rest of what the service inherits (MEMLOCK 8 MiB, SIGPENDING and NPROC in the
+/// tens of thousands, RTTIME unlimited on a usual host) already differs from the sandbox's values.
+fn with_raised_limits(c: Command) -> Command {
+    let mut p = Command::new("prlimit");
+    p.args(["--stack=unlimited:", "--core=unlimited:", "--"]).arg(c.get_program()).args(c.get_args());
+    p.env_remove("SANDBOX_LOG");
+    p
+}
+
+/// Issue 12, finding 5: a local user delegated (part of) the sandboxes' host ids in
+/// /etc/subuid or /etc/subgid could own sandbox processes and workspaces through `newuidmap`.
+/// `doctor` fails naming the line and `serve` refuses to start; with Debian's default ranges
+/// for three users (which the old default base 200000 overlapped) `serve` starts.
+#[test]
+fn uid_range_overlapping_subuid_or_subgid_is_refused() {
+    let dir = tempfile::Builder::new().prefix("subid-").tempdir_in(&env().dir).unwrap().keep();
+    let debian = "alice:100000:65536\nbob:165536:65536\ncarol:231072:65536\n";
+    std::fs::write(dir.join("subuid"), debian).unwrap();
+    std::fs::write(dir.join("subgid"), format!("{debian}mallory:{}:65536\n", UID_BASE + 60_000)).unwrap();
+    let subgid = dir.join("subgid").display().to_string();
+    let named = format!("{subgid} line 4: mallory owns {}..{}", UID_BASE + 60_000, UID_BASE + 125_536);
+
+    let out = sandbox(&["doctor", "--json"]).env("SANDBOX_TEST_SUBID_DIR", &dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let check = report["checks"].as_array().unwrap().iter().find(|c| c["name"] == "subid").expect("a subid check").clone();
+    assert_eq!(check["ok"], false, "{check}");
+    assert!(check["detail"].as_str().unwrap().contains(&named), "{check}");
+
+    let out = sandbox(&["serve", "--listen", "127.0.0.1:0"]).env("SANDBOX_TEST_SUBID_DIR", &dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&named) && stderr.contains("uid_base"), "{stderr}");
+
+    // The twin: the same users without mallory; serve starts and prints its address.
+    std::fs::write(dir.join("subgid"), debian).unwrap();
+    let mut child = sandbox(&["serve", "--listen", "127.0.0.1:0", "--no-warm"])
+        .env("SANDBOX_TEST_SUBID_DIR", &dir)
+        .env("SANDBOX_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()), nix::sys::signal::Signal::SIGTERM).unwrap();
+    child.wait().unwrap();
+    assert!(line.contains("127.0.0.1:"), "serve did not start: {line:?}");
+}
+
+/// Issue 12, finding 10: an input file named after a standard-library module (`json.py`, which
+/// the harness imports to send the return value) cannot replace it: /workspace comes after the
+/// standard library and the environment on `sys.path`, while other inputs still import. The
+/// python-analysis twin shows the environment's packages win over an input `numpy.py` too.
+#[test]
+fn an_input_named_like_a_module_in_use_cannot_replace_it() {
+    let json = scratch_file("json.py", b"import sys\nsys.stderr.write('HIJACKED\\n')\nraise SystemExit(66)\n");
+    let numpy = scratch_file("numpy.py", b"raise SystemExit(67)\n");
+    let helper = scratch_file("helper.py", b"VALUE = 42\n");
+    let files = [format!("json.py={}", json.display()), format!("numpy.py={}", numpy.display()), format!("helper.py={}", helper.display())];
+    let mut args = vec!["--harness", "function"];
+    for f in &files {
+        args.extend_from_slice(&["--file", f]);
+    }
+    let code = "import helper, json, sys\ndef main(inp):\n    return {'helper': helper.VALUE, 'json': json.__file__, 'last': sys.path[-1]}\n";
+    let r = run("python-default", code, &args);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert_eq!(r.json["returnData"]["helper"], 42, "{r:?}");
+    assert!(r.json["returnData"]["json"].as_str().unwrap().starts_with("/usr/lib/python3"), "{r:?}");
+    assert_eq!(r.json["returnData"]["last"], "/workspace", "{r:?}");
+    environments_installed();
+    let code = "import numpy\ndef main(inp):\n    return numpy.__file__\n";
+    let r = run("python-analysis", code, &args);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert!(r.json["returnData"].as_str().unwrap().starts_with("/opt/sandbox/env/python/numpy/"), "{r:?}");
+}
+
+/// Issue 12, finding 10: at least Docker's /proc masks. Each path that exists on the host
+/// reads as empty inside (an empty file or directory), so kernel addresses, interrupt counts,
+/// timers, sound, ACPI and SCSI devices of the host are not visible.
+#[test]
+fn proc_paths_docker_masks_are_empty() {
+    let code = "import os\nfor n in ['acpi','asound','interrupts','kcore','keys','latency_stats','timer_list','timer_stats','sched_debug','scsi','sysrq-trigger','kallsyms']:\n    \
+                p = '/proc/' + n\n    if not os.path.exists(p):\n        print(n, 'absent')\n    elif os.path.isdir(p):\n        print(n, 'dir', len(os.listdir(p)))\n    \
+                else:\n        print(n, 'file', len(open(p, 'rb').read()))";
+    let lines = attempt(code);
+    assert_eq!(lines.len(), 12, "{lines:?}");
+    for line in lines {
+        let (name, rest) = line.split_once(' ').unwrap();
+        let host = Path::new("/proc").join(name);
+        let want = if !host.exists() { "absent" } else if host.is_dir() { "dir 0" } else { "file 0" };
+        assert_eq!(rest, want, "/proc/{name}");
     }
 }

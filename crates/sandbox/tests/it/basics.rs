@@ -8,7 +8,7 @@ fn python_prints_42() {
     let r = run("python-default", "print(6*7)", &[]);
     assert_eq!((r.status(), r.stdout(), r.status), ("ok", "42\n", 0), "{r:?}");
     assert_eq!(r.json["exitCode"], 0);
-    assert_eq!(r.json["enforcement"]["cgroup"], "v1", "this host is hybrid: v1 runs for real");
+    assert_eq!(r.json["enforcement"]["cgroup"], expected_cgroup_version().as_str(), "v1 on the hybrid CI host, v2 in the guests");
     assert!(r.json["enforcement"]["landlockAbi"].as_u64().unwrap() >= 1, "the default profile needs landlock ABI 1: {r:?}");
     assert_gone(r.json["executionId"].as_str().unwrap());
 }
@@ -183,4 +183,41 @@ fn environment_is_built_not_inherited() {
     assert_eq!(env["HOME"], "/tmp");
     assert_eq!(env["TZ"], "UTC");
     assert_eq!(env["PYTHONUNBUFFERED"], "1");
+}
+
+#[test]
+fn a_data_directory_no_sandbox_can_reach_is_refused_with_the_fix() {
+    // What `mktemp -d` makes: mode 0700.
+    let data = tempfile::Builder::new().prefix("private-data-").tempdir_in(&env().dir).unwrap().keep();
+    std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let out = Command::new(bin())
+        .args(["--config", env().config.to_str().unwrap(), "--data-dir", data.to_str().unwrap()])
+        .args(["run", "--json", "-c", "print(1)"])
+        .output()
+        .unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((out.status.code(), r["status"].as_str(), r["error"]["type"].as_str()), (Some(3), Some("rejected"), Some("runtime_unavailable")), "{r}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&format!("chmod o+x {}", data.display())), "names the fix: {message}");
+    assert!(!data.join("executions").exists(), "nothing was prepared");
+    // With the fix applied it runs.
+    std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o701)).unwrap();
+    let out = Command::new(bin())
+        .args(["--config", env().config.to_str().unwrap(), "--data-dir", data.to_str().unwrap()])
+        .args(["run", "-c", "print(1)"])
+        .output()
+        .unwrap();
+    assert_eq!((out.status.code(), String::from_utf8_lossy(&out.stdout).as_ref()), (Some(0), "1\n"), "{out:?}");
+}
+
+#[test]
+fn doctor_exits_1_when_a_built_in_profile_cannot_run() {
+    let cfg = scratch_file("no-node.toml", format!("{}node = \"/nonexistent/node\"\n", runtime_toml()).as_bytes());
+    let out = Command::new(bin())
+        .args(["--config", cfg.to_str().unwrap(), "--data-dir", env().data.to_str().unwrap(), "doctor"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.lines().any(|l| l.contains("[FAIL] typescript-default") && l.contains("/nonexistent/node")), "{text}");
 }

@@ -205,6 +205,7 @@ fn no_bug(r: &Run) {
 /// Wall time from CLI start to result within `bound`.
 #[track_caller]
 fn within(r: &Run, bound: Duration) {
+    let bound = crate::slack(bound);
     ensure!(r, r.elapsed <= bound, "took {:?}, expected at most {bound:?}", r.elapsed);
 }
 

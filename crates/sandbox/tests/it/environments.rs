@@ -64,7 +64,7 @@ fn a_fresh_install_shows_progress_a_second_is_a_no_op_and_a_missing_one_names_th
     content.extend_from_slice(b"\n// changed\n");
     std::fs::write(&victim, content).unwrap();
     let out = cli(&config, &["env", "verify", "typescript-analysis"]);
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(4), "changed files exit 4: {}", text(&out.stderr));
     assert!(text(&out.stderr).contains("was changed after install"), "{}", text(&out.stderr));
 
     // remove, then `run --install` installs it first.

@@ -131,3 +131,63 @@ fn output_file_count_cap_skips_the_rest() {
         r.json["skippedFiles"].as_array().unwrap().iter().map(|s| (s["name"].as_str().unwrap(), s["reason"].as_str().unwrap())).collect();
     assert_eq!(skipped, [("c.txt", "count_cap"), ("d.txt", "count_cap")]);
 }
+
+/// `sandbox run --out-dir DIR <code>` (JSON off), returning the CLI's exit code and stderr.
+fn write_out(dir: &Path, code: &str, extra: &[&str]) -> (Option<i32>, String) {
+    let mut args = vec!["run", "--out-dir", dir.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["-c", code]);
+    let o = sandbox(&args).output().unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// Issue 12, finding 4: the program chooses the names of its output files, and the CLI writes
+/// them as root. It plants `.git/config` (a hidden name host tools run), `link/x` through a
+/// symlink the out dir already holds (pointing at a victim directory), and replaces an
+/// existing file that is a hard link to a victim file. Hidden names are refused, the symlink
+/// is not followed (ELOOP from openat2), the existing file is kept without `--overwrite` and
+/// with it the entry is replaced (the victim's inode untouched); what is written belongs to the
+/// out dir's owner, not root. An out dir that is itself a symlink is refused.
+#[test]
+fn out_dir_refuses_hidden_names_symlinks_and_overwrites_and_writes_as_its_owner() {
+    use std::os::unix::fs::MetadataExt as _;
+    let scratch = tempfile::Builder::new().prefix("outdir-").tempdir_in(&env().dir).unwrap().keep();
+    let (out, victim) = (scratch.join("out"), scratch.join("victim"));
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(victim.join("secret"), "victim").unwrap();
+    std::os::unix::fs::symlink(&victim, out.join("link")).unwrap();
+    std::fs::hard_link(victim.join("secret"), out.join("kept.txt")).unwrap();
+    nix::unistd::chown(&out, Some(nix::unistd::Uid::from_raw(4242)), Some(nix::unistd::Gid::from_raw(4343))).unwrap();
+    let code = "import os\nos.makedirs('.git'); open('.git/config','w').write('[core]\\nfsmonitor = evil')\n\
+                os.makedirs('link'); open('link/x','w').write('planted')\nos.makedirs('sub'); open('sub/new.txt','w').write('new')\n\
+                open('kept.txt','w').write('replaced')";
+
+    let (status, stderr) = write_out(&out, code, &[]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert!(!out.join(".git").exists(), "a hidden directory was written");
+    assert!(stderr.contains("output file .git/config not written: hidden name \".git\" refused"), "{stderr}");
+    assert!(stderr.contains("output file link/x not written") && stderr.contains("ELOOP"), "{stderr}");
+    assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 1, "something was written through the symlink");
+    assert!(stderr.contains("kept.txt exists (pass --overwrite to replace it)"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(out.join("kept.txt")).unwrap(), "victim");
+    assert_eq!(std::fs::read_to_string(out.join("sub/new.txt")).unwrap(), "new");
+    for p in [out.join("sub"), out.join("sub/new.txt")] {
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!((m.uid(), m.gid()), (4242, 4343), "{} is not the out dir owner's", p.display());
+    }
+
+    let (status, stderr) = write_out(&out, code, &["--overwrite"]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert_eq!(std::fs::read_to_string(out.join("kept.txt")).unwrap(), "replaced");
+    assert_eq!(std::fs::read_to_string(victim.join("secret")).unwrap(), "victim", "the hard link was written through");
+    assert_eq!(std::fs::metadata(out.join("kept.txt")).unwrap().uid(), 4242);
+    assert!(!out.join(".git").exists() && std::fs::read_dir(&victim).unwrap().count() == 1, "{stderr}");
+
+    let linked = scratch.join("linked-out");
+    std::os::unix::fs::symlink(&victim, &linked).unwrap();
+    let (status, stderr) = write_out(&linked, "open('y','w').write('y')", &[]);
+    assert_ne!(status, Some(0), "{stderr}");
+    assert!(stderr.contains("a symlink is refused"), "{stderr}");
+    assert!(!victim.join("y").exists());
+}

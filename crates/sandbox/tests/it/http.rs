@@ -74,6 +74,11 @@ impl Server {
         self.child.wait().unwrap();
     }
 
+    /// The server's host pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn client(&self, key: Option<&str>) -> Client {
         Client::new(&self.url, key.map(str::to_owned))
     }
@@ -296,7 +301,12 @@ fn health_ready_metrics_and_openapi() {
     let s = Server::start("");
     let get = |p: &str| reqwest::blocking::get(format!("{}{p}", s.url)).unwrap();
     assert_eq!(get("/healthz").status(), 200);
-    assert_eq!(get("/readyz").text().unwrap(), "ready\n");
+    let ready = get("/readyz").text().unwrap();
+    assert!(ready.starts_with("ready\n"), "{ready}");
+    // Each line after the first names a profile this host cannot run, and why.
+    for line in ready.lines().skip(1) {
+        assert!(line.starts_with("unavailable "), "{ready}");
+    }
     let served: Value = get("/openapi.json").json().unwrap();
     let committed: Value =
         serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/openapi.json")).unwrap()).unwrap();
@@ -318,4 +328,79 @@ fn cli_server_mode_streams_and_maps_errors() {
     let out = sandbox(&["run", "--server", &s.url, "--api-key", KEY_ALL, "--file", &arg, "-c", "print(1)"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("error[invalid_file_name]"), "{out:?}");
+}
+
+#[test]
+fn a_stalled_audit_write_stalls_neither_health_probes_nor_streams() {
+    // Audit writes, mounts, cgroup writes and teardown run on blocking threads: with every
+    // execution's audit write held up by a lock on the log, /healthz and a running stream
+    // still answer at once. (Before, six stalled writes took both runtime workers of a
+    // two-core host and everything waited.)
+    let s = Server::start("[service]\nmax_concurrency = 8\nqueue_max = 8\n");
+    let c = s.client(None);
+    let (first_tx, first_rx) = std::sync::mpsc::channel::<()>();
+    let streamer = {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            let mut arrivals = Vec::new();
+            let code = "import time\nfor i in range(200):\n    print(i, flush=True)\n    time.sleep(0.02)";
+            let r = rt().block_on(c.execute_stream(&req("python-default", code), |_, _| {
+                if arrivals.is_empty() {
+                    let _ = first_tx.send(());
+                }
+                arrivals.push(Instant::now());
+            }));
+            (r, arrivals)
+        })
+    };
+    first_rx.recv_timeout(Duration::from_secs(30)).expect("the stream started");
+    // Hold the audit log's write lock: every audit write of the service now waits for it.
+    let db = rusqlite::Connection::open(s.data.join("audit.db")).unwrap();
+    db.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let locked_at = Instant::now();
+    let stalled: Vec<_> = (0..6)
+        .map(|_| {
+            let c = c.clone();
+            std::thread::spawn(move || rt().block_on(c.execute(&req("python-default", "print(1)"))).map_err(|e| e.to_string()))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let http = reqwest::blocking::Client::builder().timeout(Duration::from_secs(2)).build().unwrap();
+    let mut slowest = Duration::ZERO;
+    while locked_at.elapsed() < Duration::from_millis(2300) {
+        let t = Instant::now();
+        let r = http.get(format!("{}/healthz", s.url)).send().unwrap_or_else(|e| panic!("/healthz did not answer while audit writes were stalled: {e}"));
+        assert_eq!(r.status(), 200);
+        slowest = slowest.max(t.elapsed());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let unlocked_at = Instant::now();
+    db.execute_batch("COMMIT").unwrap();
+    assert!(slowest < Duration::from_millis(100), "/healthz took {slowest:?} while audit writes were stalled");
+    let (r, arrivals) = streamer.join().unwrap();
+    assert_eq!(r.unwrap().status.as_str(), "ok");
+    let window: Vec<&Instant> = arrivals.iter().filter(|t| **t >= locked_at + Duration::from_millis(300) && **t <= unlocked_at).collect();
+    assert!(window.len() > 10, "the stream went on while audit writes were stalled: {} chunks", window.len());
+    let gap = window.windows(2).map(|w| w[1].duration_since(*w[0])).max().unwrap();
+    assert!(gap < Duration::from_millis(100), "the stream stalled for {gap:?} while audit writes were stalled");
+    for t in stalled {
+        let r = t.join().unwrap().unwrap();
+        assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "1\n"), "the stalled executions ran once the log was free");
+    }
+}
+
+#[test]
+fn readyz_and_profiles_name_what_cannot_run() {
+    let s = Server::start("[profiles.py-gone-mount]\nlanguage = \"python\"\n[[profiles.py-gone-mount.filesystem.mounts]]\nhost = \"/nonexistent/dataset\"\nsandbox = \"/data\"\n");
+    let ready = reqwest::blocking::get(format!("{}/readyz", s.url)).unwrap();
+    assert_eq!(ready.status(), 200, "the node still serves its other profiles");
+    let text = ready.text().unwrap();
+    assert!(text.starts_with("ready\n"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("unavailable py-gone-mount: ") && l.contains("/nonexistent/dataset")), "{text}");
+    let profiles = rt().block_on(s.client(None).profiles()).unwrap();
+    let gone = profiles.iter().find(|p| p.name == "py-gone-mount").unwrap();
+    assert_eq!((gone.available, gone.unavailable_code), (Some(false), Some(sandbox_core::ErrorCode::RuntimeUnavailable)));
+    assert!(gone.unavailable_reason.as_deref().unwrap().contains("/nonexistent/dataset"), "{gone:?}");
+    let default = profiles.iter().find(|p| p.name == "python-default").unwrap();
+    assert_eq!((default.available, default.unavailable_reason.as_deref()), (Some(true), None));
 }

@@ -25,8 +25,8 @@ fn fork_bomb_is_contained_and_host_still_forks() {
     assert_eq!(meanwhile.stdout(), "fine\n", "{meanwhile:?}");
     let r = bomb.join().unwrap();
     assert_eq!(r.status(), "timeout", "{r:?}");
-    assert!(t.elapsed() < Duration::from_secs(20));
-    assert!(r.elapsed < Duration::from_millis(4000 + 1000 + 2500), "{r:?}");
+    assert!(t.elapsed() < slack(Duration::from_secs(20)));
+    assert!(r.elapsed < slack(Duration::from_millis(4000 + 1000 + 2500)), "{r:?}");
     assert_gone(r.json["executionId"].as_str().unwrap());
 }
 

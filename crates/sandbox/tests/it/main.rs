@@ -6,6 +6,7 @@ mod attacks;
 mod audit;
 mod basics;
 mod cases;
+mod doors;
 mod environments;
 mod examples;
 mod files;
@@ -14,8 +15,11 @@ mod http;
 mod http_attacks;
 mod limits;
 mod mcp;
+mod placement;
+mod selftest;
 mod network;
 mod timeouts;
+mod warm;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -30,6 +34,9 @@ use serde_json::Value;
 pub fn test_environments_dir() -> String {
     std::env::var("SANDBOX_TEST_ENVIRONMENTS").unwrap_or_else(|_| "/var/tmp/sandbox-test-environments".into())
 }
+
+/// The default `[runtime] uid_base` (the tests' configuration keeps it).
+pub const UID_BASE: u32 = 1_900_000_000;
 
 /// Profiles the tests use on top of the built-in ones.
 pub const TEST_CONFIG: &str = r#"
@@ -125,13 +132,13 @@ pub fn env() -> &'static Env {
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let config = dir.join("config.toml");
         // Host directories an administrator exposes: read-only data and a read-write share
-        // writable by the sandboxes' group (host gid uid_base 200000 + 1000; each execution has
+        // writable by the sandboxes' group (host gid uid_base + 1000; each execution has
         // a uid of its own).
         let (ro, rw) = (dir.join("dataset"), dir.join("share"));
         std::fs::create_dir(&ro).unwrap();
         std::fs::write(ro.join("numbers.csv"), "1,2,3\n").unwrap();
         std::fs::create_dir(&rw).unwrap();
-        nix::unistd::chown(&rw, Some(nix::unistd::Uid::from_raw(0)), Some(nix::unistd::Gid::from_raw(201_000))).unwrap();
+        nix::unistd::chown(&rw, Some(nix::unistd::Uid::from_raw(0)), Some(nix::unistd::Gid::from_raw(UID_BASE + 1000))).unwrap();
         std::fs::set_permissions(&rw, std::os::unix::fs::PermissionsExt::from_mode(0o775)).unwrap();
         let mounts = format!(
             "\n[profiles.py-mounts]\nlanguage = \"python\"\n[[profiles.py-mounts.filesystem.mounts]]\nhost = {:?}\nsandbox = \"/data\"\n\
@@ -249,12 +256,41 @@ pub fn assert_gone(id: &str) {
     assert!(!dir.exists(), "execution directory {} still exists", dir.display());
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mountinfo.contains(id), "a mount of {id} is still there");
-    // v2 (/sys/fs/cgroup/sandbox/<id>) and every v1 hierarchy (/sys/fs/cgroup/<controller>/sandbox/<id>).
+    // v2: <own cgroup or its parent>/sandbox/<id> (nested placement) or /sys/fs/cgroup/sandbox/<id>;
+    // v1: every hierarchy's /sys/fs/cgroup/<controller>/sandbox/<id>.
     let mut candidates = vec![Path::new("/sys/fs/cgroup/sandbox").join(id)];
+    if let Some(own) = own_v2_cgroup() {
+        candidates.push(own.join("sandbox").join(id));
+        candidates.extend(own.parent().map(|p| p.join("sandbox").join(id)));
+    }
     for h in std::fs::read_dir("/sys/fs/cgroup").unwrap().filter_map(Result::ok) {
         candidates.push(h.path().join("sandbox").join(id));
     }
     for cg in candidates {
         assert!(!cg.exists(), "cgroup {} still exists", cg.display());
     }
+}
+
+/// The cgroup version the tests expect `enforcement.cgroup` to name: `SANDBOX_TEST_CGROUP` (the
+/// v2 guest stage sets `v2`), else `v1` (the CI host is hybrid: v1 runs for real).
+pub fn expected_cgroup_version() -> String {
+    std::env::var("SANDBOX_TEST_CGROUP").unwrap_or_else(|_| "v1".into())
+}
+
+/// This process's cgroup directory on a v2-only host (`/sys/fs/cgroup/<0:: path>`), if any.
+pub fn own_v2_cgroup() -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    if text.lines().count() != 1 {
+        return None;
+    }
+    let own = text.lines().find_map(|l| l.strip_prefix("0::"))?.trim().trim_start_matches('/');
+    Some(Path::new("/sys/fs/cgroup").join(own))
+}
+
+/// A wall-clock bound of a test, stretched by `SANDBOX_TEST_TIME_FACTOR` (default 1): the v2
+/// guest stage runs under QEMU's TCG, where Python starts ~25x slower, and sets 4. Only upper
+/// bounds on wall time scale; statuses, signals and limits are asserted as everywhere.
+pub fn slack(bound: Duration) -> Duration {
+    let factor = std::env::var("SANDBOX_TEST_TIME_FACTOR").ok().and_then(|f| f.parse::<u32>().ok()).unwrap_or(1).max(1);
+    bound * factor
 }

@@ -1,0 +1,203 @@
+"""bench/warm.sh's measuring half: see that script. Arguments: N COLD_URL WARM_URL WARM_PID
+PYTHON SITE CSV ROOT."""
+
+import concurrent.futures
+import http.client
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+
+n = int(sys.argv[1])
+cold_url, warm_url, warm_pid = sys.argv[2], sys.argv[3], int(sys.argv[4])
+py, site, csv, root = sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
+
+with open(csv, encoding="utf-8") as f:
+    CSV_TEXT = f.read()
+with open(os.path.join(root, "examples/data-analyst/analysis.py"), encoding="utf-8") as f:
+    ANALYSIS_PY = f.read()
+with open(os.path.join(root, "examples/data-analyst/analysis.ts"), encoding="utf-8") as f:
+    ANALYSIS_TS = f.read()
+
+JOBS = {
+    "print(1)": {"profile": "python-default", "language": "python", "code": "print(1)"},
+    "data-analyst.py": {"profile": "python-analysis", "language": "python", "code": ANALYSIS_PY, "files": {"data.csv": CSV_TEXT}},
+    "data-analyst.ts (function)": {
+        "profile": "typescript-analysis",
+        "language": "typescript",
+        "harness": "function",
+        "code": ANALYSIS_TS,
+        "files": {"data.csv": CSV_TEXT},
+    },
+}
+
+local = threading.local()
+
+
+def post(url, body):
+    """One execution over a kept-alive connection of this thread; returns (ms, result)."""
+    u = urllib.parse.urlparse(url)
+    conns = getattr(local, "conns", None)
+    if conns is None:
+        conns = local.conns = {}
+    conn = conns.get(url)
+    if conn is None:
+        conn = conns[url] = http.client.HTTPConnection(u.hostname, u.port, timeout=300)
+    data = json.dumps(body).encode()
+    t = time.perf_counter()
+    conn.request("POST", "/v1/executions", body=data, headers={"content-type": "application/json"})
+    resp = conn.getresponse()
+    raw = resp.read()
+    ms = (time.perf_counter() - t) * 1000
+    r = json.loads(raw)
+    if resp.status != 200 or r.get("status") != "ok":
+        sys.exit(f"{url} {body['profile']}: HTTP {resp.status}: {raw[:500]!r}")
+    return ms, r
+
+
+def pct(xs, p):
+    s = sorted(xs)
+    k = (len(s) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+# Wait until the warm server's templates are ready.
+deadline = time.time() + 300
+for job in ("print(1)", "data-analyst.py"):
+    while True:
+        _, r = post(warm_url, JOBS[job])
+        if r["timing"].get("warm"):
+            break
+        if time.time() > deadline:
+            sys.exit(f"the warm server never started {job} warm")
+        time.sleep(0.5)
+
+# The floor: the same job in-process in a host Python that has already imported its libraries.
+FLOOR = r"""
+import io, os, runpy, sys, tempfile, time, contextlib
+import pandas, matplotlib.pyplot as plt
+csv = sys.argv[1]
+for line in sys.stdin:
+    d = tempfile.mkdtemp()
+    os.symlink(csv, os.path.join(d, "data.csv"))
+    os.chdir(d)
+    t = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        runpy.run_path(sys.argv[2], run_name="__main__")
+    plt.close("all")
+    print((time.perf_counter() - t) * 1000, flush=True)
+"""
+host_env = dict(os.environ, PYTHONPATH=site, MPLBACKEND="Agg", MPLCONFIGDIR=tempfile.mkdtemp())
+floor = subprocess.Popen([py, "-S", "-c", FLOOR, csv, os.path.join(root, "examples/data-analyst/analysis.py")],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=host_env)
+
+
+def floor_once():
+    floor.stdin.write("go\n")
+    floor.stdin.flush()
+    return float(floor.stdout.readline())
+
+
+work = tempfile.mkdtemp()
+os.symlink(csv, os.path.join(work, "data.csv"))
+
+
+def process(argv, env=None, cwd=None):
+    t = time.perf_counter()
+    subprocess.run(argv, env=env, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
+    return (time.perf_counter() - t) * 1000
+
+
+variants = [("host python3 -c pass (process)", lambda: process([py, "-c", "pass"]))]
+for job in JOBS:
+    for mode, url in (("cold", cold_url), ("warm", warm_url)):
+        variants.append((f"{job}: {mode}", lambda url=url, job=job: post(url, JOBS[job])))
+variants += [
+    ("data-analyst.py: host python3 (process)", lambda: process([py, "-S", os.path.join(root, "examples/data-analyst/analysis.py")], host_env, work)),
+    ("data-analyst.py: in-process floor", floor_once),
+]
+
+for _, f in variants:  # warm-up: page cache, connections
+    f()
+times = {name: [] for name, _ in variants}
+memory = {name: [] for name, _ in variants}
+warm_flags = {name: [] for name, _ in variants}
+t0 = time.perf_counter()
+for _ in range(n):
+    for name, f in variants:
+        out = f()
+        if isinstance(out, tuple):
+            ms, r = out
+            memory[name].append(r["resourceUsage"]["peakMemoryBytes"])
+            warm_flags[name].append(r["timing"].get("warm", False))
+        else:
+            ms = out
+        times[name].append(ms)
+elapsed = time.perf_counter() - t0
+print(f"warm starts: sequential, N={n} interleaved runs per variant ({elapsed:.1f} s), end to end over HTTP")
+print(f"{'variant':<44} {'p50 ms':>9} {'p99 ms':>9} {'child peak MiB':>15} {'warm':>5}")
+for name, _ in variants:
+    xs = times[name]
+    mem = f"{pct(memory[name], 50) / 2**20:.1f}" if memory[name] else "-"
+    warm = f"{sum(warm_flags[name])}/{len(warm_flags[name])}" if warm_flags[name] else "-"
+    print(f"{name:<44} {pct(xs, 50):>9.1f} {pct(xs, 99):>9.1f} {mem:>15} {warm:>5}")
+
+bare = pct(times["host python3 -c pass (process)"], 50)
+warm_print = pct(times["print(1): warm"], 50)
+floor_ms = pct(times["data-analyst.py: in-process floor"], 50)
+warm_job = pct(times["data-analyst.py: warm"], 50)
+print(f"warm print(1) p50 {warm_print:.1f} ms vs bare host python3 -c pass {bare:.1f} ms ({warm_print / bare:.2f}x)")
+print(f"warm data-analyst p50 {warm_job:.1f} ms vs in-process floor {floor_ms:.1f} ms (+{warm_job - floor_ms:.1f} ms)")
+
+print()
+print("throughput (executions/s), M requests from C client threads")
+throughput = {}
+for job, m in (("print(1)", 40), ("data-analyst.py", 24)):
+    for c in (2, 8):
+        for mode, url in (("cold", cold_url), ("warm", warm_url)):
+            t = time.perf_counter()
+            with concurrent.futures.ThreadPoolExecutor(c) as pool:
+                list(pool.map(lambda _: post(url, JOBS[job]), range(m)))
+            rate = m / (time.perf_counter() - t)
+            throughput[(job, c, mode)] = rate
+            print(f"  {job:<18} C={c}  {mode}: {rate:6.2f}/s")
+        ratio = throughput[(job, c, "warm")] / throughput[(job, c, "cold")]
+        print(f"  {job:<18} C={c}  warm/cold {ratio:.1f}x")
+
+
+def descendants(pid):
+    out, stack = [], [pid]
+    while stack:
+        p = stack.pop()
+        out.append(p)
+        for task in os.listdir(f"/proc/{p}/task"):
+            try:
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    stack += [int(x) for x in f.read().split()]
+            except OSError:
+                pass
+    return out
+
+
+print()
+print("templates of the warm server (Rss and Pss of the interpreter process)")
+for p in descendants(warm_pid):
+    try:
+        with open(f"/proc/{p}/cmdline", "rb") as f:
+            if b"_sandbox_template.py" not in f.read():
+                continue
+        with open(f"/proc/{p}/smaps_rollup") as f:
+            fields = dict(line.split(":", 1) for line in f.read().splitlines()[1:])
+    except OSError:
+        continue
+    kb = lambda k: int(fields[k].split()[0]) / 1024  # noqa: E731
+    print(f"  pid {p}: Rss {kb('Rss'):.1f} MiB, Pss {kb('Pss'):.1f} MiB")
+print("each warm child's own memory is its execution cgroup's peak ('child peak MiB' above)")
+floor.stdin.close()
+floor.wait()

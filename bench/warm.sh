@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Warm-start benchmark (issue 11): cold and warm executions through two release `sandbox serve`
+# processes over HTTP (one started with --no-warm), interleaved in one run, beside the same
+# Python job in-process on the host with its libraries already imported (the floor) and as a
+# bare host python3 process (what a user would do without us). Prints sequential p50/p99,
+# throughput at concurrency 2 and 8, the templates' memory and each child's own memory.
+#   N=20 bash bench/warm.sh      (N: timed sequential runs per variant, default 20)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+N="${N:-20}"
+PY=/usr/bin/python3
+
+bash scripts/install-deps.sh >/dev/null
+cargo build --release -q -p sandbox
+SANDBOX="$ROOT/target/release/sandbox"
+WORK="$(mktemp -d /tmp/sandbox-bench-warm.XXXXXX)"
+chmod 0755 "$WORK"
+ENVS="${SANDBOX_BENCH_ENVIRONMENTS:-/var/tmp/sandbox-test-environments}"
+CONFIG="$WORK/config.toml"
+printf '[runtime]\nenvironments_dir = "%s"\n[service]\nmax_concurrency = 8\nqueue_max = 256\nrefusals_per_minute = 0\n' "$ENVS" > "$CONFIG"
+SB=("$SANDBOX" --config "$CONFIG")
+"${SB[@]}" --data-dir "$WORK/cold" env install python-analysis >/dev/null 2>&1
+"${SB[@]}" --data-dir "$WORK/cold" env install typescript-analysis >/dev/null 2>&1
+SITE="$(ls -d "$ENVS"/python-analysis-*/python | head -1)"
+CSV="$(bash examples/data-analyst/fetch-data.sh)"
+
+start_server() { # DATA_DIR [FLAGS...] -> prints the URL
+  local data="$1"; shift
+  "${SB[@]}" --data-dir "$data" serve --listen 127.0.0.1:0 "$@" > "$data.out" 2> "$data.log" &
+  echo $! >> "$WORK/pids"
+  for _ in $(seq 100); do
+    if grep -q listening "$data.out" 2>/dev/null; then
+      awk '{print $3; exit}' "$data.out"
+      return
+    fi
+    sleep 0.1
+  done
+  echo "server did not start: $(cat "$data.log")" >&2
+  exit 1
+}
+trap 'kill $(cat "$WORK/pids" 2>/dev/null) 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+COLD_URL="$(start_server "$WORK/cold" --no-warm)"
+WARM_URL="$(start_server "$WORK/warm")"
+WARM_PID="$(tail -1 "$WORK/pids")"
+
+"$PY" "$ROOT/bench/warm.py" "$N" "$COLD_URL" "$WARM_URL" "$WARM_PID" "$PY" "$SITE" "$CSV" "$ROOT"

@@ -1,0 +1,57 @@
+use super::*;
+
+#[test]
+fn slots_then_queue_places_then_full() {
+    let slots = Slots::new(1, 1);
+    let running = slots.place().expect("a free slot");
+    assert!(matches!(running, Place::Slot(_)));
+    assert_eq!(slots.in_flight(), 1);
+    let queued = slots.place().expect("a queue place");
+    assert!(matches!(queued, Place::Queued(_)));
+    assert_eq!(slots.waiting.load(Ordering::SeqCst), 1);
+    assert!(slots.place().is_none(), "slot and queue taken");
+    // A ticket dropped while queued gives its place back.
+    drop(queued);
+    assert_eq!(slots.waiting.load(Ordering::SeqCst), 0);
+    drop(running);
+    assert_eq!(slots.in_flight(), 0);
+}
+
+#[test]
+fn a_queued_place_becomes_a_slot_when_one_frees() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let slots = Slots::new(1, 4);
+    let running = slots.place().unwrap();
+    let queued = slots.place().unwrap();
+    rt.block_on(async {
+        let waiter = queued.into_slot(&slots);
+        tokio::pin!(waiter);
+        assert!(tokio::time::timeout(std::time::Duration::from_millis(20), &mut waiter).await.is_err(), "waits while the slot is taken");
+        drop(running);
+        assert!(waiter.await.is_some());
+    });
+    assert_eq!(slots.waiting.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn callers_allow_their_profiles_only() {
+    let c = Caller { audit_name: "key:a".into(), profiles: vec!["python-default".into()], peer: None };
+    assert!(c.allows("python-default"));
+    assert!(!c.allows("typescript-default"));
+    assert!(Caller::local("cli:me").allows("anything"));
+}
+
+#[test]
+fn refusals_become_rejected_results() {
+    let r = Refusal { execution_id: Some("id".into()), ..Refusal::new(ErrorCode::TimeoutTooLarge, "too long", Some("timeout".into())) };
+    let result = r.into_result("p");
+    assert_eq!((result.status, result.execution_id.as_str(), result.profile.as_str()), (Status::Rejected, "id", "p"));
+    let e = result.error.unwrap();
+    assert_eq!((e.kind.as_str(), e.message.as_str(), e.field.as_deref()), ("timeout_too_large", "too long", Some("timeout")));
+}
+
+#[test]
+fn the_count_of_left_out_refusals_comes_first() {
+    assert_eq!(audit_message("bad", 0), "bad");
+    assert!(audit_message(&"x".repeat(5000), 7).starts_with("[7 earlier refusals"));
+}

@@ -1,0 +1,49 @@
+//! Where execution cgroups live on cgroup v2: under the service's own cgroup (the guest stage
+//! runs the tests in `/ci.slice/stage.service`, so the first `sandbox` moves them into its
+//! `sandbox-service` leaf), never directly in the hierarchy's root. The v1 host keeps each
+//! hierarchy's `/sandbox`.
+
+use super::*;
+
+#[test]
+fn executions_live_under_the_services_own_cgroup() {
+    if expected_cgroup_version() != "v2" {
+        eprintln!("skipped: the v1 host keeps executions under each hierarchy's /sandbox (the v2 guest stage runs this)");
+        return;
+    }
+    // Once one `sandbox` ran, this process sits in <base>/sandbox-service.
+    let _ = run("python-default", "pass", &[]);
+    let own = own_v2_cgroup().expect("a v2-only host");
+    let base = if own.file_name().is_some_and(|n| n == "sandbox-service") { own.parent().unwrap().to_owned() } else { own.clone() };
+    let parent = base.join("sandbox");
+    let slow = std::thread::spawn(|| run("py-small", "import time\ntime.sleep(4)\nprint('done')", &[]));
+    // Every live execution cgroup seen under <base>/sandbox while the slow run lasts (other tests
+    // run beside this one), with its memory.max and pids.max.
+    let mut seen = std::collections::HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !slow.is_finished() {
+        for e in std::fs::read_dir(&parent).map(|d| d.filter_map(Result::ok).collect::<Vec<_>>()).unwrap_or_default() {
+            let p = e.path();
+            let read = |f: &str| std::fs::read_to_string(p.join(f)).map(|s| s.trim().to_owned()).unwrap_or_default();
+            if !read("cgroup.procs").is_empty() {
+                seen.entry(e.file_name().to_string_lossy().into_owned()).or_insert_with(|| (read("memory.max"), read("pids.max")));
+            }
+        }
+        assert!(Instant::now() < deadline, "the run did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = slow.join().unwrap();
+    assert_eq!((r.status(), r.stdout()), ("ok", "done\n"), "{r:?}");
+    let id = r.json["executionId"].as_str().unwrap();
+    // It ran in <base>/sandbox/<id>, with py-small's limits.
+    let limits = seen.get(id).unwrap_or_else(|| panic!("execution {id} never appeared under {}: saw {seen:?}", parent.display()));
+    assert_eq!(limits, &("268435456".to_owned(), "64".to_owned()));
+    let is_real_root = !base.join("cgroup.type").exists();
+    if !is_real_root {
+        // The base gives controllers to its children, so it holds no process: ours moved to the leaf.
+        assert_eq!(std::fs::read_to_string(base.join("cgroup.procs")).unwrap().trim(), "", "{}", base.display());
+        assert!(own.ends_with("sandbox-service"), "this test process was moved into the leaf: {}", own.display());
+        assert!(!Path::new("/sys/fs/cgroup/sandbox").join(id).exists());
+    }
+    assert_gone(id);
+}

@@ -1,0 +1,340 @@
+//! Warm starts through a real `sandbox serve`: executions forked from a template keep every
+//! wall a cold execution has, against each other and against the template, and the template
+//! survives whatever a child does. (The attack, limit, timeout, file and real-world-case suites
+//! also run warm: `SANDBOX_TEST_WARM=1`, see `run` in main.rs.)
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use sandbox_core::{ExecutionRequest, ExecutionResult};
+
+use super::http::Server;
+use super::*;
+
+/// Two warm profiles on top of the test profiles: a small one and one with the analysis
+/// environment (numpy, pandas, matplotlib preloaded).
+const WARM_PROFILES: &str = r#"
+[profiles.py-warm]
+language = "python"
+[profiles.py-warm.limits]
+memory_max_bytes = 268435456
+pids_max = 64
+timeout_ms = 10000
+grace_ms = 500
+[profiles.py-warm.warm]
+mode = "template"
+
+[profiles.py-analysis-warm]
+language = "python"
+environment = "python-analysis"
+[profiles.py-analysis-warm.limits]
+memory_max_bytes = 1073741824
+[profiles.py-analysis-warm.warm]
+mode = "template"
+"#;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn req(profile: &str, code: &str) -> ExecutionRequest {
+    ExecutionRequest { profile: profile.into(), code: code.into(), ..Default::default() }
+}
+
+fn exec(s: &Server, r: &ExecutionRequest) -> ExecutionResult {
+    rt().block_on(s.client(None).execute(r)).unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+/// A server whose warm profiles' templates are ready (each answered one warm execution).
+fn warm_server() -> Server {
+    environments_installed();
+    let s = Server::start(WARM_PROFILES);
+    for profile in ["py-warm", "py-analysis-warm"] {
+        wait_warm(&s, profile);
+    }
+    s
+}
+
+fn wait_warm(s: &Server, profile: &str) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let r = exec(s, &req(profile, "pass"));
+        assert_eq!(r.status.as_str(), "ok", "{r:?}");
+        if r.timing.warm {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the template of {profile} never got ready");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Runs `code` warm and checks it was: the assertion every test here starts from.
+#[track_caller]
+fn warm(s: &Server, r: &ExecutionRequest) -> ExecutionResult {
+    let out = exec(s, r);
+    assert!(out.timing.warm, "expected a warm execution: {out:?}");
+    out
+}
+
+#[test]
+fn concurrent_warm_executions_cannot_see_each_others_files_processes_or_sockets() {
+    let s = warm_server();
+    let code = r#"
+import os, socket, time
+who = os.environ["WHO"]
+other = "b" if who == "a" else "a"
+open(f"/workspace/{who}.txt", "w").write(who)
+open(f"/tmp/{who}.tmp", "w").write(who)
+u = socket.socket(socket.AF_UNIX); u.bind("\0warm-test-" + who); u.listen()
+t = socket.socket(); t.bind(("127.0.0.1", 4000)); t.listen()
+time.sleep(1.5)
+seen = [os.path.exists(f"/workspace/{other}.txt"), os.path.exists(f"/tmp/{other}.tmp")]
+c = socket.socket(socket.AF_UNIX)
+try:
+    c.connect("\0warm-test-" + other); seen.append(True)
+except OSError:
+    seen.append(False)
+pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+print(seen, pids, os.getuid())
+"#;
+    let with = |who: &str| {
+        let mut r = req("py-warm", code);
+        r.env = BTreeMap::from([("WHO".to_owned(), who.to_owned())]);
+        r
+    };
+    let (a, b) = rt().block_on(async {
+        let c = s.client(None);
+        let (ra, rb) = (with("a"), with("b"));
+        tokio::join!(c.execute(&ra), c.execute(&rb))
+    });
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let mut uids = Vec::new();
+    for r in [&a, &b] {
+        assert!(r.timing.warm && r.status.as_str() == "ok", "{r:?}");
+        // Neither sees the other's workspace, /tmp or abstract socket; both bound port 4000
+        // (separate network namespaces); each sees only itself in /proc.
+        let (seen, rest) = r.stdout.trim().split_once("] ").unwrap();
+        assert_eq!(seen, "[False, False, False", "{r:?}");
+        let (pids, uid) = rest.rsplit_once(' ').unwrap();
+        assert_eq!(pids, "[2]", "{r:?}");
+        uids.push(uid.to_owned());
+    }
+    assert_ne!(uids[0], uids[1], "each execution runs as a uid of its own");
+}
+
+#[test]
+fn a_warm_child_cannot_signal_trace_or_read_the_template_or_a_sibling() {
+    let s = warm_server();
+    let attack = r#"
+import ctypes, errno, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+others = []
+for p in range(1, 5000):
+    if p == os.getpid():
+        continue
+    try:
+        os.kill(p, 0); others.append((p, "signalable"))
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        others.append((p, "EPERM"))
+try:
+    os.kill(-1, signal.SIGKILL); print("kill(-1) ok")
+except OSError as e:
+    print("kill(-1)", errno.errorcode[e.errno])
+print(others)
+for pid in (1, os.getppid()):
+    r = libc.ptrace(16, pid, 0, 0)
+    print("ptrace", pid, r, errno.errorcode.get(ctypes.get_errno()))
+buf = ctypes.create_string_buffer(8)
+class iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+local, remote = iovec(ctypes.addressof(buf), 8), iovec(0x400000, 8)
+r = libc.process_vm_readv(1, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+print("process_vm_readv", r, errno.errorcode.get(ctypes.get_errno()))
+print(os.path.exists("/proc/1/mem"))
+"#;
+    let (sibling, attacker) = rt().block_on(async {
+        let c = s.client(None);
+        let sib = req("py-warm", "import time; time.sleep(2); print('alive')");
+        let att = req("py-warm", attack);
+        let (a, b) = tokio::join!(c.execute(&sib), async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            c.execute(&att).await
+        });
+        (a.unwrap(), b.unwrap())
+    });
+    assert!(attacker.timing.warm, "{attacker:?}");
+    let lines: Vec<&str> = attacker.stdout.lines().collect();
+    // Only pid 1 (its own init, another uid) exists in its pid namespace: nothing of the
+    // template or the sibling can even be named.
+    assert_eq!(lines[1], "[(1, 'EPERM')]", "{attacker:?}");
+    assert!(lines[0].starts_with("kill(-1)"), "{attacker:?}");
+    assert_eq!(lines[2], "ptrace 1 -1 EPERM", "seccomp refuses ptrace: {attacker:?}");
+    assert!(lines[3].ends_with("-1 EPERM"), "{attacker:?}");
+    assert_eq!(lines[4], "process_vm_readv -1 EPERM", "{attacker:?}");
+    assert_eq!(lines[5], "False", "pid 1 is hidden from /proc");
+    assert_eq!((sibling.status.as_str(), sibling.stdout.as_str()), ("ok", "alive\n"), "{sibling:?}");
+    assert!(sibling.timing.warm);
+    let after = warm(&s, &req("py-warm", "print('still serving')"));
+    assert_eq!(after.stdout, "still serving\n");
+}
+
+#[test]
+fn what_a_child_changes_in_its_modules_is_gone_for_the_next() {
+    let s = warm_server();
+    let poison = "import pandas, numpy, json, sys\npandas.read_csv = None\nnumpy.pi = 3\njson._poisoned = True\nsys.modules['evil'] = 1\n\
+                  import matplotlib.pyplot as plt\nplt.rcParams['lines.linewidth'] = 42\nprint('poisoned')";
+    assert_eq!(warm(&s, &req("py-analysis-warm", poison)).stdout, "poisoned\n");
+    let check = "import pandas, numpy, json, sys\nimport matplotlib.pyplot as plt\n\
+                 print(callable(pandas.read_csv), numpy.pi, hasattr(json, '_poisoned'), 'evil' in sys.modules, plt.rcParams['lines.linewidth'])";
+    let r = warm(&s, &req("py-analysis-warm", check));
+    assert_eq!(r.stdout, "True 3.141592653589793 False False 1.5\n", "{r:?}");
+}
+
+#[test]
+fn warm_children_draw_fresh_randomness() {
+    let s = warm_server();
+    let code = "import random, uuid, secrets, numpy\nprint(random.random(), numpy.random.random(), uuid.uuid4(), secrets.token_hex(8))";
+    let draws: Vec<Vec<String>> = (0..3)
+        .map(|_| warm(&s, &req("py-analysis-warm", code)).stdout.split_whitespace().map(str::to_owned).collect())
+        .collect();
+    for column in 0..4 {
+        let values: std::collections::BTreeSet<&String> = draws.iter().map(|d| &d[column]).collect();
+        assert_eq!(values.len(), 3, "column {column} repeats across children: {draws:?}");
+    }
+}
+
+#[test]
+fn a_child_past_its_memory_limit_ends_memory_limit_and_the_template_lives_on() {
+    let s = warm_server();
+    // 64 x 16 MiB, touched as it goes (bytearray zero-fills), against a 256 MiB limit.
+    let r = warm(&s, &req("py-warm", "b = []\nfor _ in range(64):\n    b.append(bytearray(16 << 20))\nprint('never')"));
+    assert_eq!((r.status.as_str(), r.oom_killed), ("memory_limit", true), "{r:?}");
+    assert_eq!(warm(&s, &req("py-warm", "print('next')")).stdout, "next\n");
+}
+
+#[test]
+fn fork_bombs_crashes_timeouts_and_kills_leave_the_template_serving() {
+    let s = warm_server();
+    let mut bomb = req("py-warm", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass");
+    bomb.timeout = Some(2000);
+    let r = warm(&s, &bomb);
+    assert_eq!(r.status.as_str(), "timeout", "{r:?}");
+    let r = warm(&s, &req("py-warm", "import ctypes\nctypes.string_at(0)"));
+    assert_eq!((r.status.as_str(), r.signal), ("error", Some(11)), "{r:?}");
+    let mut spin = req("py-warm", "while True: pass");
+    spin.timeout = Some(1000);
+    let r = warm(&s, &spin);
+    assert_eq!((r.status.as_str(), r.timed_out), ("timeout", true), "{r:?}");
+    let r = warm(&s, &req("py-warm", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"));
+    assert_eq!((r.status.as_str(), r.signal), ("error", Some(9)), "{r:?}");
+    let r = warm(&s, &req("py-warm", "print('still here')"));
+    assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "still here\n"), "{r:?}");
+}
+
+#[test]
+fn a_template_is_replaced_after_its_fork_limit() {
+    let s = Server::start("[profiles.py-recycle]\nlanguage = \"python\"\n[profiles.py-recycle.warm]\nmode = \"template\"\nmax_forks = 2\n");
+    wait_warm(&s, "py-recycle");
+    let pid = |s: &Server| -> Vec<i32> {
+        let mut t = templates_below(s.pid());
+        t.sort_unstable();
+        t
+    };
+    let before = pid(&s);
+    // The fork that reaches the limit starts a replacement; executions stay warm meanwhile.
+    for _ in 0..3 {
+        assert!(warm(&s, &req("py-recycle", "print(1)")).stdout == "1\n");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
+        if !metrics.contains("sandbox_warm_template_restarts 0") && pid(&s) != before {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no replacement template: {metrics}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_warm(&s, "py-recycle");
+}
+
+/// Host pids of the template interpreters below `root` (a server's pid).
+fn templates_below(root: u32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_string()];
+    while let Some(pid) = stack.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+        for t in tasks.filter_map(Result::ok) {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            stack.extend(kids.split_whitespace().map(str::to_owned));
+        }
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if cmdline.contains("_sandbox_template.py") {
+            out.push(pid.parse().unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn killing_the_template_fails_nothing_and_sigterm_leaves_nothing_behind() {
+    let mut s = warm_server();
+    let server_pid = s.pid();
+    let templates = templates_below(server_pid);
+    let mut template_cgroups: Vec<String> = templates.iter().flat_map(|p| cgroup_dirs_of(*p)).collect();
+    assert!(templates.len() >= 2, "a template per warm profile: {templates:?}");
+    // A warm execution is running when every template interpreter is killed.
+    let running = {
+        let c = s.client(None);
+        std::thread::spawn(move || rt().block_on(c.execute(&req("py-warm", "import time; time.sleep(1.5); print('finished')"))).map_err(|e| format!("{e:?}")))
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    for pid in &templates {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    }
+    // Not started yet: runs (cold until a new template is ready), never fails.
+    let r = exec(&s, &req("py-warm", "print('after the kill')"));
+    assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "after the kill\n"), "{r:?}");
+    // Already running: its sandbox does not depend on the interpreter that forked it.
+    let r = running.join().unwrap().unwrap();
+    assert_eq!((r.status.as_str(), r.stdout.as_str(), r.timing.warm), ("ok", "finished\n", true), "{r:?}");
+    // A new template takes over.
+    wait_warm(&s, "py-warm");
+    let metrics = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
+    assert!(metrics.contains("sandbox_warm_template_ready{profile=\"py-warm\"} 1"), "{metrics}");
+    assert!(!metrics.contains("sandbox_warm_template_restarts 0"), "{metrics}");
+    assert!(!metrics.contains("sandbox_warm_hits 0"), "{metrics}");
+    template_cgroups.extend(templates_below(server_pid).into_iter().flat_map(cgroup_dirs_of));
+    assert!(!template_cgroups.is_empty());
+    let data = s.data.clone();
+    assert!(s.terminate().success());
+    // Nothing of the templates or their executions is left: processes, directories, cgroups, mounts.
+    assert!(templates_below(server_pid).is_empty());
+    let left: Vec<_> = std::fs::read_dir(data.join("executions")).map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "left in the executions directory: {left:?}");
+    for cg in &template_cgroups {
+        assert!(!Path::new(cg).exists(), "template cgroup {cg} is left");
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mountinfo.contains(data.to_str().unwrap()), "a mount under {} is left", data.display());
+}
+
+/// The cgroup directories (v1: one per hierarchy; v2: one) host process `pid` is in.
+fn cgroup_dirs_of(pid: i32) -> Vec<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            if !path.contains("template-") {
+                return None;
+            }
+            let hierarchy = match controllers {
+                "" => String::new(),
+                c => c.split(',').find(|c| ["memory", "pids", "cpu", "cpuacct"].contains(c))?.to_owned(),
+            };
+            Some(format!("/sys/fs/cgroup/{hierarchy}{path}").replace("//", "/"))
+        })
+        .collect()
+}
