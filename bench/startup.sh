@@ -20,7 +20,7 @@ if ! command -v bwrap >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bubblewrap
 fi
 cargo build --release -q -p sandbox
-SANDBOX="$ROOT/target/release/sandbox"
+SANDBOX="${CARGO_TARGET_DIR:-$ROOT/target}/release/sandbox"
 
 DATA_DIR="$(mktemp -d /tmp/sandbox-bench.XXXXXX)"
 chmod 0755 "$DATA_DIR"

@@ -14,7 +14,7 @@ PY=/usr/bin/python3
 
 bash scripts/install-deps.sh >/dev/null
 cargo build --release -q -p sandbox
-SANDBOX="$ROOT/target/release/sandbox"
+SANDBOX="${CARGO_TARGET_DIR:-$ROOT/target}/release/sandbox"
 WORK="$(mktemp -d /tmp/sandbox-bench-warm.XXXXXX)"
 chmod 0755 "$WORK"
 ENVS="${SANDBOX_BENCH_ENVIRONMENTS:-/var/tmp/sandbox-test-environments}"
