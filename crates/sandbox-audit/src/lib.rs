@@ -39,6 +39,9 @@ pub enum AuditError {
     /// The data directory could not be created.
     #[error("cannot create the audit log's directory {0}")]
     Io(std::path::PathBuf, #[source] std::io::Error),
+    /// The SQLite file could not be made readable by its owner only (mode 0600).
+    #[error("cannot make the audit log {0} private (mode 0600)")]
+    Private(std::path::PathBuf, #[source] std::io::Error),
     /// PostgreSQL refused an operation.
     #[error("audit database (postgres) {op} failed")]
     Pg {

@@ -42,6 +42,13 @@ impl SqliteStore {
     /// Errors: [`AuditError::Db`].
     pub fn open(path: &Path) -> Result<Self, AuditError> {
         let conn = Connection::open(path).map_err(db("open"))?;
+        // The log holds every caller's code and output: owner only (its -wal and -shm files
+        // take the database file's permissions).
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let private = std::fs::Permissions::from_mode(0o600);
+            std::fs::set_permissions(path, private).map_err(|e| AuditError::Private(path.to_owned(), e))?;
+        }
         conn.busy_timeout(Duration::from_secs(10)).map_err(db("busy_timeout"))?;
         // WAL is a property of the file, set once; switching needs an exclusive lock that the
         // busy handler does not wait for, so concurrent first opens retry here.

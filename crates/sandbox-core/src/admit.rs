@@ -203,15 +203,21 @@ fn admit_files(req: &ExecutionRequest, profile: &Profile) -> Result<Vec<InputFil
         }
         files.push(InputFile { path, bytes });
     }
-    // "a" as a file and "a/b" as another cannot both exist.
-    for pair in files.windows(2) {
-        let (a, b) = (pair[0].path.as_str(), pair[1].path.as_str());
-        if b.starts_with(a) && b.as_bytes().get(a.len()) == Some(&b'/') {
-            return Err(Rejection::new(
-                ErrorCode::InvalidFileName,
-                format!("{a:?} is both a file and the directory of {b:?}"),
-                Some(format!("files[{b:?}]")),
-            ));
+    // "a" as a file and "a/b" as another cannot both exist. Every parent directory of every file
+    // is checked against the set of files (neighbours in name order are not enough: "a", "a.txt",
+    // "a/b" sort with "a.txt" between the two).
+    let names: std::collections::BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    for f in &files {
+        let b = f.path.as_str();
+        for (i, _) in b.match_indices('/') {
+            let a = &b[..i];
+            if names.contains(a) {
+                return Err(Rejection::new(
+                    ErrorCode::InvalidFileName,
+                    format!("{a:?} is both a file and the directory of {b:?}"),
+                    Some(format!("files[{b:?}]")),
+                ));
+            }
         }
     }
     Ok(files)

@@ -543,3 +543,24 @@ fn proc_paths_docker_masks_are_empty() {
         assert_eq!(rest, want, "/proc/{name}");
     }
 }
+
+/// Issue 12, finding 10: the audit log (every caller's code and output) is readable by its owner
+/// only; another local user is refused by the kernel.
+#[test]
+fn another_local_user_cannot_read_the_audit_log() {
+    let r = run("python-default", "print('audited')", &[]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    let db = env().data.join("audit.db");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&db).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600, "{}", db.display());
+    let out = Command::new("runuser").args(["-u", "nobody", "--", "cat"]).arg(&db).output().unwrap();
+    assert!(!out.status.success(), "nobody read the audit log");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"), "{out:?}");
+    // Its twin: a file nobody may read in the same directory is readable (the refusal is the
+    // log's own mode, not the directory's).
+    let open = env().data.join("readable-by-all");
+    std::fs::write(&open, "x").unwrap();
+    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let out = Command::new("runuser").args(["-u", "nobody", "--", "cat"]).arg(&open).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
