@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::{chown, Gid, Pid, Uid};
+use nix::sys::signal::Signal;
+use nix::unistd::{chown, Gid, Uid};
 use sandbox_core::wire::{OutputFile, SkippedFile};
 use sandbox_core::profile::ENV_MOUNT;
 use sandbox_core::{Admitted, Language};
@@ -112,6 +112,9 @@ pub(crate) struct Prepared {
     pub(crate) cgroup: Option<Arc<Cgroup>>,
     /// Host pid of the container's init, once known.
     pub(crate) init_pid: Option<i32>,
+    /// A pidfd of init, once known: every signal to init goes through it, so none can reach a
+    /// later process that reused init's pid.
+    pub(crate) init: Option<Arc<std::os::fd::OwnedFd>>,
     /// SHA-256 of each input file, to tell changed outputs from untouched inputs.
     inputs: Vec<(String, [u8; 32])>,
     pub(crate) spec: SpawnSpec,
@@ -148,6 +151,7 @@ impl Prepared {
             warm_mounted: false,
             cgroup: None,
             init_pid: None,
+            init: None,
             inputs: Vec::new(),
             spec: SpawnSpec::default(),
             uid,
@@ -285,14 +289,32 @@ impl Prepared {
     /// down), then to whatever the cgroup still holds (the helper, a process mid-fork).
     /// Blocks while the cgroup empties (up to 5 s): from async code use [`Prepared::stop`].
     pub(crate) fn stop_everything(&self) {
-        stop(self.init_pid, self.cgroup.as_deref());
+        stop(self.init.as_deref(), self.cgroup.as_deref());
+    }
+
+    /// Takes init's host pid, as reported: opens a pidfd for it and keeps it only if that
+    /// process is still the child of `parent` (the helper, or a warm child), so a pid reused
+    /// in between is never signalled.
+    pub(crate) fn set_init(&mut self, pid: Option<i32>, parent: Option<i32>) {
+        self.init_pid = pid;
+        self.init = pid.and_then(|pid| {
+            let fd = sandbox_runtime::pidfd_open(pid).ok()?;
+            (parent.is_none() || crate::parent_of(pid) == parent).then(|| Arc::new(fd))
+        });
+    }
+
+    /// Sends `sig` to init through its pidfd (nothing when it is unknown or gone).
+    pub(crate) fn signal_init(&self, sig: Signal) {
+        if let Some(fd) = &self.init {
+            let _ = sandbox_runtime::pidfd_send_signal(std::os::fd::AsFd::as_fd(fd.as_ref()), sig as i32);
+        }
     }
 
     /// [`Prepared::stop_everything`] on a blocking thread, so a slow kill never stalls the
     /// runtime's workers (other executions, streams, health probes).
     pub(crate) async fn stop(&self) {
-        let (pid, cgroup) = (self.init_pid, self.cgroup.clone());
-        let _ = tokio::task::spawn_blocking(move || stop(pid, cgroup.as_deref())).await;
+        let (init, cgroup) = (self.init.clone(), self.cgroup.clone());
+        let _ = tokio::task::spawn_blocking(move || stop(init.as_deref(), cgroup.as_deref())).await;
     }
 
     /// Resource usage from the cgroup (zeros if it cannot be read).
@@ -349,9 +371,9 @@ impl Drop for Prepared {
     }
 }
 
-fn stop(init_pid: Option<i32>, cgroup: Option<&Cgroup>) {
-    if let Some(pid) = init_pid {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+fn stop(init: Option<&std::os::fd::OwnedFd>, cgroup: Option<&Cgroup>) {
+    if let Some(fd) = init {
+        let _ = sandbox_runtime::pidfd_send_signal(std::os::fd::AsFd::as_fd(fd), Signal::SIGKILL as i32);
     }
     if let Some(cg) = cgroup {
         if let Err(e) = cg.kill_all(Duration::from_secs(5)) {

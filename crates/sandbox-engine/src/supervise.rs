@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use command_fds::{CommandFdExt, FdMapping};
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use sandbox_core::network::NetworkReport;
 use sandbox_core::wire::{ExecError, ResourceUsage};
 use sandbox_core::{Admitted, ExecutionResult, Language, Status};
@@ -97,7 +96,7 @@ pub(crate) async fn run(
                 Err(why) => {
                     tracing::warn!(reason = %why.failure.unwrap_or_default(), "the template could not start the execution; starting it cold");
                     prepared.stop().await;
-                    prepared.init_pid = None;
+                    prepared.set_init(None, None);
                 }
             }
         }
@@ -185,21 +184,17 @@ async fn attempt(
     let mut kill_at: Option<tokio::time::Instant> = None;
     let mut exec_at: Option<Instant> = None;
     let mut aborted = false;
-    let signal_init = |prepared: &Prepared, sig: Signal| {
-        if let Some(pid) = prepared.init_pid {
-            let _ = kill(Pid::from_raw(pid), sig);
-        }
-    };
     loop {
         tokio::select! {
             line = events.next_line() => match line {
                 Ok(Some(line)) => match serde_json::from_str::<Event>(&line) {
                     Ok(Event::Started { init_pid }) => {
-                        prepared.init_pid = match l.warm_child {
+                        let (pid, parent) = match l.warm_child {
                             // pid 1 of a warm child cannot name its host pid: it is the child's only child.
-                            Some(child) => crate::warm::only_child(child),
-                            None => Some(init_pid),
+                            Some(child) => (crate::warm::only_child(child), Some(child)),
+                            None => (Some(init_pid), l.helper.as_ref().and_then(|h| h.id()).and_then(|p| i32::try_from(p).ok())),
                         };
+                        prepared.set_init(pid, parent);
                     }
                     Ok(Event::Spawned { landlock_abi }) => {
                         exec_at = Some(Instant::now());
@@ -220,12 +215,12 @@ async fn attempt(
             () = tokio::time::sleep_until(deadline), if !out.timed_out && !out.output_stopped => {
                 tracing::info!("timeout: SIGTERM to the sandbox");
                 out.timed_out = true;
-                signal_init(prepared, Signal::SIGTERM);
+                prepared.signal_init(Signal::SIGTERM);
                 kill_at = Some(tokio::time::Instant::now() + grace);
             }
             () = sleep_until_opt(kill_at) => {
                 tracing::info!("grace period over: SIGKILL to the sandbox");
-                signal_init(prepared, Signal::SIGKILL);
+                prepared.signal_init(Signal::SIGKILL);
                 prepared.stop().await;
                 kill_at = None;
             }
@@ -233,13 +228,13 @@ async fn attempt(
                 tracing::warn!("service shutting down: ending the execution");
                 aborted = true;
                 out.failure = Some("the service shut down before the execution ended".into());
-                signal_init(prepared, Signal::SIGKILL);
+                prepared.signal_init(Signal::SIGKILL);
                 prepared.stop().await;
             }
             () = limit_hit.notified(), if a.profile.output.stop_at_limit && !out.output_stopped && !out.timed_out => {
                 tracing::info!("output cap reached: stopping the sandbox");
                 out.output_stopped = true;
-                signal_init(prepared, Signal::SIGKILL);
+                prepared.signal_init(Signal::SIGKILL);
             }
         }
     }

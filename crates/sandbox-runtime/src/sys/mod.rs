@@ -157,6 +157,32 @@ pub fn landlock_abi() -> u32 {
     u32::try_from(v).unwrap_or(0)
 }
 
+/// A pidfd for process `pid` (`pidfd_open(2)`, Linux 5.3): signals sent through it reach that
+/// process or nothing, never a later process that reused the pid.
+/// Errors: the kernel's errno (ESRCH when no such process exists).
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain integer arguments; the result is checked and owned below.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = i32::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: pidfd_open just returned this new descriptor; nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sends `signal` to the process behind `pidfd` (`pidfd_send_signal(2)`, Linux 5.1).
+/// Errors: the kernel's errno (ESRCH once the process has exited).
+pub fn pidfd_send_signal(pidfd: std::os::fd::BorrowedFd<'_>, signal: i32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a descriptor we borrow for the call, a signal number, no siginfo, no flags.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), signal, std::ptr::null::<libc::c_void>(), 0u32) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Takes ownership of descriptor `fd`, inherited at a fixed number (a warm child's mount trees).
 /// Errors: EBADF when it is not open.
 pub fn take_fd(fd: i32) -> io::Result<OwnedFd> {
