@@ -227,7 +227,50 @@ fn bind_ro(src: &Path, target: &Path, is_dir: bool) -> Result<(), StepError> {
         }
     }
     step("bind", target, mount(Some(src), target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>))?;
-    remount_bind(target, MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV)
+    let ro = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    remount_bind(target, ro)?;
+    // Read-only all the way down: a recursive bind copies the source's submounts with their own
+    // flags (a writable mount under a read-only host directory would stay writable).
+    if is_dir {
+        for sub in submounts(target)? {
+            remount_bind(&sub, ro)?;
+        }
+    }
+    Ok(())
+}
+
+/// Mount points strictly below `dir`, from /proc/self/mountinfo (octal escapes decoded).
+fn submounts(dir: &Path) -> Result<Vec<PathBuf>, StepError> {
+    let info = step("mountinfo", Path::new("/proc/self/mountinfo"), fs::read_to_string("/proc/self/mountinfo"))?;
+    let prefix = dir.as_os_str().as_encoded_bytes();
+    let mut out = Vec::new();
+    for line in info.lines() {
+        let Some(field) = line.split(' ').nth(4) else { continue };
+        let path = unescape_mountinfo(field);
+        let bytes = path.as_os_str().as_encoded_bytes();
+        if bytes.len() > prefix.len() && bytes.starts_with(prefix) && bytes[prefix.len()] == b'/' {
+            out.push(path);
+        }
+    }
+    Ok(out)
+}
+
+/// Decodes mountinfo's `\ooo` escapes (space, tab, newline, backslash).
+fn unescape_mountinfo(field: &str) -> PathBuf {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = u16::from(b[i + 1] - b'0') * 64 + u16::from(b[i + 2] - b'0') * 8 + u16::from(b[i + 3] - b'0');
+            out.push(u8::try_from(v).unwrap_or(b'?'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from(String::from_utf8_lossy(&out).into_owned()))
 }
 
 /// Remounts the bind mount at `target` adding `flags`, keeping the flags the kernel locked when

@@ -564,3 +564,24 @@ fn another_local_user_cannot_read_the_audit_log() {
     let out = Command::new("runuser").args(["-u", "nobody", "--", "cat"]).arg(&open).output().unwrap();
     assert!(out.status.success(), "{out:?}");
 }
+
+/// Issue 12, finding 10: a read-only mount is read-only all the way down. A writable tmpfs
+/// mounted on the host below the profile's read-only `/data` directory stays read-only inside;
+/// its twin, the read-write share, stays writable.
+#[test]
+fn a_writable_submount_below_a_read_only_mount_is_read_only_inside() {
+    let sub = env().dir.join("dataset").join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    nix::mount::mount(Some("tmpfs"), &sub, Some("tmpfs"), nix::mount::MsFlags::empty(), Some("size=1m,mode=0777")).unwrap();
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    let _guard = Unmount(sub.clone());
+    let code = "import errno\nfor p in ('/data/sub/x', '/mnt/share/sub-twin'):\n    try:\n        open(p, 'w').write('x'); print('wrote', p)\n    except OSError as e:\n        print(errno.errorcode[e.errno], p)";
+    let r = run("py-mounts", code, &[]);
+    assert_eq!(r.stdout(), "EROFS /data/sub/x\nwrote /mnt/share/sub-twin\n", "{r:?}");
+    assert!(!sub.join("x").exists());
+}
