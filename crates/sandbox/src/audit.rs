@@ -49,15 +49,16 @@ pub fn recover(engine: &Engine, audit: &AuditLog) {
     }
 }
 
-/// The caller name of CLI executions: `cli:<user>`, the user behind `sudo` if any, else the
-/// account name of this process's real uid (`cli:root`), else `$USER`, else `cli:uid<N>`.
+/// The caller name of CLI executions: `cli:<user>`, the user behind `sudo` if any, else `$USER`,
+/// else the account name of this process's real uid (`cli:root` where `$USER` is unset, as in a
+/// container), else `cli:uid<N>` (a uid with no account).
 pub fn cli_caller() -> String {
     let uid = nix::unistd::getuid();
     let user = std::env::var("SUDO_USER")
         .ok()
         .filter(|u| !u.is_empty())
-        .or_else(|| nix::unistd::User::from_uid(uid).ok().flatten().map(|u| u.name))
         .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
+        .or_else(|| nix::unistd::User::from_uid(uid).ok().flatten().map(|u| u.name))
         .unwrap_or_else(|| format!("uid{uid}"));
     format!("cli:{user}")
 }
