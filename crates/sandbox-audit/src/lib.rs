@@ -12,6 +12,7 @@ mod postgres_store;
 mod recorder;
 mod sqlite;
 mod store;
+pub mod time;
 
 use serde::{Deserialize, Serialize};
 
@@ -184,6 +185,10 @@ pub struct AuditRecord {
     pub seq: i64,
 }
 
+/// Every status a record can have: the final [`sandbox_core::Status`] values, and `interrupted`
+/// (the service died during the run) and `running` (not finished yet).
+pub const STATUSES: &[&str] = &["ok", "error", "timeout", "memory_limit", "output_limit", "rejected", "internal_error", "interrupted", "running"];
+
 /// Filters of a listing; `None` matches everything. Newest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListFilter {
@@ -193,8 +198,10 @@ pub struct ListFilter {
     pub status: Option<String>,
     /// Only this language.
     pub language: Option<String>,
-    /// Only this caller.
+    /// Only this caller (exact).
     pub caller: Option<String>,
+    /// Only callers whose name starts with this (`key:`, `mcp:key:agent-1/`).
+    pub caller_prefix: Option<String>,
     /// Received at or after, ms since the epoch.
     pub since_ms: Option<i64>,
     /// Received before, ms since the epoch.

@@ -158,11 +158,12 @@ impl PostgresStore {
                    AND ($2::TEXT IS NULL OR COALESCE(e.status, b.status) = $2)
                    AND ($3::TEXT IS NULL OR COALESCE(e.language, b.language) = $3)
                    AND ($4::TEXT IS NULL OR b.caller = $4)
+                   AND ($9::TEXT IS NULL OR left(b.caller, length($9)) = $9)
                    AND ($5::BIGINT IS NULL OR b.at_ms >= $5)
                    AND ($6::BIGINT IS NULL OR b.at_ms < $6)
                    AND ($7::BIGINT IS NULL OR b.seq < $7)
                  ORDER BY b.seq DESC LIMIT $8",
-                &[&f.profile, &f.status, &f.language, &f.caller, &f.since_ms, &f.until_ms, &f.before_seq, &(limit + 1)],
+                &[&f.profile, &f.status, &f.language, &f.caller, &f.since_ms, &f.until_ms, &f.before_seq, &(limit + 1), &f.caller_prefix],
             )
             .map_err(pg("list"))?;
         let ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();

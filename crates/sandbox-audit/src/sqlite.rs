@@ -220,6 +220,7 @@ impl SqliteStore {
                    AND (?2 IS NULL OR COALESCE(e.status, b.status) = ?2)
                    AND (?3 IS NULL OR COALESCE(e.language, b.language) = ?3)
                    AND (?4 IS NULL OR b.caller = ?4)
+                   AND (?9 IS NULL OR substr(b.caller, 1, length(?9)) = ?9)
                    AND (?5 IS NULL OR b.at_ms >= ?5)
                    AND (?6 IS NULL OR b.at_ms < ?6)
                    AND (?7 IS NULL OR b.seq < ?7)
@@ -227,7 +228,7 @@ impl SqliteStore {
             )
             .map_err(db("list"))?;
         let ids: Vec<String> = stmt
-            .query_map(params![f.profile, f.status, f.language, f.caller, f.since_ms, f.until_ms, f.before_seq, limit + 1], |r| r.get(0))
+            .query_map(params![f.profile, f.status, f.language, f.caller, f.since_ms, f.until_ms, f.before_seq, limit + 1, f.caller_prefix], |r| r.get(0))
             .map_err(db("list"))?
             .collect::<Result<_, _>>()
             .map_err(db("list"))?;

@@ -217,22 +217,32 @@ impl Utf8Stream {
     }
 }
 
-/// Query of `GET /v1/executions`.
-#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
-#[serde(rename_all = "camelCase")]
+/// Query of `GET /v1/executions`. An unknown parameter, one given twice, or a value that does not
+/// parse is refused (400 `invalid_request` with `field` naming the parameter), never ignored.
+#[derive(Debug, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[expect(dead_code, reason = "documents the parameters; parse_query reads them")]
 pub struct ExecutionQuery {
     /// Only this profile.
     profile: Option<String>,
-    /// Only this final status (`ok`, `error`, `timeout`, ..., `rejected`, `interrupted`, `running`).
+    /// Only this final status (`ok`, `error`, `timeout`, `memory_limit`, `output_limit`, `rejected`,
+    /// `internal_error`, `interrupted`, `running`).
     status: Option<String>,
-    /// Only this language.
+    /// Only this language (`python`, `typescript`).
     language: Option<String>,
-    /// Only this caller (`key:<name>`, `anonymous`, `cli:<user>`); callers without the audit role
-    /// always see only their own records.
+    /// Only this caller (`key:<name>`, `anonymous`, `cli:<user>`, `mcp:...`); a trailing `*` makes it a
+    /// prefix (`key:*`, `mcp:key:agent-1/*`). Callers without the audit role always see only their
+    /// own records.
     caller: Option<String>,
-    /// Received at or after, ms since the Unix epoch.
+    /// Received at or after this time, RFC 3339 (`2026-12-02T00:00:00Z`, `2026-12-02T01:00:00+01:00`).
+    since: Option<String>,
+    /// Received before this time, RFC 3339.
+    until: Option<String>,
+    /// Deprecated alias of `since`: ms since the Unix epoch.
+    #[param(rename = "sinceMs")]
     since_ms: Option<i64>,
-    /// Received before, ms since the Unix epoch.
+    /// Deprecated alias of `until`: ms since the Unix epoch.
+    #[param(rename = "untilMs")]
     until_ms: Option<i64>,
     /// The `nextCursor` of the previous page.
     cursor: Option<i64>,
@@ -240,22 +250,82 @@ pub struct ExecutionQuery {
     limit: Option<u32>,
 }
 
+/// The parameters of `GET /v1/executions`, in the order of [`ExecutionQuery`].
+const QUERY_PARAMS: &[&str] = &["profile", "status", "language", "caller", "since", "until", "sinceMs", "untilMs", "cursor", "limit"];
+
+/// A refused query parameter: its name and why.
+#[derive(Debug, PartialEq, Eq)]
+struct BadParam {
+    name: String,
+    detail: String,
+}
+
+fn bad(name: &str, detail: String) -> BadParam {
+    BadParam { name: name.into(), detail }
+}
+
+/// Reads the query string of `GET /v1/executions` into a filter (the caller restriction is
+/// applied afterwards). Errors: the first parameter unknown, repeated or malformed.
+fn parse_query(query: &str) -> Result<sandbox_audit::ListFilter, BadParam> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query).map_err(|e| bad("query", format!("the query string cannot be decoded: {e}")))?;
+    let mut seen: Vec<&str> = Vec::new();
+    let mut f = sandbox_audit::ListFilter { limit: 50, ..Default::default() };
+    let int = |name: &str, v: &str| -> Result<i64, BadParam> { v.parse::<i64>().map_err(|_| bad(name, format!("{name}={v:?} is not an integer"))) };
+    let time = |name: &str, v: &str| -> Result<i64, BadParam> {
+        sandbox_audit::time::parse_rfc3339_ms(v).map_err(|e| bad(name, format!("{name}={v:?}: {e}")))
+    };
+    for (name, v) in &pairs {
+        let Some(known) = QUERY_PARAMS.iter().find(|k| **k == name.as_str()) else {
+            return Err(bad(name, format!("unknown query parameter {name:?}; known: {}", QUERY_PARAMS.join(", "))));
+        };
+        // `since` and its alias `sinceMs` (and the two `until`s) are one parameter.
+        let slot = match *known {
+            "sinceMs" => "since",
+            "untilMs" => "until",
+            k => k,
+        };
+        if seen.contains(&slot) {
+            return Err(bad(name, format!("query parameter {name:?} is given twice (or with its alias)")));
+        }
+        seen.push(slot);
+        match *known {
+            "profile" => f.profile = Some(v.clone()),
+            "status" if sandbox_audit::STATUSES.contains(&v.as_str()) => f.status = Some(v.clone()),
+            "status" => return Err(bad(name, format!("status={v:?} is not a status; one of {}", sandbox_audit::STATUSES.join(", ")))),
+            "language" => f.language = Some(v.clone()),
+            "caller" => match v.strip_suffix('*') {
+                Some(prefix) => f.caller_prefix = Some(prefix.to_owned()),
+                None => f.caller = Some(v.clone()),
+            },
+            "since" => f.since_ms = Some(time(name, v)?),
+            "until" => f.until_ms = Some(time(name, v)?),
+            "sinceMs" => f.since_ms = Some(int(name, v)?),
+            "untilMs" => f.until_ms = Some(int(name, v)?),
+            "cursor" => f.before_seq = Some(int(name, v)?),
+            "limit" => match v.parse::<u32>() {
+                Ok(n @ 1..=1000) => f.limit = n,
+                _ => return Err(bad(name, format!("limit={v:?} is not a page size 1..=1000"))),
+            },
+            other => unreachable!("{other} is in QUERY_PARAMS and handled above"),
+        }
+    }
+    Ok(f)
+}
+
 /// Audit records, newest first, with cursor pagination. Without the audit role only the
 /// caller's own (anonymous callers: those of `anonymous`).
 #[utoipa::path(get, path = "/v1/executions", params(ExecutionQuery),
-    responses((status = 200, description = "A page: { records: [...], nextCursor? }"), (status = 401, body = Problem), (status = 403, body = Problem), (status = 421, body = Problem), (status = 429, body = Problem)))]
-async fn list_executions(State(state): State<AppState>, Extension(who): Extension<Caller>, axum::extract::Query(q): axum::extract::Query<ExecutionQuery>) -> Response {
+    responses((status = 200, description = "A page: { records: [...], nextCursor? }"), (status = 400, body = Problem, description = "A query parameter unknown, repeated or malformed; `field` names it"), (status = 401, body = Problem), (status = 403, body = Problem), (status = 421, body = Problem), (status = 429, body = Problem)))]
+async fn list_executions(State(state): State<AppState>, Extension(who): Extension<Caller>, axum::extract::RawQuery(query): axum::extract::RawQuery) -> Response {
     let Some(audit) = &state.audit else { return fail(&state, ErrorCode::NotFound, "this service keeps no audit log", None) };
-    let filter = sandbox_audit::ListFilter {
-        profile: q.profile,
-        status: q.status,
-        language: q.language,
-        caller: if who.can_audit_all() { q.caller } else { Some(who.audit_name()) },
-        since_ms: q.since_ms,
-        until_ms: q.until_ms,
-        before_seq: q.cursor,
-        limit: q.limit.unwrap_or(50),
+    let mut filter = match parse_query(query.as_deref().unwrap_or("")) {
+        Ok(f) => f,
+        Err(b) => return fail(&state, ErrorCode::InvalidRequest, b.detail, Some(b.name)),
     };
+    if !who.can_audit_all() {
+        filter.caller = Some(who.audit_name());
+        filter.caller_prefix = None;
+    }
     // A database query blocks: on a blocking thread, never a worker.
     let audit = audit.clone();
     let page = tokio::task::spawn_blocking(move || audit.store().list(&filter)).await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
@@ -357,4 +427,31 @@ async fn metrics(State(state): State<AppState>) -> Response {
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(q: &str) -> String {
+        parse_query(q).expect_err(q).name
+    }
+
+    #[test]
+    fn query_parameters_parse_or_are_refused_by_name() {
+        let f = parse_query("status=timeout&since=1970-01-01T00:00:01Z&until=1970-01-01T01:00:02%2B01:00&limit=7&cursor=9&caller=key:*").unwrap();
+        assert_eq!((f.status.as_deref(), f.since_ms, f.until_ms, f.limit, f.before_seq), (Some("timeout"), Some(1000), Some(2000), 7, Some(9)));
+        assert_eq!((f.caller, f.caller_prefix.as_deref()), (None, Some("key:")));
+        assert_eq!(parse_query("sinceMs=5&untilMs=6").map(|f| (f.since_ms, f.until_ms)), Ok((Some(5), Some(6))));
+        assert_eq!(parse_query("").map(|f| f.limit), Ok(50));
+        assert_eq!(refused("statsu=timeout"), "statsu");
+        assert_eq!(refused("limit=abc"), "limit");
+        assert_eq!(refused("limit=0"), "limit");
+        assert_eq!(refused("limit=1001"), "limit");
+        assert_eq!(refused("status=timout"), "status");
+        assert_eq!(refused("since=2026-12-02"), "since");
+        assert_eq!(refused("sinceMs=2026-12-02T00:00:00Z"), "sinceMs");
+        assert_eq!(refused("since=1970-01-01T00:00:01Z&sinceMs=5"), "sinceMs");
+        assert_eq!(refused("cursor=x"), "cursor");
+    }
 }

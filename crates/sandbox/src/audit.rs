@@ -49,14 +49,71 @@ pub fn recover(engine: &Engine, audit: &AuditLog) {
     }
 }
 
-/// The caller name of CLI executions: `cli:<user>`.
+/// The caller name of CLI executions: `cli:<user>`, the user behind `sudo` if any, else `$USER`,
+/// else the account name of this process's real uid (`cli:root` where `$USER` is unset, as in a
+/// container), else `cli:uid<N>` (a uid with no account).
 pub fn cli_caller() -> String {
-    let user = std::env::var("SUDO_USER").or_else(|_| std::env::var("USER")).unwrap_or_else(|_| format!("uid{}", nix_uid()));
+    let uid = nix::unistd::getuid();
+    let user = std::env::var("SUDO_USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
+        .or_else(|| nix::unistd::User::from_uid(uid).ok().flatten().map(|u| u.name))
+        .unwrap_or_else(|| format!("uid{uid}"));
     format!("cli:{user}")
 }
 
-fn nix_uid() -> u32 {
-    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0)
+/// Reads a time of `--since`/`--until`: RFC 3339 (`2026-12-01T10:00:00Z`, `...+01:00`), a UTC date
+/// (`2026-12-01`, its midnight), or a duration back from now (`1h`, `30min`, `2days`); in ms since
+/// the Unix epoch.
+fn parse_time(s: &str) -> Result<i64, String> {
+    if let Ok(ms) = sandbox_audit::time::parse_rfc3339_ms(s) {
+        return Ok(ms);
+    }
+    let is_date = s.len() == 10 && s.bytes().enumerate().all(|(i, b)| if i == 4 || i == 7 { b == b'-' } else { b.is_ascii_digit() });
+    if is_date {
+        return sandbox_audit::time::parse_rfc3339_ms(&format!("{s}T00:00:00Z"));
+    }
+    if let Ok(d) = humantime::parse_duration(s) {
+        let now = ms(Some(std::time::SystemTime::now())).unwrap_or(0);
+        return Ok(now - i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    }
+    Err("expected an RFC 3339 time (2026-12-01T10:00:00Z), a date (2026-12-01) or a duration ago (1h, 30min)".into())
+}
+
+fn parse_status(s: &str) -> Result<String, String> {
+    if sandbox_audit::STATUSES.contains(&s) {
+        Ok(s.to_owned())
+    } else {
+        Err(format!("one of {}", sandbox_audit::STATUSES.join(", ")))
+    }
+}
+
+/// Adds, next to every time in ms (`receivedAtMs`, `atMs`), the same time in the format of
+/// `audit list` (`receivedAt`, `at`: RFC 3339 UTC with ms), so every audit command shows one format.
+fn with_times(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            let times: Vec<(String, i64)> = map
+                .iter()
+                .filter_map(|(k, x)| Some((k.strip_suffix("AtMs").map(|p| format!("{p}At")).or_else(|| (k == "atMs").then(|| "at".to_owned()))?, x.as_i64()?)))
+                .collect();
+            for x in map.values_mut() {
+                with_times(x);
+            }
+            for (k, ms) in times {
+                map.entry(k).or_insert_with(|| sandbox_audit::time::format_ms(ms).into());
+            }
+        }
+        serde_json::Value::Array(xs) => xs.iter_mut().for_each(with_times),
+        _ => {}
+    }
+}
+
+fn json_with_times(x: &impl serde::Serialize) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(x)?;
+    with_times(&mut v);
+    Ok(v)
 }
 
 /// Subcommands of `sandbox audit`.
@@ -67,21 +124,22 @@ pub enum AuditCommand {
         /// Only this profile.
         #[arg(long)]
         profile: Option<String>,
-        /// Only this final status (ok, error, timeout, memory_limit, output_limit, rejected, interrupted, running).
-        #[arg(long)]
+        /// Only this final status (ok, error, timeout, memory_limit, output_limit, rejected, internal_error, interrupted, running).
+        #[arg(long, value_parser = parse_status)]
         status: Option<String>,
         /// Only this language.
         #[arg(long)]
         language: Option<String>,
-        /// Only this caller (e.g. `key:agent-1`, `cli:root`).
+        /// Only this caller (e.g. `key:agent-1`, `cli:root`); a trailing `*` makes it a prefix (`key:*`).
         #[arg(long)]
         caller: Option<String>,
-        /// Only records received at or after this time (RFC 3339, e.g. 2026-11-30T10:00:00Z).
-        #[arg(long, value_parser = humantime::parse_rfc3339_weak)]
-        since: Option<std::time::SystemTime>,
-        /// Only records received before this time (RFC 3339).
-        #[arg(long, value_parser = humantime::parse_rfc3339_weak)]
-        until: Option<std::time::SystemTime>,
+        /// Only records received at or after this time: RFC 3339 (2026-11-30T10:00:00Z), a UTC date
+        /// (2026-11-30) or a duration ago (1h, 30min).
+        #[arg(long, value_parser = parse_time)]
+        since: Option<i64>,
+        /// Only records received before this time (same forms as --since).
+        #[arg(long, value_parser = parse_time)]
+        until: Option<i64>,
         /// Page size.
         #[arg(long, default_value_t = 50)]
         limit: u32,
@@ -139,22 +197,30 @@ pub fn run(data_dir: &Path, config: &sandbox_core::Config, command: AuditCommand
     let mut out = std::io::stdout().lock();
     match command {
         AuditCommand::List { profile, status, language, caller, since, until, limit, cursor, json } => {
+            let (caller, caller_prefix) = match caller {
+                Some(c) => match c.strip_suffix('*') {
+                    Some(p) => (None, Some(p.to_owned())),
+                    None => (Some(c), None),
+                },
+                None => (None, None),
+            };
             let page = store.list(&ListFilter {
                 profile,
                 status,
                 language,
                 caller,
-                since_ms: ms(since),
-                until_ms: ms(until),
+                caller_prefix,
+                since_ms: since,
+                until_ms: until,
                 before_seq: cursor,
                 limit,
             })?;
             if json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&page)?)?;
+                writeln!(out, "{}", serde_json::to_string_pretty(&json_with_times(&page)?)?)?;
             } else {
                 writeln!(out, "{:<38} {:<24} {:<13} {:<12} {:<20} RECEIVED", "EXECUTION", "PROFILE", "STATUS", "CALLER", "LANGUAGE")?;
                 for r in &page.records {
-                    let at = humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(r.received_at_ms).unwrap_or(0)));
+                    let at = sandbox_audit::time::format_ms(r.received_at_ms);
                     writeln!(
                         out,
                         "{:<38} {:<24} {:<13} {:<12} {:<20} {at}",
@@ -173,7 +239,7 @@ pub fn run(data_dir: &Path, config: &sandbox_core::Config, command: AuditCommand
         }
         AuditCommand::Show { id } => match store.get(&id)? {
             Some(r) => {
-                writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
+                writeln!(out, "{}", serde_json::to_string_pretty(&json_with_times(&r)?)?)?;
                 Ok(ExitCode::SUCCESS)
             }
             None => {
@@ -184,7 +250,7 @@ pub fn run(data_dir: &Path, config: &sandbox_core::Config, command: AuditCommand
         AuditCommand::Export { format } => {
             anyhow::ensure!(format == "jsonl", "--format {format:?}: only jsonl is supported");
             for e in store.events()? {
-                writeln!(out, "{}", serde_json::to_string(&e)?)?;
+                writeln!(out, "{}", serde_json::to_string(&json_with_times(&e)?)?)?;
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -92,6 +92,8 @@ fn records_join_events_and_list(s: &mut dyn AuditStore) {
     assert_eq!(last.next_cursor, None);
     let timeouts = s.list(&ListFilter { status: Some("timeout".into()), limit: 10, ..Default::default() }).unwrap();
     assert_eq!(timeouts.records.len(), 1);
+    let mut prefixed = |p: &str| s.list(&ListFilter { caller_prefix: Some(p.into()), limit: 10, ..Default::default() }).unwrap().records.len();
+    assert_eq!((prefixed("ali"), prefixed("alice"), prefixed("alicex"), prefixed("bob")), (5, 5, 0, 0));
     assert_eq!(s.unfinished().unwrap().iter().map(|e| e.execution_id.as_str()).collect::<Vec<_>>(), ["e9"]);
 }
 

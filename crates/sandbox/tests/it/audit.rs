@@ -223,6 +223,112 @@ fn query_api_filters_paginates_and_isolates_callers() {
 }
 
 #[test]
+fn query_api_refuses_unknown_and_malformed_parameters_by_name() {
+    let keys = "[[service.api_keys]]\nname = \"all\"\nsha256 = \"31a65195ae16798d1e0d6d435b997168cc1cc4175b7f8a46c1484ed962f7c041\"\n\
+                [[service.api_keys]]\nname = \"auditor\"\nsha256 = \"8f8d178249f7491637671709aac7e001c228d082a50338b28484fc7d5408cf81\"\nroles = [\"audit\"]\n";
+    let s = Server::start(keys);
+    let http = reqwest::blocking::Client::new();
+    let r = http.post(format!("{}/v1/executions", s.url)).bearer_auth("test-key-all").json(&serde_json::json!({"profile": "python-default", "code": "print(1)"})).send().unwrap();
+    assert_eq!(r.status(), 200);
+    let get = |key: &str, q: &str| -> (u16, String, Value) {
+        let r = http.get(format!("{}/v1/executions{q}", s.url)).bearer_auth(key).send().unwrap();
+        let ct = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+        (r.status().as_u16(), ct, r.json().unwrap_or(Value::Null))
+    };
+    let count = |key: &str, q: &str| -> usize {
+        let (status, _, body) = get(key, q);
+        assert_eq!(status, 200, "{q}: {body}");
+        body["records"].as_array().unwrap().len()
+    };
+    // Each refused query next to its accepted twin.
+    for (refused, field, twin) in [
+        ("?statsu=timeout", "statsu", "?status=ok"),
+        ("?limit=abc", "limit", "?limit=1"),
+        ("?limit=0", "limit", "?limit=1000"),
+        ("?status=timout", "status", "?status=ok"),
+        ("?since=2026-12-02", "since", "?since=2000-01-01T00:00:00Z"),
+        ("?until=yesterday", "until", "?until=2999-01-01T00:00:00%2B02:00"),
+        ("?sinceMs=2000-01-01T00:00:00Z", "sinceMs", "?sinceMs=0"),
+        ("?cursor=next", "cursor", "?cursor=999999"),
+        ("?status=ok&status=error", "status", "?status=ok&limit=5"),
+        ("?since=2000-01-01T00:00:00Z&sinceMs=0", "sinceMs", "?since=2000-01-01T00:00:00Z&untilMs=99999999999999"),
+    ] {
+        let (status, ct, body) = get("test-key-py", refused);
+        assert_eq!((status, ct.as_str()), (400, "application/problem+json"), "{refused}: {body}");
+        assert_eq!((body["code"].as_str(), body["field"].as_str()), (Some("invalid_request"), Some(field)), "{refused}: {body}");
+        assert_eq!(count("test-key-py", twin), 1, "{twin}");
+    }
+    // Times are honoured, not ignored.
+    assert_eq!(count("test-key-py", "?since=2999-01-01T00:00:00Z"), 0);
+    assert_eq!(count("test-key-py", "?until=2000-01-01T00:00:00Z"), 0);
+    assert_eq!(count("test-key-py", "?sinceMs=99999999999999"), 0);
+    // A caller prefix, for the audit role; others still see only their own.
+    assert_eq!(count("test-key-py", "?caller=key:*"), 1);
+    assert_eq!(count("test-key-py", "?caller=key:a*"), 1);
+    assert_eq!(count("test-key-py", "?caller=key:all"), 1);
+    assert_eq!(count("test-key-py", "?caller=key:al"), 0, "without * the name is exact");
+    assert_eq!(count("test-key-py", "?caller=cli:*"), 0);
+    assert_eq!(count("test-key-all", "?caller=key:*"), 1);
+    assert_eq!(count("test-key-all", "?caller=cli:*"), 1, "a caller without the audit role sees its own whatever it asks");
+}
+
+#[test]
+fn cli_times_callers_and_prefixes() {
+    let data = data_dir();
+    // Without $USER (a container, a service manager) the caller is still the account name.
+    let out = Command::new(bin())
+        .arg("--config")
+        .arg(&env().config)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["run", "--json", "--profile", "python-default", "-c", "print(1)"])
+        .env_remove("USER")
+        .env_remove("SUDO_USER")
+        .output()
+        .unwrap();
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["executionId"].as_str().unwrap().to_owned();
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid()).unwrap().unwrap().name;
+    let record = show(&data, &id);
+    assert_eq!(record["caller"], format!("cli:{me}"), "{record}");
+    let list = |args: &[&str]| -> usize {
+        let mut a = vec!["audit", "list", "--json"];
+        a.extend_from_slice(args);
+        let out = cli(&data, &a);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["records"].as_array().unwrap().len()
+    };
+    for (args, n) in [
+        (&["--since", "1h"][..], 1),
+        (&["--until", "1h"], 0),
+        (&["--since", "2000-01-01"], 1),
+        (&["--since", "2999-01-01"], 0),
+        (&["--since", "2000-01-01T00:00:00Z"], 1),
+        (&["--until", "2000-01-01T01:00:00+01:00"], 0),
+        (&["--caller", "cli:*"], 1),
+        (&["--caller", &format!("cli:{me}")], 1),
+        (&["--caller", "cli:"], 0),
+        (&["--caller", "key:*"], 0),
+        (&["--status", "ok"], 1),
+    ] {
+        assert_eq!(list(args), n, "{args:?}");
+    }
+    for bad in [&["--since", "yesterday"][..], &["--since", "2026-12-32"], &["--status", "timout"]] {
+        let mut a = vec!["audit", "list"];
+        a.extend_from_slice(bad);
+        let out = cli(&data, &a);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(bad[0]), "{out:?}");
+    }
+    // show, export and list print one time format.
+    let table = String::from_utf8(cli(&data, &["audit", "list"]).stdout).unwrap();
+    let at = record["receivedAt"].as_str().unwrap();
+    assert!(table.lines().any(|l| l.contains(&id) && l.ends_with(at)), "{at} in {table}");
+    let export = String::from_utf8(cli(&data, &["audit", "export"]).stdout).unwrap();
+    let first: Value = serde_json::from_str(export.lines().next().unwrap()).unwrap();
+    assert_eq!(first["at"].as_str(), Some(at), "{first}");
+}
+
+#[test]
 fn retention_prunes_old_records_and_verify_still_passes() {
     let data = data_dir();
     for i in 0..4 {
