@@ -57,7 +57,7 @@ pub fn probe() -> HostReport {
     });
     let cgroup = Layout::detect();
     checks.push(match &cgroup {
-        Ok(l) => Check { name: "cgroups", ok: true, detail: format!("{} with memory, cpu, pids ({l:?})", l.version()) },
+        Ok(l) => Check { name: "cgroups", ok: true, detail: describe_layout(l) },
         Err(e) => Check { name: "cgroups", ok: false, detail: e.to_string() },
     });
     let seccomp = Path::new("/proc/sys/kernel/seccomp/actions_avail").exists();
@@ -181,4 +181,19 @@ fn v2_file_check(file: &'static str, below_root: Option<&Option<std::path::PathB
 
 fn read_trim(path: &str) -> Option<String> {
     std::fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
+}
+
+/// The cgroup layout in words for `sandbox doctor`, e.g. `v2 at /sys/fs/cgroup with memory, cpu,
+/// pids` or `v1: memory at /sys/fs/cgroup/memory, cpu at ..., cpuacct at ..., pids at ...`.
+fn describe_layout(layout: &Layout) -> String {
+    match layout {
+        Layout::V2 { root } => format!("v2 at {} with memory, cpu, pids", root.display()),
+        Layout::V1 { memory, cpu, cpuacct, pids } => format!(
+            "v1: memory at {}, cpu at {}, cpuacct at {}, pids at {}",
+            memory.display(),
+            cpu.display(),
+            cpuacct.display(),
+            pids.display()
+        ),
+    }
 }

@@ -190,7 +190,7 @@ pub fn run(data_dir: &Path, config: &sandbox_core::Config, command: AuditCommand
                 log.store().prune(before, keep_last, now)?
             }
         };
-        println!("pruned {} events (through #{})", report.events, report.through_seq);
+        outln!("pruned {} events (through #{})", report.events, report.through_seq);
         return Ok(ExitCode::SUCCESS);
     }
     let mut store = log.store();
@@ -243,7 +243,7 @@ pub fn run(data_dir: &Path, config: &sandbox_core::Config, command: AuditCommand
                 Ok(ExitCode::SUCCESS)
             }
             None => {
-                eprintln!("sandbox: error[not_found]: no audit record for execution {id:?}");
+                errln!("sandbox: error[not_found]: no audit record for execution {id:?}");
                 Ok(ExitCode::from(2))
             }
         },

@@ -45,10 +45,10 @@ fn declared<'a>(config: &'a Config, name: &str) -> anyhow::Result<&'a Environmen
 pub fn install(config: &Config, data_dir: &Path, name: &str) -> anyhow::Result<()> {
     let env = declared(config, name)?;
     let envs = Environments::for_runtime(&config.runtime, data_dir);
-    let outcome = envs.install(name, env, &config.runtime, &mut |line| eprintln!("{line}"))?;
+    let outcome = envs.install(name, env, &config.runtime, &mut |line| errln!("{line}"))?;
     if let Installed::Built(_, m) = outcome {
-        eprintln!("python: {}", if m.python_installed.is_empty() { "-".into() } else { m.python_installed.join(" ") });
-        eprintln!("npm: {}", if m.npm_installed.is_empty() { "-".into() } else { m.npm_installed.join(" ") });
+        errln!("python: {}", if m.python_installed.is_empty() { "-".into() } else { m.python_installed.join(" ") });
+        errln!("npm: {}", if m.npm_installed.is_empty() { "-".into() } else { m.npm_installed.join(" ") });
     }
     Ok(())
 }
@@ -58,7 +58,7 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
     let envs = Environments::for_runtime(&config.runtime, data_dir);
     match command {
         EnvCommand::List => {
-            println!("{:<24} {:<14} {:>9} {:<20} PROFILES", "NAME", "STATE", "SIZE", "SPEC");
+            outln!("{:<24} {:<14} {:>9} {:<20} PROFILES", "NAME", "STATE", "SIZE", "SPEC");
             for (name, env) in &config.environments {
                 let st = envs.status(name, env, &config.runtime);
                 let (state, size) = match &st.current {
@@ -67,12 +67,12 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
                 };
                 let users: Vec<&str> =
                     config.profiles.iter().filter(|(_, p)| p.environment.as_deref() == Some(name)).map(|(n, _)| n.as_str()).collect();
-                println!("{name:<24} {state:<14} {size:>9} {:<20} {}", Environments::spec_hash(env, &config.runtime), users.join(", "));
+                outln!("{name:<24} {state:<14} {size:>9} {:<20} {}", Environments::spec_hash(env, &config.runtime), users.join(", "));
                 for s in st.stale {
-                    println!("  stale: {} (an older spec; `sandbox env remove {name}` removes every version)", s.display());
+                    outln!("  stale: {} (an older spec; `sandbox env remove {name}` removes every version)", s.display());
                 }
             }
-            println!("(installed under {})", envs.dir().display());
+            outln!("(installed under {})", envs.dir().display());
             Ok(ExitCode::SUCCESS)
         }
         EnvCommand::Install { name } => {
@@ -83,10 +83,10 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
             declared(&config, &name)?;
             let removed = envs.remove(&name)?;
             if removed.is_empty() {
-                eprintln!("{name} was not installed");
+                errln!("{name} was not installed");
             }
             for p in removed {
-                eprintln!("removed {}", p.display());
+                errln!("removed {}", p.display());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -108,18 +108,18 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
     let env = declared(&config, name)?.clone();
     let envs = Environments::for_runtime(&config.runtime, data_dir);
     if envs.installed(name, &env, &config.runtime).is_none() {
-        eprintln!("sandbox: error[environment_not_installed]: {name} is not installed; run `sandbox env install {name}`");
+        errln!("sandbox: error[environment_not_installed]: {name} is not installed; run `sandbox env install {name}`");
         return Ok(ExitCode::from(VERIFY_NOT_INSTALLED));
     }
     let (path, manifest) = match envs.check_integrity(name, &env, &config.runtime) {
         Ok(v) => v,
         Err(e @ sandbox_engine::environment::EnvError::Tampered { .. }) => {
-            eprintln!("sandbox: error: {e}");
+            errln!("sandbox: error: {e}");
             return Ok(ExitCode::from(VERIFY_TAMPERED));
         }
         Err(e) => return Err(e.into()),
     };
-    eprintln!("files: {} files, {} bytes match the manifest ({})", manifest.files, manifest.bytes, path.display());
+    errln!("files: {} files, {} bytes match the manifest ({})", manifest.files, manifest.bytes, path.display());
     let mut checks: Vec<(Language, String)> = Vec::new();
     if !env.python_imports.is_empty() {
         let modules = serde_json::to_string(&env.python_imports)?;
@@ -167,15 +167,15 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
             Ok(ticket) => rt.block_on(ticket.run(None)),
             Err(refusal) => refusal.into_result(&profile),
         };
-        print!("{}", r.stdout);
+        out!("{}", r.stdout);
         if r.status != Status::Ok {
             exit = exit.max(if r.status == Status::Error { VERIFY_IMPORT_FAILED } else { VERIFY_NOT_RUN });
-            eprintln!("{}: {} in the sandbox: {}", language.as_str(), r.status.as_str(), r.stderr.trim_end());
+            errln!("{}: {} in the sandbox: {}", language.as_str(), r.status.as_str(), r.stderr.trim_end());
             if let Some(e) = &r.error {
-                eprintln!("  {}: {}", e.kind, e.message);
+                errln!("  {}: {}", e.kind, e.message);
             }
         } else {
-            eprintln!("{}: every package imports inside the sandbox ({} ms)", language.as_str(), r.timing.run_ms);
+            errln!("{}: every package imports inside the sandbox ({} ms)", language.as_str(), r.timing.run_ms);
         }
     }
     Ok(ExitCode::from(exit))

@@ -1,7 +1,8 @@
 //! `sandbox`: the Sandbox Service's one binary. Also the helper that builds each container: when
 //! started as `sandbox-init` it becomes that helper before anything else runs.
-#![allow(clippy::print_stdout, clippy::print_stderr)] // a CLI prints
 
+#[macro_use]
+mod out;
 mod audit;
 mod config;
 mod env;
@@ -35,6 +36,9 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a program in a fresh sandbox; exits with its exit code (128+signal when killed).
+    #[command(after_help = "Exit codes: the program's own (128+signal when a signal ended it); before it runs, \
+2 for a rejected request, 3 when the host cannot run the profile (see `sandbox doctor`), 4 for an \
+internal error, 5 when the --server cannot be reached.")]
     Run(Box<run::RunArgs>),
     /// Serve the HTTP API (POST /v1/executions, GET /v1/profiles, /healthz, /readyz, /metrics, /openapi.json)
     /// and MCP over streamable HTTP at /mcp.
@@ -100,6 +104,8 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a person watching: a redirected log gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match dispatch(cli) {
         Ok(code) => code,
@@ -108,7 +114,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("sandbox: error: {e:#}");
+            errln!("sandbox: error: {e:#}");
             ExitCode::from(2)
         }
     }
@@ -139,11 +145,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Openapi => {
             use utoipa::OpenApi as _;
-            println!("{}", sandbox_server::ApiDoc::openapi().to_pretty_json()?);
+            outln!("{}", sandbox_server::ApiDoc::openapi().to_pretty_json()?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Profiles { command: ProfilesCommand::List } => {
-            println!(
+            outln!(
                 "{:<24} {:<11} {:>9} {:>5} {:>5} {:>9} {:<10} {:<22} DESCRIPTION",
                 "NAME", "LANGUAGE", "MEMORY", "CPU", "PIDS", "TIMEOUT", "NETWORK", "ENVIRONMENT"
             );
@@ -157,7 +163,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                         None => format!("{e} (missing)"),
                     },
                 };
-                println!(
+                outln!(
                     "{:<24} {:<11} {:>6}MiB {:>5} {:>5} {:>8}s {:<10} {:<22} {}",
                     name,
                     p.language.as_str(),
@@ -175,14 +181,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Profiles { command: ProfilesCommand::Show { name } } => {
             let Some(p) = config.profiles.get(&name) else {
                 let known: Vec<&str> = config.profiles.keys().map(String::as_str).collect();
-                eprintln!("sandbox: error[profile_not_found]: no profile named {name:?}; known profiles: {}", known.join(", "));
+                errln!("sandbox: error[profile_not_found]: no profile named {name:?}; known profiles: {}", known.join(", "));
                 return Ok(ExitCode::from(2));
             };
             let mut table = toml::Table::new();
             let mut profiles = toml::Table::new();
             profiles.insert(name.clone(), toml::Value::try_from(p)?);
             table.insert("profiles".into(), toml::Value::Table(profiles));
-            print!("{}", toml::to_string(&table)?);
+            out!("{}", toml::to_string(&table)?);
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor { json } => {
@@ -271,49 +277,49 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
                 })
             }).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&v).expect("json values serialize"));
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json values serialize"));
     } else {
-        println!("Host features:");
+        outln!("Host features:");
         for c in &report.checks {
-            println!("  [{}] {:<16} {}", if c.ok { "ok" } else { "FAIL" }, c.name, c.detail);
+            outln!("  [{}] {:<16} {}", if c.ok { "ok" } else { "FAIL" }, c.name, c.detail);
         }
         if !self_test.is_empty() {
-            println!("Self-test (each step an execution takes, done once now; /readyz runs it too):");
+            outln!("Self-test (each step an execution takes, done once now; /readyz runs it too):");
             for s in &self_test {
-                println!("  [{}] {:<16} {}", if s.ok { "ok" } else { "FAIL" }, s.name, s.detail);
+                outln!("  [{}] {:<16} {}", if s.ok { "ok" } else { "FAIL" }, s.name, s.detail);
             }
         }
-        println!("Runtimes:");
+        outln!("Runtimes:");
         for (what, path, version) in &runtimes {
             match version {
-                Some(v) => println!("  [ok] {what:<16} {path} ({v})"),
-                None => println!("  [FAIL] {what:<14} {path} not runnable"),
+                Some(v) => outln!("  [ok] {what:<16} {path} ({v})"),
+                None => outln!("  [FAIL] {what:<14} {path} not runnable"),
             }
         }
-        println!("Profiles:");
+        outln!("Profiles:");
         for (name, why) in &profiles {
             let needs = config.profiles[name].landlock_min_abi;
             let landlock = if landlock_abi >= needs { "met" } else { "NOT met" };
             let landlock = format!("landlock ABI {landlock_abi} enforced, needs {needs}: {landlock}");
             match why {
-                None => println!("  [ok] {name} ({landlock})"),
-                Some(w) => println!("  [FAIL] {name}: {w} ({landlock})"),
+                None => outln!("  [ok] {name} ({landlock})"),
+                Some(w) => outln!("  [FAIL] {name}: {w} ({landlock})"),
             }
         }
         if !templates.is_empty() {
-            println!("Warm templates (started, checked and stopped now, as `sandbox serve` would start them):");
+            outln!("Warm templates (started, checked and stopped now, as `sandbox serve` would start them):");
             for t in &templates {
                 let ok = t.state == "ready";
                 let detail = match &t.error {
                     Some(e) => format!("{}: {e}", t.state),
                     None => format!("{}, {} MiB peak memory", t.state, t.peak_memory_bytes >> 20),
                 };
-                println!("  [{}] {:<16} {detail}", if ok { "ok" } else { "FAIL" }, t.profile);
+                outln!("  [{}] {:<16} {detail}", if ok { "ok" } else { "FAIL" }, t.profile);
             }
         }
     }
     if let Some(why) = &self_test_failure {
-        eprintln!("sandbox: not ready: {why}");
+        errln!("sandbox: not ready: {why}");
     }
     let builtin = sandbox_core::Config::builtin();
     let builtin_unavailable = profiles.iter().any(|(name, why)| why.is_some() && builtin.profiles.contains_key(name));

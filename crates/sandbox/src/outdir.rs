@@ -42,7 +42,7 @@ pub fn write(dir: &Path, files: &BTreeMap<String, sandbox_core::wire::OutputFile
     let owner = (Uid::from_raw(st.st_uid), Gid::from_raw(st.st_gid));
     for (name, f) in files {
         if let Err(e) = write_one(&root, owner, name, &f.base64, overwrite) {
-            eprintln!("sandbox: output file {} not written: {e:#}", name.escape_debug());
+            errln!("sandbox: output file {} not written: {e:#}", name.escape_debug());
         }
     }
     Ok(())

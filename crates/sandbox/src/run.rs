@@ -68,6 +68,7 @@ pub struct RunArgs {
     #[arg(long)]
     warm: bool,
     /// Run on a `sandbox serve` at this URL (e.g. http://127.0.0.1:8080) instead of locally.
+    /// Exits 5 when the service cannot be reached.
     #[arg(long, value_name = "URL")]
     server: Option<String>,
     /// API key for --server.
@@ -75,8 +76,13 @@ pub struct RunArgs {
     api_key: Option<String>,
 }
 
+/// Exit code of `sandbox run --server` when the service cannot be reached (connection refused,
+/// reset or timed out) or answers something that is not the API.
+pub const UNREACHABLE: u8 = 5;
+
 /// Runs one execution and maps its result to an exit code: the program's own, 128+signal when a
-/// signal ended it, 2 for a rejected request, 3 when the host cannot run it, 4 for an internal error.
+/// signal ended it, 2 for a rejected request, 3 when the host cannot run it, 4 for an internal
+/// error, [`UNREACHABLE`] (5) when `--server` cannot be reached.
 pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<ExitCode> {
     let request = build_request(&args)?;
     if let Some(url) = &args.server {
@@ -105,7 +111,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
                 anyhow::bail!("--warm: the template of profile {:?} did not get ready", request.profile);
             }
         } else {
-            eprintln!("sandbox: --warm: profile {:?} cannot have a template (not Python, or an allowlist network); running cold", request.profile);
+            errln!("sandbox: --warm: profile {:?} cannot have a template (not Python, or an allowlist network); running cold", request.profile);
         }
     }
     // Decode → submit → run → encode, as every door does; one slot, no queue.
@@ -159,14 +165,18 @@ fn run_remote(url: &str, request: ExecutionRequest, args: &RunArgs) -> anyhow::R
         Ok(result) => finish(&result, args),
         Err(sandbox_client::ClientError::Problem { problem, .. }) => {
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&problem)?);
+                outln!("{}", serde_json::to_string_pretty(&problem)?);
             } else {
                 let field = problem.field.as_deref().map(|f| format!(" ({f})")).unwrap_or_default();
-                eprintln!("sandbox: error[{}]{field}: {}", problem.code, problem.detail);
+                errln!("sandbox: error[{}]{field}: {}", problem.code, problem.detail);
             }
             Ok(ExitCode::from(u8::try_from(problem.code.exit_code()).unwrap_or(2)))
         }
-        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot reach the sandbox service at {url}"))),
+        // Not the service's answer: the connection failed, broke, or the answer was not the API's.
+        Err(e) => {
+            errln!("sandbox: error: cannot reach the sandbox service at {url}: {:#}", anyhow::Error::new(e));
+            Ok(ExitCode::from(UNREACHABLE))
+        }
     }
 }
 
@@ -268,9 +278,9 @@ fn report(r: &sandbox_core::ExecutionResult, wrote_files: bool) {
     if let Some(e) = &r.error {
         let field = e.field.as_deref().map(|f| format!(" ({f})")).unwrap_or_default();
         match r.status {
-            Status::Rejected | Status::InternalError => eprintln!("sandbox: error[{}]{field}: {}", e.kind, e.message),
+            Status::Rejected | Status::InternalError => errln!("sandbox: error[{}]{field}: {}", e.kind, e.message),
             // Never ran (a TypeScript syntax error): nothing was streamed, so show it here.
-            _ if r.enforcement.is_none() && !r.stderr.is_empty() => eprintln!("{}", r.stderr.trim_end()),
+            _ if r.enforcement.is_none() && !r.stderr.is_empty() => errln!("{}", r.stderr.trim_end()),
             _ => {}
         }
     }
@@ -283,17 +293,17 @@ fn report(r: &sandbox_core::ExecutionResult, wrote_files: bool) {
         let _ = writeln!(out, "{sep}{text}").and_then(|()| out.flush());
     }
     match r.status {
-        Status::Timeout => eprintln!("sandbox: timed out after {} ms (killed by {})", r.duration_ms, r.signal_name.as_deref().unwrap_or("signal")),
-        Status::MemoryLimit => eprintln!("sandbox: memory limit reached (oom killed)"),
-        Status::OutputLimit => eprintln!("sandbox: output cap reached; the program was stopped"),
+        Status::Timeout => errln!("sandbox: timed out after {} ms (killed by {})", r.duration_ms, r.signal_name.as_deref().unwrap_or("signal")),
+        Status::MemoryLimit => errln!("sandbox: memory limit reached (oom killed)"),
+        Status::OutputLimit => errln!("sandbox: output cap reached; the program was stopped"),
         _ => {}
     }
     if r.stdout_truncated || r.stderr_truncated {
-        eprintln!("sandbox: output truncated at the profile's cap (stdout: {}, stderr: {})", r.stdout_truncated, r.stderr_truncated);
+        errln!("sandbox: output truncated at the profile's cap (stdout: {}, stderr: {})", r.stdout_truncated, r.stderr_truncated);
     }
     if !r.files.is_empty() && !wrote_files {
         // Names come from the program: escape control characters before they reach a terminal.
         let names: Vec<String> = r.files.keys().map(|n| n.escape_debug().to_string()).collect();
-        eprintln!("sandbox: {} output file(s) not written (use --out-dir): {}", names.len(), names.join(", "));
+        errln!("sandbox: {} output file(s) not written (use --out-dir): {}", names.len(), names.join(", "));
     }
 }

@@ -1,5 +1,6 @@
 //! `sandbox serve`: the HTTP API on the engine, with graceful shutdown.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -93,7 +94,9 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
         // One line on stdout, so scripts (and tests) can learn the port of `--listen 127.0.0.1:0`.
-        println!("listening on http://{local} ({slots} execution slots)");
+        // The address line is for whoever started the server; one that stopped reading is no error.
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on http://{local} ({slots} execution slots)").and_then(|()| out.flush());
         // Retention at start and hourly.
         let retention_log = retention_audit.clone();
         tokio::spawn(async move {

@@ -121,6 +121,13 @@ fn doctor_reports_host_features_and_runnable_profiles() {
     assert!(core["ok"] == true && core["detail"].as_str().unwrap().starts_with('"'), "{core}");
     assert!(v["profiles"].as_array().unwrap().iter().all(|p| p["runnable"] == true), "{v}");
     assert!(v["profiles"].as_array().unwrap().iter().all(|p| p["landlock"]["met"] == true && p["landlock"]["minAbi"] == 1), "{v}");
+    // The cgroup layout in words, not a Rust `Debug` dump (issue 17, item 7).
+    let cgroups = v["checks"].as_array().unwrap().iter().find(|c| c["name"] == "cgroups").unwrap()["detail"].as_str().unwrap().to_owned();
+    let readable = match expected_cgroup_version().as_str() {
+        "v2" => cgroups.starts_with("v2 at /") && cgroups.ends_with(" with memory, cpu, pids"),
+        _ => cgroups.starts_with("v1: memory at /") && cgroups.contains(", cpu at /") && cgroups.contains(", pids at /"),
+    };
+    assert!(readable && !cgroups.contains(['{', '"']), "{cgroups}");
 }
 
 /// `sandbox run --json` of `print(1)` under a profile demanding landlock ABI `min_abi`.
@@ -220,4 +227,93 @@ fn doctor_exits_1_when_a_built_in_profile_cannot_run() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.lines().any(|l| l.contains("[FAIL] typescript-default") && l.contains("/nonexistent/node")), "{text}");
+}
+
+/// `sandbox <args>` with stdout (or stderr) a pipe whose reader is already gone, as in
+/// `sandbox profiles list | head -0`: every write gets EPIPE.
+fn with_closed_pipe(args: &[&str], close_stderr: bool) -> Output {
+    let (reader, writer) = nix::unistd::pipe().unwrap();
+    drop(reader);
+    let mut c = sandbox(args);
+    if close_stderr {
+        c.stderr(std::process::Stdio::from(writer)).stdout(std::process::Stdio::piped());
+    } else {
+        c.stdout(std::process::Stdio::from(writer)).stderr(std::process::Stdio::piped());
+    }
+    c.output().unwrap()
+}
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // Issue 17, item 7: `sandbox profiles list | head -1` panicked (exit 101 with a backtrace).
+    for args in [
+        &["profiles", "list"][..],
+        &["profiles", "show", "python-default"],
+        &["openapi"],
+        &["env", "list"],
+        &["--help"],
+        &["run", "-c", "print('x' * 100000)"],
+    ] {
+        let out = with_closed_pipe(args, false);
+        assert_eq!((out.status.code(), String::from_utf8_lossy(&out.stderr).as_ref()), (Some(0), ""), "{args:?}: {out:?}");
+    }
+    // A closed stderr loses the message, not the exit code.
+    let out = with_closed_pipe(&["profiles", "show", "nope"], true);
+    assert_eq!((out.status.code(), out.stdout.as_slice()), (Some(2), &b""[..]), "{out:?}");
+}
+
+#[test]
+fn run_on_an_unreachable_server_exits_5() {
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    for json in [false, true] {
+        let mut args = vec!["run", "--server", &url, "-c", "print(1)"];
+        if json {
+            args.push("--json");
+        }
+        let out = sandbox(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!((out.status.code(), out.stdout.as_slice()), (Some(5), &b""[..]), "{out:?}");
+        let prefix = format!("sandbox: error: cannot reach the sandbox service at {url}: request to the sandbox service failed: ");
+        assert!(stderr.starts_with(&prefix) && stderr.ends_with("Connection refused (os error 111)\n"), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+    let help = sandbox(&["run", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(help.contains("4 for an internal error, 5 when the --server cannot be reached."), "{help}");
+}
+
+#[test]
+fn serve_logs_plain_text_with_execution_ids() {
+    // Issue 17, item 7: a redirected log got ANSI colours, and no execution id.
+    let dir = tempfile::Builder::new().prefix("srv-log-").tempdir_in(&env().dir).unwrap().keep();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let log = dir.join("serve.log");
+    let mut child = Command::new(bin())
+        .arg("--config")
+        .arg(&env().config)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-warm"])
+        .env("SANDBOX_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let url = line.split_whitespace().nth(2).unwrap_or_else(|| panic!("no address in {line:?}")).to_owned();
+    let out = sandbox(&["run", "--server", &url, "--json", "-c", "print(1)"]).output().unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()), nix::sys::signal::Signal::SIGTERM).unwrap();
+    child.wait().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["executionId"].as_str().unwrap().to_owned();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains('\x1b'), "ANSI escapes in a redirected log:\n{text}");
+    for event in ["execution started", "execution finished"] {
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains(event)).collect();
+        assert_eq!(lines.len(), 1, "{event}:\n{text}");
+        assert!(lines[0].contains(&format!("execution_id={id}")), "{event} without the id {id}:\n{text}");
+    }
 }
