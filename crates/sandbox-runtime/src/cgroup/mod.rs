@@ -260,18 +260,6 @@ impl Cgroup {
         self.dirs.iter().map(|d| d.join(file)).collect()
     }
 
-    /// Moves the single-threaded process `pid` (a host pid) into this cgroup, as it would move
-    /// itself through [`Cgroup::join_files`]; its children are then born inside. For a warm
-    /// child, forked by a template in another cgroup.
-    /// Errors: [`CgroupError::Write`] naming the file.
-    pub fn add_process(&self, pid: i32) -> Result<(), CgroupError> {
-        for file in self.join_files() {
-            fs::write(&file, pid.to_string())
-                .map_err(|source| CgroupError::Write { path: file.clone(), value: pid.to_string(), source })?;
-        }
-        Ok(())
-    }
-
     /// The layout this cgroup lives in.
     pub fn layout(&self) -> &Layout {
         &self.layout
