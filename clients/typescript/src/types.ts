@@ -80,6 +80,10 @@ export interface Timing {
   setupMs: number;
   runMs: number;
   collectMs: number;
+  /** Started warm (forked from a template, or in a pooled sandbox) rather than cold. */
+  warm?: boolean;
+  /** How a warm run started; absent when cold. */
+  warmStart?: "template" | "pool";
 }
 
 /** Isolation actually enforced. */

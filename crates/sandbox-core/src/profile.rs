@@ -71,8 +71,10 @@ pub struct Environment {
     /// importable by bare specifier (`import Papa from "papaparse"`).
     #[serde(default)]
     pub npm: Vec<String>,
-    /// Python modules a warm template of this environment imports before its first fork
-    /// (e.g. `pandas`, `matplotlib.pyplot`), so that executions start with them loaded.
+    /// Modules a warm start of this environment has imported before the caller's code runs:
+    /// Python modules a template imports before its first fork (e.g. `pandas`,
+    /// `matplotlib.pyplot`); npm packages a pooled TypeScript sandbox imports before it waits
+    /// for its code (e.g. `zod`).
     #[serde(default)]
     pub preload: Vec<String>,
 }
@@ -282,13 +284,19 @@ pub enum WarmMode {
     /// own namespaces, cgroup, uid, landlock and seccomp before the caller's first instruction.
     /// Without a ready template an execution starts cold.
     Template,
+    /// A pool of pre-started single-use sandboxes (any language; what TypeScript profiles use,
+    /// since Node cannot fork safely): each is a complete cold sandbox (its own namespaces,
+    /// cgroup with the profile's limits, uid, landlock and seccomp) whose interpreter has
+    /// started and imported the environment's `preload` modules, waiting for its code. An
+    /// execution takes one, runs in it, and it is destroyed after; an empty pool means a cold start.
+    Pool,
 }
 
 /// Warm-start settings of a profile (`[profiles.NAME.warm]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Warm {
-    /// `off` (the default) or `template`.
+    /// `off` (the default), `template` or `pool`.
     pub mode: WarmMode,
     /// A template is replaced by a fresh one after this many forks.
     pub max_forks: u64,
@@ -297,11 +305,25 @@ pub struct Warm {
     /// Memory cap of the template's own cgroup (its interpreter and imported libraries, shared
     /// copy-on-write with its children, whose own pages count against the execution's limit), in bytes.
     pub template_memory_max_bytes: u64,
+    /// `pool`: how many pre-started sandboxes are kept waiting (1..=64). Each holds a uid and a
+    /// slot's worth of memory, counted when the service sizes its concurrency.
+    pub pool_size: u32,
+    /// `pool`: the least time between two pool refills, in ms (the rate cap: a burst that empties
+    /// the pool degrades to cold starts instead of starving the CPU with refills). A pooled
+    /// sandbox older than `max_age_ms` is replaced.
+    pub pool_refill_interval_ms: u64,
 }
 
 impl Default for Warm {
     fn default() -> Self {
-        Self { mode: WarmMode::Off, max_forks: 10_000, max_age_ms: 3_600_000, template_memory_max_bytes: 1 << 30 }
+        Self {
+            mode: WarmMode::Off,
+            max_forks: 10_000,
+            max_age_ms: 3_600_000,
+            template_memory_max_bytes: 1 << 30,
+            pool_size: 2,
+            pool_refill_interval_ms: 50,
+        }
     }
 }
 
@@ -567,8 +589,10 @@ impl Config {
                 validate_npm_pin(r).map_err(|m| err(at(&format!("npm[{i}]")), m))?;
             }
             for (i, m) in e.preload.iter().enumerate() {
-                if !is_module_name(m) {
-                    return Err(err(at(&format!("preload[{i}]")), format!("{m:?} is not a module name")));
+                // A Python module, or one of the environment's npm packages by name.
+                let npm_package = e.npm.iter().any(|pin| pin.get(1..).and_then(|rest| rest.rsplit_once('@')).is_some_and(|(n, _)| format!("{}{n}", &pin[..1]) == *m));
+                if !is_module_name(m) && !npm_package {
+                    return Err(err(at(&format!("preload[{i}]")), format!("{m:?} is neither a Python module name nor one of the environment's npm packages")));
                 }
             }
         }
@@ -619,6 +643,14 @@ impl Config {
                 check_range(p.warm.max_age_ms, 1_000, 30 * 86_400_000, "ms").map_err(|m| err(at("warm.max_age_ms"), m))?;
                 check_range(p.warm.template_memory_max_bytes, 16 << 20, 1 << 40, "bytes")
                     .map_err(|m| err(at("warm.template_memory_max_bytes"), m))?;
+            }
+            if p.warm.mode == WarmMode::Pool {
+                if !matches!(p.network, Network::None) {
+                    return Err(err(at("warm.mode"), "pools serve profiles with network = \"none\"; allowlist profiles start cold".into()));
+                }
+                check_range(p.warm.pool_size.into(), 1, 64, "").map_err(|m| err(at("warm.pool_size"), m))?;
+                check_range(p.warm.pool_refill_interval_ms, 0, 60_000, "ms").map_err(|m| err(at("warm.pool_refill_interval_ms"), m))?;
+                check_range(p.warm.max_age_ms, 1_000, 30 * 86_400_000, "ms").map_err(|m| err(at("warm.max_age_ms"), m))?;
             }
             check_range(p.landlock_min_abi.into(), 0, LANDLOCK_ABI_MAX.into(), "(the newest landlock ABI known)")
                 .map_err(|m| err(at("landlock_min_abi"), m))?;

@@ -187,10 +187,23 @@ pub struct Timing {
     pub run_ms: u64,
     /// Reading output files, resource usage and tearing down.
     pub collect_ms: u64,
-    /// The program was forked from a warm template (its interpreter and the environment's
-    /// preloaded modules were already loaded) rather than started cold.
+    /// The program started warm (its interpreter and the environment's preloaded modules were
+    /// already loaded) rather than cold: forked from a template, or in a pooled sandbox.
     #[serde(default)]
     pub warm: bool,
+    /// How a warm run started; absent for a cold one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_start: Option<WarmStart>,
+}
+
+/// How a warm execution started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WarmStart {
+    /// Forked from a template (a Python interpreter with the environment's modules imported).
+    Template,
+    /// In a pre-started single-use sandbox of the profile's pool.
+    Pool,
 }
 
 /// A structured error: a rejection, a service failure, or (later) a program's exception.

@@ -53,19 +53,48 @@ pub fn program_command(a: &Admitted, rt: &RuntimeConfig) -> (Vec<String>, Vec<(S
     let argv = match a.language {
         Language::Python => vec![rt.python.display().to_string(), "-B".into(), harness, mode],
         Language::Typescript => {
-            // V8's heap limit below the cgroup's, so a heap overflow ends as V8's own
-            // "heap out of memory" rather than a kill with no message.
-            let heap_mib = (a.profile.limits.memory_max_bytes >> 20) * 3 / 4;
-            vec![
-                rt.node.display().to_string(),
-                "--enable-source-maps".into(),
-                format!("--max-old-space-size={}", heap_mib.max(16)),
-                harness,
-                mode,
-            ]
+            let mut argv = node_flags(&a.profile, rt);
+            argv.extend([harness, mode]);
+            argv
         }
     };
     (argv, program_env(&a.profile, a.language, &a.env))
+}
+
+/// The argv and environment of a pooled sandbox of `profile` (see [`crate::pool`]): the
+/// program's, with the harness in `pool` mode and no request's variables (the harness sets
+/// those it is handed with the code).
+pub fn pool_command(profile: &Profile, rt: &RuntimeConfig) -> (Vec<String>, Vec<(String, String)>) {
+    let harness = format!("{CODE_DIR}/{}", harness_source(profile.language).0);
+    let argv = match profile.language {
+        Language::Python => vec![rt.python.display().to_string(), "-B".into(), harness, "pool".into()],
+        Language::Typescript => {
+            let mut argv = node_flags(profile, rt);
+            argv.extend([harness, "pool".into()]);
+            argv
+        }
+    };
+    (argv, program_env(profile, profile.language, &BTreeMap::new()))
+}
+
+/// Whether a request's environment variable `name` is one the interpreter reads only as it
+/// starts (`NODE_OPTIONS`, `UV_THREADPOOL_SIZE`, `PYTHONPATH`, ...): a pooled sandbox, started
+/// before the request, could not honour it, so such a request starts cold.
+pub fn read_at_start(language: Language, name: &str) -> bool {
+    let locale = name == "TZ" || name == "LANG" || name.starts_with("LC_");
+    locale
+        || match language {
+            Language::Python => name.starts_with("PYTHON"),
+            Language::Typescript => name.starts_with("NODE_") || name.starts_with("UV_"),
+        }
+}
+
+/// The node binary and flags of every TypeScript program of `profile`.
+fn node_flags(profile: &Profile, rt: &RuntimeConfig) -> Vec<String> {
+    // V8's heap limit below the cgroup's, so a heap overflow ends as V8's own
+    // "heap out of memory" rather than a kill with no message.
+    let heap_mib = (profile.limits.memory_max_bytes >> 20) * 3 / 4;
+    vec![rt.node.display().to_string(), "--enable-source-maps".into(), format!("--max-old-space-size={}", heap_mib.max(16))]
 }
 
 /// The argv and environment of a warm template for `profile` (Python): the program's

@@ -10,6 +10,7 @@
 mod collect;
 mod command;
 pub mod environment;
+pub mod pool;
 mod prepare;
 mod supervise;
 pub mod service;
@@ -69,6 +70,8 @@ pub struct Engine {
     abort: tokio::sync::watch::Sender<bool>,
     /// Warm templates, once [`Engine::enable_warm`] started them.
     templates: std::sync::OnceLock<Arc<warm::Templates>>,
+    /// Warm pools, once [`Engine::enable_warm`] started them.
+    pools: std::sync::OnceLock<Arc<pool::Pools>>,
     /// The last self-test's verdict and when it ran ([`Engine::readiness`]).
     readiness: std::sync::Mutex<Option<(Instant, Result<(), String>)>>,
 }
@@ -102,6 +105,7 @@ impl Engine {
             recorder,
             abort: tokio::sync::watch::channel(false).0,
             templates: std::sync::OnceLock::new(),
+            pools: std::sync::OnceLock::new(),
             readiness: std::sync::Mutex::new(None),
         }
     }
@@ -143,37 +147,65 @@ impl Engine {
         verdict
     }
 
-    /// Starts, in the background, a warm template for every profile with `[warm] mode =
-    /// "template"` that can run on this host; until one is ready (and whenever it is not), that
-    /// profile's executions start cold. For long-running services (`serve`, `mcp`) and
-    /// `sandbox run --warm`. Returns whether any profile is warm.
+    /// Starts, in the background, warm starts for every profile that can run on this host: a
+    /// template for each with `[warm] mode = "template"`, a pool of pre-started sandboxes for
+    /// each with `mode = "pool"`. Until one is ready (and whenever it is not), that profile's
+    /// executions start cold. For long-running services (`serve`, `mcp`) and `sandbox run
+    /// --warm`. Returns whether any profile is warm.
     /// Errors: warm starts are configured but cannot work here (the warm-start library is not
     /// built, no cgroup layout); executions then all run cold.
     pub fn enable_warm(&self) -> Result<bool, String> {
-        self.start_templates(EngineOptions::clone(&self.opts))
+        self.start_warm(EngineOptions::clone(&self.opts))
     }
 
     /// Like [`Engine::enable_warm`], for `profile` alone and whatever its `[warm] mode` says
-    /// (`sandbox run --warm`, and the tests that run the attack suite warm). Returns false when
-    /// the profile cannot have a template (not Python, or an allowlist network): it runs cold.
+    /// (`sandbox run --warm`, and the tests that run the attack suite warm): a template for a
+    /// Python profile, a pool (of one) for a TypeScript one. Returns false when the profile
+    /// cannot start warm (an allowlist network): it runs cold.
     /// Errors: as [`Engine::enable_warm`].
     pub fn enable_warm_for(&self, profile: &str) -> Result<bool, String> {
+        use sandbox_core::profile::WarmMode;
         let mut opts = EngineOptions::clone(&self.opts);
         for (name, p) in &mut opts.config.profiles {
-            let can = name == profile && p.language == Language::Python && matches!(p.network, sandbox_core::network::Network::None);
-            p.warm.mode = if can { sandbox_core::profile::WarmMode::Template } else { sandbox_core::profile::WarmMode::Off };
+            let can = name == profile && matches!(p.network, sandbox_core::network::Network::None);
+            p.warm.mode = match p.language {
+                _ if !can => WarmMode::Off,
+                Language::Python => WarmMode::Template,
+                Language::Typescript => {
+                    p.warm.pool_size = 1;
+                    WarmMode::Pool
+                }
+            };
         }
-        if !opts.config.profiles.values().any(|p| p.warm.mode == sandbox_core::profile::WarmMode::Template) {
+        if opts.config.profiles.values().all(|p| p.warm.mode == WarmMode::Off) {
             return Ok(false);
         }
-        self.start_templates(opts)
+        self.start_warm(opts)
     }
 
-    fn start_templates(&self, opts: EngineOptions) -> Result<bool, String> {
-        if self.templates.get().is_some() {
+    /// Blocks until `profile`'s template or pool is ready, or `patience` passes (`sandbox run
+    /// --warm`, `doctor`, tests). Returns whether it is; `Ok(false)` for a profile that is not warm.
+    /// Errors: its last template or pooled-sandbox start failed (the reason).
+    pub fn wait_warm(&self, profile: &str, patience: std::time::Duration) -> Result<bool, String> {
+        if let Some(p) = self.pools.get().filter(|p| p.serves(profile)) {
+            return p.wait_ready(profile, patience);
+        }
+        match self.templates.get() {
+            Some(t) => t.wait_ready(profile, patience),
+            None => Ok(false),
+        }
+    }
+
+    fn start_warm(&self, opts: EngineOptions) -> Result<bool, String> {
+        if self.templates.get().is_some() || self.pools.get().is_some() {
             return Ok(true);
         }
-        let Some(t) = warm::Templates::new(opts, self.host.cgroup.clone())? else { return Ok(false) };
+        let pools = pool::Pools::start(opts.clone(), self.host.cgroup.clone(), |profile| self.availability(profile).is_ok())?;
+        let any_pool = pools.is_some();
+        if let Some(p) = pools {
+            let _ = self.pools.set(p);
+        }
+        let Some(t) = warm::Templates::new(opts, self.host.cgroup.clone())? else { return Ok(any_pool) };
         t.start(|profile| self.availability(profile).is_ok());
         let _ = self.templates.set(t);
         Ok(true)
@@ -185,8 +217,16 @@ impl Engine {
         self.templates.get()
     }
 
-    /// Stops every warm template (after the service drained): nothing of them is left.
+    /// The warm pools, if [`Engine::enable_warm`] started any (for `doctor` and `/metrics`).
+    pub fn pools(&self) -> Option<&Arc<pool::Pools>> {
+        self.pools.get()
+    }
+
+    /// Stops every warm template and pool (after the service drained): nothing of them is left.
     pub fn stop_warm(&self) {
+        if let Some(p) = self.pools.get() {
+            p.shutdown();
+        }
         if let Some(t) = self.templates.get() {
             t.shutdown();
         }
@@ -390,13 +430,24 @@ impl Engine {
             },
         };
         let layout = self.host.cgroup.clone().expect("host checks passed, so a cgroup layout exists");
-        // Directories, the workspace mount, input files and cgroup writes: on a blocking thread.
-        let (prepared, admitted) = {
-            let (opts, layout, id) = (self.opts.clone(), layout.clone(), id.to_owned());
+        // A pooled sandbox when the profile has one ready, else a cold one. Directories, the
+        // workspace mount, input files and cgroup writes: on a blocking thread.
+        let (prepared, member, admitted) = {
+            let (opts, layout, id, pools) = (self.opts.clone(), layout.clone(), id.to_owned(), self.pools.get().cloned());
             off_worker(move || {
+                if let Some(mut m) = pools.as_ref().and_then(|p| p.checkout(&admitted)) {
+                    match m.prepared_mut().fill_member(&opts, &admitted, &code) {
+                        Ok(()) => {
+                            let (p, launch) = m.into_parts();
+                            return (Ok(prepare::DropOffWorker::new(p)), Some(launch), admitted);
+                        }
+                        // The member is destroyed; the execution starts cold.
+                        Err(e) => tracing::warn!(error = %e, "a pooled sandbox could not take the execution; starting it cold"),
+                    }
+                }
                 // Dropped on this thread too if the execution was abandoned meanwhile.
                 let p = prepare::Prepared::new(&opts, &layout, &id, &admitted, &code).map(prepare::DropOffWorker::new);
-                (p, admitted)
+                (p, None, admitted)
             })
             .await
         };
@@ -417,7 +468,7 @@ impl Engine {
             network: admitted.profile.network.mode().into(),
         });
         let templates = self.templates.get();
-        let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output, self.abort.subscribe(), templates).await;
+        let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output, self.abort.subscribe(), templates, member).await;
         let collect_start = Instant::now();
         // The cgroup kill loop, usage, reading output files and teardown (unmounts, rmdir
         // retries): on a blocking thread, so a slow teardown stalls only this execution.

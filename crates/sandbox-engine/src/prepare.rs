@@ -108,6 +108,8 @@ pub(crate) struct Prepared {
     workspace_mounted: bool,
     /// A warm child's `warm/` tmpfs (code and /etc files) is mounted.
     warm_mounted: bool,
+    /// A pooled sandbox's `code/` tmpfs is mounted.
+    code_mounted: bool,
     /// Shared with the blocking threads that kill its processes ([`Prepared::stop`]).
     pub(crate) cgroup: Option<Arc<Cgroup>>,
     /// Host pid of the container's init, once known.
@@ -127,6 +129,59 @@ impl Prepared {
     /// Creates the directories, mounts and fills the workspace, creates the cgroup, and builds the spawn spec.
     /// Errors: [`PrepareError`]; whatever was made is undone by `Drop`.
     pub(crate) fn new(opts: &EngineOptions, layout: &Layout, id: &str, a: &Admitted, code: &str) -> Result<Self, PrepareError> {
+        let mut p = Self::create(opts, layout, id, &a.profile)?;
+        p.write_inputs(a, opts.config.runtime.uid_base)?;
+        let (argv, env) = program_command(a, &opts.config.runtime);
+        let files = root_files(a.language, p.uid.uid(), Some((code, a.input_json.as_deref())));
+        p.spec = p.spec_for(opts, &a.profile, a.language, files, argv, env)?;
+        Ok(p)
+    }
+
+    /// The host state of a pooled sandbox of `profile` (see [`crate::pool`]): everything
+    /// [`Prepared::new`] makes but the inputs, plus `code/`, a small tmpfs the sandbox sees
+    /// read-only at `/code` holding the harness now and the code once an execution takes it.
+    /// The program is the harness in `pool` mode, importing `preload`.
+    /// Errors: [`PrepareError`]; whatever was made is undone by `Drop`.
+    pub(crate) fn new_member(opts: &EngineOptions, layout: &Layout, id: &str, profile: &sandbox_core::Profile, preload: &[String]) -> Result<Self, PrepareError> {
+        let mut p = Self::create(opts, layout, id, profile)?;
+        let code = p.dir.join("code");
+        fs::DirBuilder::new().mode(0o755).create(&code).map_err(io_err("create", &code))?;
+        // Room for the largest code (with its inline source map) and a function's input.
+        let size = profile.limits.code_max_bytes.saturating_mul(4).saturating_add(MEMBER_INPUT_MAX_BYTES);
+        let options = format!("size={size},mode=0755");
+        mount(Some("tmpfs"), &code, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(options.as_str()))
+            .map_err(|source| PrepareError::Mount { op: "mount", path: code.clone(), source })?;
+        p.code_mounted = true;
+        let (name, source) = harness_source(profile.language);
+        write_ro(&code.join(name), source.as_bytes())?;
+        let (argv, mut env) = crate::command::pool_command(profile, &opts.config.runtime);
+        env.push(("SANDBOX_PRELOAD".into(), preload.join(",")));
+        let files = root_files(profile.language, p.uid.uid(), None)
+            .into_iter()
+            .filter(|f| !f.sandbox_path.starts_with(&format!("{CODE_DIR}/")))
+            .collect();
+        let mut spec = p.spec_for(opts, profile, profile.language, files, argv, env)?;
+        spec.mounts.insert(0, BindMount { host: code, sandbox_path: CODE_DIR.into(), read_only: true });
+        p.spec = spec;
+        Ok(p)
+    }
+
+    /// Gives a pooled sandbox its execution: the input files into the workspace, the code and
+    /// the function's input into `code/`.
+    /// Errors: [`PrepareError::Io`] (e.g. code larger than the `code/` tmpfs).
+    pub(crate) fn fill_member(&mut self, opts: &EngineOptions, a: &Admitted, code: &str) -> Result<(), PrepareError> {
+        self.write_inputs(a, opts.config.runtime.uid_base)?;
+        let dir = self.dir.join("code");
+        write_ro(&dir.join(code_file(a.language)), code.as_bytes())?;
+        if let Some(input) = a.input_json.as_deref() {
+            let name = INPUT_FILE.strip_prefix(&format!("{CODE_DIR}/")).unwrap_or("input.json");
+            write_ro(&dir.join(name), input.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// The execution directory, its uid, workspace tmpfs and cgroup, for `profile`.
+    fn create(opts: &EngineOptions, layout: &Layout, id: &str, profile: &sandbox_core::Profile) -> Result<Self, PrepareError> {
         let rt = &opts.config.runtime;
         let uid = UidSlot::acquire(rt.uid_base).map_err(io_err("acquire a uid slot in", Path::new("/run/sandbox")))?;
         let executions = opts.data_dir.join("executions");
@@ -149,6 +204,7 @@ impl Prepared {
             dir,
             workspace_mounted: false,
             warm_mounted: false,
+            code_mounted: false,
             cgroup: None,
             init_pid: None,
             init: None,
@@ -162,32 +218,45 @@ impl Prepared {
         fs::DirBuilder::new().mode(0o755).create(&p.workspace).map_err(io_err("create", &p.workspace))?;
         let user = rt.uid_base + p.uid.uid();
         let group = rt.uid_base + SANDBOX_UID;
-        let fs_policy = &a.profile.filesystem;
-        let options = format!("size={},mode=0755,uid={user},gid={group}", fs_policy.workspace_max_bytes);
+        let options = format!("size={},mode=0755,uid={user},gid={group}", profile.filesystem.workspace_max_bytes);
         mount(Some("tmpfs"), &p.workspace, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(options.as_str()))
             .map_err(|source| PrepareError::Mount { op: "mount", path: p.workspace.clone(), source })?;
         p.workspace_mounted = true;
-        p.write_inputs(a, rt.uid_base, user)?;
         let limits = cgroup::Limits {
-            memory_max_bytes: a.profile.limits.memory_max_bytes,
-            cpu_max: a.profile.limits.cpu_max,
-            pids_max: a.profile.limits.pids_max,
+            memory_max_bytes: profile.limits.memory_max_bytes,
+            cpu_max: profile.limits.cpu_max,
+            pids_max: profile.limits.pids_max,
         };
         p.cgroup = Some(Arc::new(Cgroup::create(layout, &opts.cgroup_parent, id, limits)?));
-        let (argv, env) = program_command(a, rt);
-        p.spec = SpawnSpec {
-            execution_id: id.to_owned(),
+        Ok(p)
+    }
+
+    /// The spawn spec of this execution: `root_files`, `argv` and `env` as given, everything else
+    /// from the profile and this execution's directory, uid and cgroup.
+    fn spec_for(
+        &self,
+        opts: &EngineOptions,
+        profile: &sandbox_core::Profile,
+        language: Language,
+        root_files: Vec<RootFile>,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+    ) -> Result<SpawnSpec, PrepareError> {
+        let rt = &opts.config.runtime;
+        let fs_policy = &profile.filesystem;
+        let mut spec = SpawnSpec {
+            execution_id: self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
             uid_base: rt.uid_base,
-            program_uid: p.uid.uid(),
+            program_uid: self.uid.uid(),
             template_slots: 0,
-            cgroup_join: p.cgroup.as_deref().map(Cgroup::join_files).unwrap_or_default(),
-            root_dir: root,
-            workspace_dir: p.workspace.clone(),
+            cgroup_join: self.cgroup.as_deref().map(Cgroup::join_files).unwrap_or_default(),
+            root_dir: self.dir.join("root"),
+            workspace_dir: self.workspace.clone(),
             system_dirs: rt.system_dirs.clone(),
             etc_binds: ETC_BINDS.iter().map(PathBuf::from).collect(),
-            root_files: root_files(a.language, p.uid.uid(), Some((code, a.input_json.as_deref()))),
+            root_files,
             tmp_bytes: fs_policy.tmp_max_bytes,
-            mounts: runtime_mounts(opts, &a.profile, a.language)?
+            mounts: runtime_mounts(opts, profile, language)?
                 .into_iter()
                 .chain(
                     fs_policy
@@ -197,7 +266,7 @@ impl Prepared {
                 )
                 .collect(),
             // The host's Python package directories: a run imports its environment's packages only.
-            masked_dirs: match a.language {
+            masked_dirs: match language {
                 Language::Python => rt.python_hidden_dirs.iter().map(|d| d.display().to_string()).collect(),
                 Language::Typescript => Vec::new(),
             },
@@ -206,20 +275,20 @@ impl Prepared {
             env,
             cwd: "/workspace".into(),
             rlimits: Rlimits {
-                nofile: a.profile.limits.nofile,
+                nofile: profile.limits.nofile,
                 // No file larger than the largest tmpfs, with room so that a full tmpfs says ENOSPC first.
                 fsize_bytes: fs_policy.workspace_max_bytes.max(fs_policy.tmp_max_bytes) + (1 << 20),
-                nproc: u64::from(a.profile.limits.pids_max),
+                nproc: u64::from(profile.limits.pids_max),
             },
-            tun: matches!(a.profile.network, sandbox_core::network::Network::Allowlist(_)),
-            landlock_min_abi: a.profile.landlock_min_abi,
+            tun: matches!(profile.network, sandbox_core::network::Network::Allowlist(_)),
+            landlock_min_abi: profile.landlock_min_abi,
         };
-        if p.spec.tun {
+        if spec.tun {
             // The engine answers DNS at the gateway of the sandbox's TUN (sandbox-network).
             let resolver = format!("nameserver {}\noptions timeout:2 attempts:2\n", sandbox_runtime::tun::GATEWAY_IPV4);
-            p.spec.root_files.iter_mut().filter(|f| f.sandbox_path == "/etc/resolv.conf").for_each(|f| f.content = resolver.clone());
+            spec.root_files.iter_mut().filter(|f| f.sandbox_path == "/etc/resolv.conf").for_each(|f| f.content = resolver.clone());
         }
-        Ok(p)
+        Ok(spec)
     }
 
     /// Writes what a warm child binds from its execution directory: `code/` (the code, the
@@ -259,9 +328,9 @@ impl Prepared {
         Ok(())
     }
 
-    fn write_inputs(&mut self, a: &Admitted, uid_base: u32, user: u32) -> Result<(), PrepareError> {
+    fn write_inputs(&mut self, a: &Admitted, uid_base: u32) -> Result<(), PrepareError> {
         use sha2::Digest;
-        let user = Uid::from_raw(user);
+        let user = Uid::from_raw(uid_base + self.uid.uid());
         let group = Gid::from_raw(uid_base + SANDBOX_UID);
         let (root_uid, root_gid) = (Uid::from_raw(uid_base), Gid::from_raw(uid_base));
         for f in &a.files {
@@ -349,6 +418,11 @@ impl Prepared {
             keep(umount2(&warm, MntFlags::MNT_DETACH).map_err(|source| PrepareError::Mount { op: "unmount", path: warm, source }));
             self.warm_mounted = false;
         }
+        if self.code_mounted {
+            let code = self.dir.join("code");
+            keep(umount2(&code, MntFlags::MNT_DETACH).map_err(|source| PrepareError::Mount { op: "unmount", path: code, source }));
+            self.code_mounted = false;
+        }
         if self.workspace_mounted {
             keep(
                 umount2(&self.workspace, MntFlags::MNT_DETACH)
@@ -420,6 +494,15 @@ impl<T: Send + 'static> Drop for DropOffWorker<T> {
             }
         }
     }
+}
+
+/// The most a pooled sandbox's `code/` tmpfs holds for a function's input (JSON), in bytes.
+const MEMBER_INPUT_MAX_BYTES: u64 = 64 << 20;
+
+/// Writes `bytes` to a new file at `path`, mode 0444.
+fn write_ro(path: &Path, bytes: &[u8]) -> Result<(), PrepareError> {
+    fs::write(path, bytes).map_err(io_err("write", path))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o444)).map_err(io_err("chmod", path))
 }
 
 fn ignore_not_found(e: io::Error) -> io::Result<()> {
@@ -528,7 +611,7 @@ pub(crate) fn sweep(opts: &EngineOptions, layout: Option<&Layout>) -> Vec<String
                 tracing::error!(execution_id = %id, error = %e, "cannot remove a leftover cgroup");
             }
         }
-        for mounted in ["workspace", "warm"] {
+        for mounted in ["workspace", "warm", "code"] {
             let _ = umount2(&dir.join(mounted), MntFlags::MNT_DETACH);
         }
         if let Err(e) = fs::remove_dir_all(&dir) {

@@ -251,7 +251,8 @@ impl Service {
 }
 
 /// One execution slot per core, fewer when memory could not hold that many runs of the
-/// largest profile (never below 1).
+/// largest profile besides the warm pools' pre-started sandboxes (each counts as one run of the
+/// largest profile); never below 1.
 pub fn default_concurrency(config: &sandbox_core::Config) -> u32 {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mem_total = std::fs::read_to_string("/proc/meminfo")
@@ -260,7 +261,13 @@ pub fn default_concurrency(config: &sandbox_core::Config) -> u32 {
         .flatten()
         .map_or(u64::MAX, |kib| kib * 1024);
     let largest = config.profiles.values().map(|p| p.limits.memory_max_bytes).max().unwrap_or(1).max(1);
-    let by_memory = usize::try_from(mem_total / largest).unwrap_or(usize::MAX);
+    let pooled: u64 = config
+        .profiles
+        .values()
+        .filter(|p| p.warm.mode == sandbox_core::profile::WarmMode::Pool)
+        .map(|p| u64::from(p.warm.pool_size))
+        .sum();
+    let by_memory = usize::try_from((mem_total / largest).saturating_sub(pooled)).unwrap_or(usize::MAX);
     u32::try_from(cores.min(by_memory).max(1)).unwrap_or(1)
 }
 

@@ -19,6 +19,7 @@ use std::pin::Pin;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
+use crate::pool::MemberLaunch;
 use crate::warm::{Template, Templates};
 use tokio::sync::{mpsc, Notify};
 
@@ -60,8 +61,10 @@ pub(crate) struct RunOutcome {
     run_ms: u64,
     landlock_abi: u32,
     network: Option<NetworkReport>,
-    /// Forked from a template.
+    /// Forked from a template, or run in a pooled sandbox.
     pub(crate) warm: bool,
+    /// Run in a pooled sandbox.
+    pub(crate) pooled: bool,
 }
 
 #[derive(Debug, Default)]
@@ -74,8 +77,10 @@ struct Captured {
 /// holding them is dead by then, so this only bounds a kernel that is slow to tear down.
 const DRAIN_PATIENCE: Duration = Duration::from_secs(2);
 
-/// Runs the prepared execution to its end: forked from `template` when one is given (falling
-/// back to a cold start if the template cannot start it), else cold.
+/// Runs the prepared execution to its end: in `member` when the execution took a pooled sandbox
+/// (`prepared` is then that member's), else forked from a template of `templates` when one is
+/// ready (falling back to a cold start if the template cannot start it), else cold.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     opts: &EngineOptions,
     prepared: &mut Prepared,
@@ -84,10 +89,17 @@ pub(crate) async fn run(
     output: Option<mpsc::UnboundedSender<Chunk>>,
     abort: tokio::sync::watch::Receiver<bool>,
     templates: Option<&Arc<Templates>>,
+    member: Option<MemberLaunch>,
 ) -> RunOutcome {
+    if let Some(m) = member {
+        let (Ok(mut out) | Err(mut out)) = attempt(opts, prepared, a, received, output, abort, Start::Pooled(m)).await;
+        out.warm = true;
+        out.pooled = true;
+        return out;
+    }
     if let Some(templates) = templates {
         if let Some(template) = templates.checkout(&a.profile_name) {
-            match attempt(opts, prepared, a, received, output.clone(), abort.clone(), Some(template)).await {
+            match attempt(opts, prepared, a, received, output.clone(), abort.clone(), Start::Warm(template)).await {
                 Ok(mut out) => {
                     templates.counters.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     out.warm = true;
@@ -102,9 +114,19 @@ pub(crate) async fn run(
         }
         templates.counters.cold_fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    match attempt(opts, prepared, a, received, output, abort, None).await {
+    match attempt(opts, prepared, a, received, output, abort, Start::Cold).await {
         Ok(out) | Err(out) => out,
     }
+}
+
+/// How an attempt starts the sandbox.
+enum Start {
+    /// The helper, now.
+    Cold,
+    /// A fork of a template.
+    Warm(Arc<Template>),
+    /// A pooled sandbox, already running and waiting for its code.
+    Pooled(MemberLaunch),
 }
 
 /// One way of starting the sandbox: the helper (cold) or a template's fork (warm).
@@ -117,6 +139,9 @@ struct Launched {
     helper: Option<tokio::process::Child>,
     /// The warm child's host pid: its only child is the execution's pid 1.
     warm_child: Option<i32>,
+    /// A pooled sandbox's helper, and the landlock ABI its `Spawned` reported (the program is
+    /// running already; the header goes before the stdin).
+    pooled: Option<(std::process::Child, u32)>,
     network: Option<Network>,
     spawned_at: Instant,
 }
@@ -130,42 +155,71 @@ async fn attempt(
     received: Instant,
     output: Option<mpsc::UnboundedSender<Chunk>>,
     mut abort: tokio::sync::watch::Receiver<bool>,
-    template: Option<Arc<Template>>,
+    start: Start,
 ) -> Result<RunOutcome, RunOutcome> {
     let mut out = RunOutcome::default();
-    let warm = template.is_some();
+    let warm = matches!(start, Start::Warm(_));
     macro_rules! bail {
         ($($t:tt)*) => {{
             out.failure = Some(format!($($t)*));
             return if warm { Err(out) } else { Ok(out) };
         }};
     }
-    // The harness's side channel: the program writes its return value or error to fd 4.
-    let (side_read, side_write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
-        Ok(p) => p,
-        Err(e) => bail!("pipe: {e}"),
+    let (side_read, launched) = match start {
+        Start::Pooled(m) => {
+            let MemberLaunch { mut helper, ctl, stdin, stdout, stderr, side, landlock_abi } = m;
+            let launched = match helper.0.take() {
+                Some(h) => launch_pooled(h, ctl, [stdin, stdout, stderr], landlock_abi),
+                None => Err("the pooled sandbox's helper is gone".to_owned()),
+            };
+            (Ok(side), launched)
+        }
+        Start::Cold | Start::Warm(_) => {
+            // The harness's side channel: the program writes its return value or error to fd 4.
+            let (side_read, side_write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+                Ok(p) => p,
+                Err(e) => bail!("pipe: {e}"),
+            };
+            let launched = match start {
+                Start::Warm(t) => launch_warm(prepared, a, side_write, t).await,
+                _ => launch_cold(opts, prepared, a, side_write),
+            };
+            (Ok(side_read), launched)
+        }
     };
-    let side_read = match tokio::net::unix::pipe::Receiver::from_owned_fd(side_read) {
+    let side_read = match side_read.and_then(|fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(|e| format!("side channel: {e}"))) {
         Ok(r) => r,
-        Err(e) => bail!("side channel: {e}"),
-    };
-    let launched = match template {
-        None => launch_cold(opts, prepared, a, side_write),
-        Some(t) => launch_warm(prepared, a, side_write, t).await,
+        Err(e) => bail!("{e}"),
     };
     let mut l = match launched {
         Ok(l) => l,
         Err(e) => bail!("{e}"),
     };
     let (ctl_read, mut ctl_write) = l.ctl.into_split();
-    let mut spec_line = serde_json::to_vec(&prepared.spec).expect("the spawn spec always serializes");
-    spec_line.push(b'\n');
-    if let Err(e) = ctl_write.write_all(&spec_line).await {
-        bail!("sending the spec: {e}");
+    let mut exec_at: Option<Instant> = None;
+    let mut stdin_data = a.stdin.clone();
+    if let Some((_, landlock_abi)) = &l.pooled {
+        // The program runs already: its clock starts now, and its first stdin line is the header.
+        exec_at = Some(l.spawned_at);
+        out.landlock_abi = *landlock_abi;
+        let header = serde_json::json!({
+            "mode": match a.harness { sandbox_core::Harness::Script => "script", sandbox_core::Harness::Function => "function" },
+            "env": a.env,
+        });
+        let mut line = header.to_string().into_bytes();
+        line.push(b'\n');
+        line.extend_from_slice(&stdin_data);
+        stdin_data = line;
+    } else {
+        let mut spec_line = serde_json::to_vec(&prepared.spec).expect("the spawn spec always serializes");
+        spec_line.push(b'\n');
+        if let Err(e) = ctl_write.write_all(&spec_line).await {
+            bail!("sending the spec: {e}");
+        }
     }
 
     let stdin_task = l.stdin.take().map(|mut pipe| {
-        let data = a.stdin.clone();
+        let data = stdin_data;
         tokio::spawn(async move {
             // A program that exits without reading its input closes the pipe: not an error.
             let _ = pipe.write_all(&data).await;
@@ -182,7 +236,6 @@ async fn attempt(
     let deadline = tokio::time::Instant::from_std(l.spawned_at + Duration::from_millis(a.timeout_ms));
     let grace = Duration::from_millis(a.profile.limits.grace_ms);
     let mut kill_at: Option<tokio::time::Instant> = None;
-    let mut exec_at: Option<Instant> = None;
     let mut aborted = false;
     loop {
         tokio::select! {
@@ -241,6 +294,10 @@ async fn attempt(
     let ended = Instant::now();
     if let Some(mut helper) = l.helper.take() {
         let _ = helper.wait().await;
+    }
+    if let Some((mut helper, _)) = l.pooled.take() {
+        // It has exited (the control socket's EOF says so): this only reaps it.
+        let _ = tokio::task::spawn_blocking(move || helper.wait()).await;
     }
     out.network = l.network.take().map(Network::finish);
     // Every process of the sandbox is gone once init is; the pipes close with them.
@@ -309,7 +366,31 @@ fn launch_cold(opts: &EngineOptions, _prepared: &Prepared, a: &Admitted, side_wr
     let stdin = child.stdin.take().map(|p| Box::pin(p) as Pin<Box<dyn AsyncWrite + Send>>);
     let stdout = Box::pin(child.stdout.take().ok_or("no stdout pipe")?);
     let stderr = Box::pin(child.stderr.take().ok_or("no stderr pipe")?);
-    Ok(Launched { ctl, stdin, stdout, stderr, helper: Some(child), warm_child: None, network, spawned_at })
+    Ok(Launched { ctl, stdin, stdout, stderr, helper: Some(child), warm_child: None, pooled: None, network, spawned_at })
+}
+
+/// Pooled start: the member's helper and pipes, its program waiting for the header.
+fn launch_pooled(
+    helper: std::process::Child,
+    ctl: std::os::unix::net::UnixStream,
+    [stdin, stdout, stderr]: [std::os::fd::OwnedFd; 3],
+    landlock_abi: u32,
+) -> Result<Launched, String> {
+    let ctl = ctl.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(ctl)).map_err(|e| format!("control socket: {e}"))?;
+    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).map_err(|e| format!("stdin pipe: {e}"))?;
+    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).map_err(|e| format!("stdout pipe: {e}"))?;
+    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr).map_err(|e| format!("stderr pipe: {e}"))?;
+    Ok(Launched {
+        ctl,
+        stdin: Some(Box::pin(stdin)),
+        stdout: Box::pin(stdout),
+        stderr: Box::pin(stderr),
+        helper: None,
+        warm_child: None,
+        pooled: Some((helper, landlock_abi)),
+        network: None,
+        spawned_at: Instant::now(),
+    })
 }
 
 /// Warm start: the template forks a child and hands back its pidfd. The child joins the
@@ -364,6 +445,7 @@ async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os:
         stderr: Box::pin(stderr),
         helper: None,
         warm_child: Some(child),
+        pooled: None,
         network: None,
         spawned_at,
     })
@@ -423,6 +505,11 @@ pub(crate) fn fill_result(r: &mut ExecutionResult, a: &Admitted, run: RunOutcome
     r.timed_out = run.timed_out;
     r.timing.setup_ms = run.setup_ms;
     r.timing.warm = run.warm;
+    r.timing.warm_start = match (run.warm, run.pooled) {
+        (false, _) => None,
+        (true, false) => Some(sandbox_core::wire::WarmStart::Template),
+        (true, true) => Some(sandbox_core::wire::WarmStart::Pool),
+    };
     r.timing.run_ms = run.run_ms;
     r.resource_usage = ResourceUsage { cpu_time_ms: usage.cpu_time_ms, peak_memory_bytes: usage.peak_memory_bytes };
     if let Some(e) = r.enforcement.as_mut() {

@@ -327,8 +327,22 @@ struct TimingOut {
     run_ms: u64,
     /// Collection and teardown.
     collect_ms: u64,
-    /// Forked from a warm template rather than started cold.
+    /// Started warm (forked from a template, or in a pooled sandbox) rather than cold.
     warm: bool,
+    /// How a warm run started: `template` or `pool`; absent when cold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warm_start: Option<WarmStartOut>,
+}
+
+/// How a warm run started.
+#[derive(JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[expect(dead_code, reason = "schema only")]
+enum WarmStartOut {
+    /// Forked from a template.
+    Template,
+    /// A pre-started pooled sandbox.
+    Pool,
 }
 
 /// Isolation enforced.

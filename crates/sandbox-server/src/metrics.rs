@@ -67,6 +67,12 @@ pub struct Metrics {
     template_ready: Family<ProfileLabels, Gauge>,
     template_forks: Family<ProfileLabels, Gauge>,
     template_peak_memory: Family<ProfileLabels, Gauge>,
+    pool_ready: Family<ProfileLabels, Gauge>,
+    pool_size: Family<ProfileLabels, Gauge>,
+    pool_hits: Gauge,
+    pool_misses: Gauge,
+    pool_started: Gauge,
+    pool_discarded: Gauge,
 }
 
 impl Default for Metrics {
@@ -102,6 +108,14 @@ impl Default for Metrics {
         registry.register("warm_template_ready", "1 when the profile's template is ready to fork", template_ready.clone());
         registry.register("warm_template_forks", "Forks served by the profile's current template", template_forks.clone());
         registry.register("warm_template_peak_memory_bytes", "Peak memory of the profile's template cgroup", template_peak_memory.clone());
+        let (pool_ready, pool_size) = (Family::<ProfileLabels, Gauge>::default(), Family::<ProfileLabels, Gauge>::default());
+        let (pool_hits, pool_misses, pool_started, pool_discarded) = (Gauge::default(), Gauge::default(), Gauge::default(), Gauge::default());
+        registry.register("warm_pool_ready", "Pre-started sandboxes waiting in the profile's pool (its depth)", pool_ready.clone());
+        registry.register("warm_pool_size", "The profile's configured pool size", pool_size.clone());
+        registry.register("warm_pool_hits", "Executions that ran in a pooled sandbox, since start", pool_hits.clone());
+        registry.register("warm_pool_misses", "Executions of pool profiles that started cold (empty pool, or a request it cannot serve), since start", pool_misses.clone());
+        registry.register("warm_pool_started", "Pooled sandboxes started, since start", pool_started.clone());
+        registry.register("warm_pool_discarded", "Pooled sandboxes destroyed unused (too old, dead, shutdown), since start", pool_discarded.clone());
         Self {
             registry,
             executions,
@@ -116,6 +130,12 @@ impl Default for Metrics {
             template_ready,
             template_forks,
             template_peak_memory,
+            pool_ready,
+            pool_size,
+            pool_hits,
+            pool_misses,
+            pool_started,
+            pool_discarded,
         }
     }
 }
@@ -139,8 +159,8 @@ impl Metrics {
     }
 
     /// The text exposition, with the gauges set from `in_flight`, `queued` and the warm
-    /// templates' state.
-    pub fn render(&self, in_flight: u32, queued: u32, templates: Option<&sandbox_engine::warm::Templates>) -> String {
+    /// templates' and pools' state.
+    pub fn render(&self, in_flight: u32, queued: u32, templates: Option<&sandbox_engine::warm::Templates>, pools: Option<&sandbox_engine::pool::Pools>) -> String {
         self.in_flight.set(i64::from(in_flight));
         self.queued.set(i64::from(queued));
         if let Some(t) = templates {
@@ -154,6 +174,19 @@ impl Metrics {
                 self.template_ready.get_or_create(&l).set(i64::from(st.state == "ready"));
                 self.template_forks.get_or_create(&l).set(n(st.forks));
                 self.template_peak_memory.get_or_create(&l).set(n(st.peak_memory_bytes));
+            }
+        }
+        if let Some(p) = pools {
+            use std::sync::atomic::Ordering::Relaxed;
+            let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            self.pool_hits.set(n(p.counters.hits.load(Relaxed)));
+            self.pool_misses.set(n(p.counters.misses.load(Relaxed)));
+            self.pool_started.set(n(p.counters.started.load(Relaxed)));
+            self.pool_discarded.set(n(p.counters.discarded.load(Relaxed)));
+            for st in p.status() {
+                let l = ProfileLabels { profile: st.profile.clone() };
+                self.pool_ready.get_or_create(&l).set(i64::from(st.ready));
+                self.pool_size.get_or_create(&l).set(i64::from(st.size));
             }
         }
         let mut out = String::new();

@@ -198,38 +198,50 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Starts the template of every runnable warm profile, as `sandbox serve` would, waits for each
-/// (up to 3 minutes), reports its state and memory, and stops them all.
-fn warm_self_test(engine: &sandbox_engine::Engine, profiles: &[(String, Option<String>)]) -> Vec<sandbox_engine::warm::TemplateStatus> {
+/// Starts the template or pool of every runnable warm profile, as `sandbox serve` would, waits
+/// for each (up to 3 minutes), reports its state and memory, and stops them all.
+fn warm_self_test(
+    engine: &sandbox_engine::Engine,
+    profiles: &[(String, Option<String>)],
+) -> (Vec<sandbox_engine::warm::TemplateStatus>, Vec<sandbox_engine::pool::PoolStatus>) {
+    use sandbox_core::profile::WarmMode;
     let config = engine.config();
-    let warm: Vec<&String> = profiles
-        .iter()
-        .filter(|(name, why)| why.is_none() && config.profiles[name].warm.mode == sandbox_core::profile::WarmMode::Template)
-        .map(|(name, _)| name)
-        .collect();
+    let warm: Vec<&String> =
+        profiles.iter().filter(|(name, why)| why.is_none() && config.profiles[name].warm.mode != WarmMode::Off).map(|(name, _)| name).collect();
     if warm.is_empty() {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     let out = match engine.enable_warm() {
         Ok(true) => {
-            let t = engine.templates().expect("enabled");
             for name in &warm {
-                let _ = t.wait_ready(name, std::time::Duration::from_secs(180));
+                let _ = engine.wait_warm(name, std::time::Duration::from_secs(180));
             }
-            t.status()
+            (engine.templates().map(|t| t.status()).unwrap_or_default(), engine.pools().map(|p| p.status()).unwrap_or_default())
         }
-        Ok(false) => Vec::new(),
-        Err(e) => warm
-            .iter()
-            .map(|name| sandbox_engine::warm::TemplateStatus {
-                profile: (*name).clone(),
-                state: "failed",
-                forks: 0,
-                peak_memory_bytes: 0,
-                age_ms: 0,
-                error: Some(e.clone()),
-            })
-            .collect(),
+        Ok(false) => (Vec::new(), Vec::new()),
+        Err(e) => {
+            let failed = |mode: WarmMode| warm.iter().filter(move |n| config.profiles[n.as_str()].warm.mode == mode);
+            let templates = failed(WarmMode::Template)
+                .map(|name| sandbox_engine::warm::TemplateStatus {
+                    profile: (*name).clone(),
+                    state: "failed",
+                    forks: 0,
+                    peak_memory_bytes: 0,
+                    age_ms: 0,
+                    error: Some(e.clone()),
+                })
+                .collect();
+            let pools = failed(WarmMode::Pool)
+                .map(|name| sandbox_engine::pool::PoolStatus {
+                    profile: (*name).clone(),
+                    size: config.profiles[name.as_str()].warm.pool_size,
+                    ready: 0,
+                    memory_bytes: 0,
+                    error: Some(e.clone()),
+                })
+                .collect();
+            (templates, pools)
+        }
     };
     engine.stop_warm();
     out
@@ -260,10 +272,11 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
     let profiles: Vec<(String, Option<String>)> =
         config.profiles.keys().map(|name| (name.clone(), engine.availability(name).err().map(|u| u.reason))).collect();
     // Templates cannot start on a node that is not ready; the failing step says why.
-    let templates = if self_test_failure.is_none() { warm_self_test(&engine, &profiles) } else { Vec::new() };
+    let (templates, pools) = if self_test_failure.is_none() { warm_self_test(&engine, &profiles) } else { (Vec::new(), Vec::new()) };
     if json {
         let v = serde_json::json!({
             "templates": templates,
+            "pools": pools,
             "checks": report.checks,
             "selfTest": self_test,
             "runtimes": runtimes.iter().map(|(w, p, v)| serde_json::json!({"name": w, "path": p, "version": v})).collect::<Vec<_>>(),
@@ -315,6 +328,17 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
                     None => format!("{}, {} MiB peak memory", t.state, t.peak_memory_bytes >> 20),
                 };
                 outln!("  [{}] {:<16} {detail}", if ok { "ok" } else { "FAIL" }, t.profile);
+            }
+        }
+        if !pools.is_empty() {
+            outln!("Warm pools (filled, checked and emptied now, as `sandbox serve` would fill them):");
+            for p in &pools {
+                let ok = p.ready > 0 && p.error.is_none();
+                let detail = match &p.error {
+                    Some(e) => format!("{} of {} ready: {e}", p.ready, p.size),
+                    None => format!("{} of {} ready, {} MiB peak memory", p.ready, p.size, p.memory_bytes >> 20),
+                };
+                outln!("  [{}] {:<16} {detail}", if ok { "ok" } else { "FAIL" }, p.profile);
             }
         }
     }

@@ -60,11 +60,12 @@ pub struct RunArgs {
     /// Install the profile's environment first if it is missing (`sandbox env install`), with progress on stderr.
     #[arg(long)]
     install: bool,
-    /// Fork the execution from a warm template, as `sandbox serve` does for profiles whose
-    /// `[warm] mode` is `template` (here whatever the profile says): starts the template, waits
-    /// until it is ready, runs, and stops it. Slower than a cold run for one execution; for
-    /// checking the warm path. A profile that cannot have a template (TypeScript, an allowlist
-    /// network) runs cold, and says so on stderr.
+    /// Start the execution warm, as `sandbox serve` does for warm profiles (here whatever the
+    /// profile's `[warm] mode` says): a Python profile forks from a template, a TypeScript one
+    /// runs in a pre-started pooled sandbox. Starts the template or pool, waits until it is
+    /// ready, runs, and stops it. Slower than a cold run for one execution; for checking the
+    /// warm path. A profile that cannot start warm (an allowlist network) runs cold, and says so
+    /// on stderr.
     #[arg(long)]
     warm: bool,
     /// Run on a `sandbox serve` at this URL (e.g. http://127.0.0.1:8080) instead of locally.
@@ -103,15 +104,13 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
     if args.warm && engine.availability(&request.profile).is_ok() {
         if engine.enable_warm_for(&request.profile).map_err(|why| anyhow::anyhow!("--warm: {why}"))? {
             let ready = engine
-                .templates()
-                .map(|t| t.wait_ready(&request.profile, std::time::Duration::from_secs(300)))
-                .transpose()
-                .map_err(|why| anyhow::anyhow!("--warm: the template of profile {:?} failed to start: {why}", request.profile))?;
-            if ready != Some(true) {
-                anyhow::bail!("--warm: the template of profile {:?} did not get ready", request.profile);
+                .wait_warm(&request.profile, std::time::Duration::from_secs(300))
+                .map_err(|why| anyhow::anyhow!("--warm: the warm start of profile {:?} failed: {why}", request.profile))?;
+            if !ready {
+                anyhow::bail!("--warm: the warm start of profile {:?} did not get ready", request.profile);
             }
         } else {
-            errln!("sandbox: --warm: profile {:?} cannot have a template (not Python, or an allowlist network); running cold", request.profile);
+            errln!("sandbox: --warm: profile {:?} cannot start warm (an allowlist network); running cold", request.profile);
         }
     }
     // Decode → submit → run → encode, as every door does; one slot, no queue.

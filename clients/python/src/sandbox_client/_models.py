@@ -73,11 +73,20 @@ class Timing:
     setup_ms: int
     run_ms: int
     collect_ms: int
+    #: Started warm (forked from a template, or in a pooled sandbox) rather than cold.
+    warm: bool = False
+    #: How a warm run started, ``"template"`` or ``"pool"``; ``None`` when cold.
+    warm_start: Optional[str] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Timing":
         return cls(
-            queue_ms=int(d["queueMs"]), setup_ms=int(d["setupMs"]), run_ms=int(d["runMs"]), collect_ms=int(d["collectMs"])
+            queue_ms=int(d["queueMs"]),
+            setup_ms=int(d["setupMs"]),
+            run_ms=int(d["runMs"]),
+            collect_ms=int(d["collectMs"]),
+            warm=bool(d.get("warmStart") is not None or d.get("warm", False)),
+            warm_start=d.get("warmStart"),
         )
 
 

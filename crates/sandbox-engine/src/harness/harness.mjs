@@ -1,15 +1,52 @@
-// The Sandbox Service's TypeScript harness (argv: MODE, "script" or "function").
+// The Sandbox Service's TypeScript harness (argv: MODE, "script", "function" or "pool").
 // "script" imports /code/main.mjs (the transpiled caller code, with an inline source map);
 // "function" then calls its default export (or its export named main) with the JSON value of
 // /code/input.json and awaits it. The return value, or an uncaught error as
 // {type, message, traceback, line, column} with the caller's main.ts positions, goes to the
 // side channel (fd 4) as one JSON object; never to stdout.
-import { existsSync, readFileSync, writeSync } from "node:fs";
+// "pool" (a pre-started sandbox of a warm pool): imports the modules named in SANDBOX_PRELOAD,
+// writes one byte "R" to fd 4 (ready; the engine consumes it), then blocks reading one header
+// line from stdin, {"mode": "script"|"function", "env": {NAME: value}}, written by the engine
+// once an execution takes this sandbox and its code is in /code; the rest of stdin is the
+// program's. It then goes on as that mode.
+import { existsSync, readFileSync, readSync, writeSync } from "node:fs";
 
-const mode = process.argv[2] ?? "script";
+let mode = process.argv[2] ?? "script";
 process.argv.splice(1, 2, "/code/main.ts");
 const SIDE = 4;
 let reported = false;
+
+if (mode === "pool") {
+  const preload = (process.env.SANDBOX_PRELOAD ?? "").split(",").filter(Boolean);
+  delete process.env.SANDBOX_PRELOAD;
+  for (const name of preload) {
+    // A module that fails to import here fails the same way, with its message, in the caller's code.
+    try { await import(name); } catch {}
+  }
+  writeSync(SIDE, "R");
+  const header = readHeader();
+  mode = header.mode === "function" ? "function" : "script";
+  for (const [k, v] of Object.entries(header.env ?? {})) process.env[k] = String(v);
+}
+
+// One line from fd 0, byte by byte, so nothing of the program's stdin after it is consumed.
+function readHeader() {
+  const bytes = [];
+  const one = Buffer.alloc(1);
+  const wait = new Int32Array(new SharedArrayBuffer(4));
+  for (;;) {
+    let n;
+    try {
+      n = readSync(0, one, 0, 1, null);
+    } catch (e) {
+      if (e.code === "EAGAIN") { Atomics.wait(wait, 0, 0, 1); continue; }
+      throw e;
+    }
+    if (n === 0 || one[0] === 10) break;
+    bytes.push(one[0]);
+  }
+  return bytes.length ? JSON.parse(Buffer.from(bytes).toString("utf8")) : {};
+}
 
 function send(obj) {
   write(JSON.stringify(obj));

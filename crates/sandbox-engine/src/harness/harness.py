@@ -1,4 +1,4 @@
-"""The Sandbox Service's Python harness (argv: MODE, `script` or `function`).
+"""The Sandbox Service's Python harness (argv: MODE, `script`, `function` or `pool`).
 
 `script` runs /code/main.py as `__main__`; `function` runs it as module `main`, then calls
 `main(input)` with the JSON value of /code/input.json (awaiting it if it is a coroutine).
@@ -9,6 +9,11 @@ caller's code: the harness's own frames are cut, so line numbers are the caller'
 Nothing is imported before the caller's code runs but what the interpreter has already loaded
 (`json`, `traceback` and friends are imported on the way out, when they are needed). A warm
 template imports this file as a module and calls `run(mode)` in each forked child.
+
+`pool` (a pre-started sandbox of a warm pool): imports the modules named in SANDBOX_PRELOAD,
+writes one byte "R" to fd 4 (ready; the engine consumes it), then blocks reading one header line
+from fd 0, {"mode": "script"|"function", "env": {NAME: value}}, written by the engine once an
+execution takes this sandbox and its code is in /code; the rest of stdin is the program's.
 """
 
 import sys
@@ -178,5 +183,30 @@ def run(mode):
     write(text)
 
 
+def pool():
+    """Waits as a pooled sandbox (see the module's doc); returns the mode to run."""
+    import os
+
+    for name in filter(None, os.environ.pop("SANDBOX_PRELOAD", "").split(",")):
+        try:
+            __import__(name)
+        except Exception:  # It fails again, with its message, in the caller's code.
+            pass
+    os.write(4, b"R")
+    line = bytearray()
+    while True:  # Byte by byte: nothing of the program's stdin after the line is consumed.
+        b = os.read(0, 1)
+        if not b or b == b"\n":
+            break
+        line += b
+    import json
+
+    header = json.loads(line) if line else {}
+    for k, v in (header.get("env") or {}).items():
+        os.environ[k] = str(v)
+    return "function" if header.get("mode") == "function" else "script"
+
+
 if __name__ == "__main__":
-    run(sys.argv[1] if len(sys.argv) > 1 else "script")
+    mode = sys.argv[1] if len(sys.argv) > 1 else "script"
+    run(pool() if mode == "pool" else mode)

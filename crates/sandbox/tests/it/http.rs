@@ -83,13 +83,13 @@ impl Server {
         Client::new(&self.url, key.map(str::to_owned))
     }
 
-    /// Execution directories still on the host (a warm profile's running template is not one).
+    /// Execution directories still on the host (a warm profile's running template or waiting pooled sandbox is not one).
     pub fn executions_left(&self) -> Vec<String> {
         std::fs::read_dir(self.data.join("executions"))
             .map(|d| {
                 d.filter_map(Result::ok)
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|name| !name.starts_with("template-"))
+                    .filter(|name| !name.starts_with("template-") && !name.starts_with("pool-"))
                     .collect()
             })
             .unwrap_or_default()

@@ -16,6 +16,7 @@ mod http_attacks;
 mod limits;
 mod mcp;
 mod placement;
+mod pool;
 mod selftest;
 mod network;
 mod timeouts;
@@ -235,7 +236,7 @@ pub fn run(profile: &str, code: &str, args: &[&str]) -> Run {
         panic!("not JSON ({e}): {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
     });
     let run = Run { json, status: out.status.code().unwrap_or(-1), elapsed, stderr: String::from_utf8_lossy(&out.stderr).into_owned() };
-    if warm_mode() && !run.stderr.contains("cannot have a template") && !matches!(run.status(), "rejected" | "?") && run.json["timing"].is_object() {
+    if warm_mode() && !run.stderr.contains("cannot start warm") && !matches!(run.status(), "rejected" | "?") && run.json["timing"].is_object() {
         assert_eq!(run.json["timing"]["warm"], true, "SANDBOX_TEST_WARM=1 but the execution started cold: {run:?}");
     }
     run

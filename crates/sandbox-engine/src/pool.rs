@@ -1,0 +1,473 @@
+//! Warm pools: pre-started single-use sandboxes for profiles whose `[warm] mode = "pool"`
+//! (the built-in TypeScript profiles: Node cannot fork safely, so it cannot have a template).
+//!
+//! A pooled sandbox (a *member*) is a cold execution's sandbox made before its request:
+//! [`Prepared::new_member`] makes its directory, uid, workspace tmpfs and cgroup with the
+//! profile's limits; the helper builds its namespaces, root, landlock and seccomp exactly as for
+//! a cold run, and execs the harness in `pool` mode, which imports the environment's `preload`
+//! modules, says ready (one byte on the side channel) and blocks reading a header line on its
+//! stdin. An execution takes a member ([`Pools::checkout`]), writes its inputs into the
+//! workspace and its code into the member's `code/` tmpfs (read-only at `/code` inside), and
+//! sends the header (harness mode, the request's environment) followed by the request's stdin.
+//! From there on it is supervised, collected and torn down like a cold run, and the member is
+//! gone: nothing of one execution can reach another, because no sandbox serves twice.
+//!
+//! One filler thread keeps every pool at its `pool_size`: it starts one member at a time, at
+//! most one per `pool_refill_interval_ms` (the rate cap: a burst that empties the pool runs
+//! cold rather than compete with refills for the CPU), replaces members older than
+//! `max_age_ms` or found dead, and backs off after a failed start. An empty pool means a cold
+//! start; a pool never makes an execution fail. Shutdown destroys every member.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use command_fds::{CommandFdExt, FdMapping};
+use sandbox_core::profile::WarmMode;
+use sandbox_core::Admitted;
+use sandbox_runtime::cgroup::Layout;
+use sandbox_runtime::spec::{Event, CONTROL_FD, RESULT_FD};
+use sandbox_runtime::HELPER_ARGV0;
+
+use crate::prepare::Prepared;
+use crate::EngineOptions;
+
+/// How long a member may take from spawn to ready (Node importing the environment's modules on
+/// a busy 2-core host).
+const READY_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Counters exported as metrics.
+#[derive(Debug, Default)]
+pub struct PoolCounters {
+    /// Executions that took a pooled sandbox.
+    pub hits: AtomicU64,
+    /// Executions of a pool profile that started cold (empty pool, or a request the pool cannot serve).
+    pub misses: AtomicU64,
+    /// Members started.
+    pub started: AtomicU64,
+    /// Members destroyed unused (too old, found dead, shutdown).
+    pub discarded: AtomicU64,
+}
+
+/// One profile's pool, for `doctor` and `/metrics`.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolStatus {
+    /// The profile.
+    pub profile: String,
+    /// Configured size (`pool_size`).
+    pub size: u32,
+    /// Members ready now.
+    pub ready: u32,
+    /// Peak memory of the ready members' cgroups, summed, in bytes.
+    pub memory_bytes: u64,
+    /// Why the last start failed, if it did (cleared by a successful start).
+    pub error: Option<String>,
+}
+
+/// The pools of every pool profile.
+pub struct Pools {
+    opts: EngineOptions,
+    layout: Layout,
+    state: Mutex<HashMap<String, Pool>>,
+    wake: Condvar,
+    closing: AtomicBool,
+    /// Hits, misses, starts and discards.
+    pub counters: PoolCounters,
+    filler: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+struct Pool {
+    size: u32,
+    preload: Vec<String>,
+    ready: VecDeque<Member>,
+    failures: u32,
+    retry_at: Option<Instant>,
+    error: Option<String>,
+}
+
+/// A pre-started sandbox waiting for its code.
+pub(crate) struct Member {
+    /// Its host state; an execution that takes it tears it down like a cold run's.
+    prepared: Option<Prepared>,
+    /// Its running helper and the engine's ends of its pipes (taken by the execution).
+    pub(crate) launch: Option<MemberLaunch>,
+    born: Instant,
+}
+
+/// The running parts of a member: what the supervisor takes over.
+pub(crate) struct MemberLaunch {
+    /// The helper (it exits once the sandbox's init does).
+    pub(crate) helper: Reaped,
+    /// The engine's end of the control socket; `Started` and `Spawned` were read already.
+    pub(crate) ctl: UnixStream,
+    /// Write end of the program's stdin: the header line goes first.
+    pub(crate) stdin: OwnedFd,
+    /// Read ends of stdout, stderr and the side channel (its ready byte consumed).
+    pub(crate) stdout: OwnedFd,
+    pub(crate) stderr: OwnedFd,
+    pub(crate) side: OwnedFd,
+    /// The landlock ABI in force, as `Spawned` reported it.
+    pub(crate) landlock_abi: u32,
+}
+
+/// A helper process that is killed and reaped (on a thread of its own) if dropped unreaped.
+pub(crate) struct Reaped(pub(crate) Option<std::process::Child>);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = std::thread::Builder::new().name("reap-helper".into()).spawn(move || c.wait());
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        // Unused: everything of it goes (init by pidfd, the cgroup, mounts, the directory).
+        if let Some(p) = &self.prepared {
+            p.stop_everything();
+        }
+        if let Some(mut l) = self.launch.take() {
+            if let Some(mut h) = l.helper.0.take() {
+                let _ = h.kill();
+                let _ = h.wait();
+            }
+        }
+    }
+}
+
+impl Member {
+    /// Its host state and running parts, for the execution that took it.
+    pub(crate) fn into_parts(mut self) -> (Prepared, MemberLaunch) {
+        let prepared = self.prepared.take().expect("present until taken");
+        let launch = self.launch.take().expect("present until taken");
+        (prepared, launch)
+    }
+
+    /// Its host state (to write the execution's inputs and code).
+    pub(crate) fn prepared_mut(&mut self) -> &mut Prepared {
+        self.prepared.as_mut().expect("present until taken")
+    }
+
+    fn alive(&mut self) -> bool {
+        self.launch.as_mut().and_then(|l| l.helper.0.as_mut()).is_some_and(|h| matches!(h.try_wait(), Ok(None)))
+    }
+}
+
+impl Pools {
+    /// Pools for the `pool` profiles of `opts.config` that `runnable` accepts (environment
+    /// installed, runtime present), filled in the background from now on. `None` when there are
+    /// none.
+    /// Errors: the host has no usable cgroup layout.
+    pub fn start(opts: EngineOptions, layout: Option<Layout>, runnable: impl Fn(&str) -> bool) -> Result<Option<Arc<Self>>, String> {
+        let mut pools = HashMap::new();
+        for (name, p) in &opts.config.profiles {
+            if p.warm.mode != WarmMode::Pool || !runnable(name) {
+                continue;
+            }
+            let preload = p.environment.as_ref().and_then(|e| opts.config.environments.get(e)).map(|e| e.preload.clone()).unwrap_or_default();
+            pools.insert(name.clone(), Pool { size: p.warm.pool_size, preload, ready: VecDeque::new(), failures: 0, retry_at: None, error: None });
+        }
+        if pools.is_empty() {
+            return Ok(None);
+        }
+        let layout = layout.ok_or("no usable cgroup layout")?;
+        let me = Arc::new(Self {
+            opts,
+            layout,
+            state: Mutex::new(pools),
+            wake: Condvar::new(),
+            closing: AtomicBool::new(false),
+            counters: PoolCounters::default(),
+            filler: Mutex::new(None),
+        });
+        let filler = Arc::clone(&me);
+        let handle = std::thread::Builder::new().name("pool-filler".into()).spawn(move || filler.fill()).map_err(|e| format!("pool filler thread: {e}"))?;
+        *me.filler.lock().expect("pool filler lock") = Some(handle);
+        Ok(Some(me))
+    }
+
+    /// Whether `profile` has a pool.
+    pub fn serves(&self, profile: &str) -> bool {
+        self.state.lock().expect("pools lock").contains_key(profile)
+    }
+
+    /// A live member for `a`, if its profile has one ready and the request can run in it (its
+    /// environment sets no variable the interpreter reads only at start, see
+    /// [`crate::command::read_at_start`]). Counts a hit or a miss; wakes the filler. Members
+    /// found dead or too old are destroyed on the way (blocks briefly for each: call it off the
+    /// async workers).
+    pub(crate) fn checkout(&self, a: &Admitted) -> Option<Member> {
+        let found = (|| {
+            if a.env.keys().any(|k| crate::command::read_at_start(a.language, k)) {
+                return None;
+            }
+            let max_age = Duration::from_millis(a.profile.warm.max_age_ms);
+            loop {
+                let mut m = self.state.lock().expect("pools lock").get_mut(&a.profile_name)?.ready.pop_front()?;
+                if m.alive() && m.born.elapsed() < max_age {
+                    return Some(m);
+                }
+                self.counters.discarded.fetch_add(1, Ordering::Relaxed);
+                drop(m);
+            }
+        })();
+        if self.serves(&a.profile_name) {
+            let counter = if found.is_some() { &self.counters.hits } else { &self.counters.misses };
+            counter.fetch_add(1, Ordering::Relaxed);
+            self.wake.notify_all();
+        }
+        found
+    }
+
+    /// Blocks until `profile`'s pool holds a ready member or `patience` passes (for
+    /// `sandbox run --warm` and tests). Returns whether one is ready.
+    /// Errors: the last start of a member failed.
+    pub fn wait_ready(&self, profile: &str, patience: Duration) -> Result<bool, String> {
+        let until = Instant::now() + patience;
+        loop {
+            {
+                let state = self.state.lock().expect("pools lock");
+                match state.get(profile) {
+                    None => return Ok(false),
+                    Some(p) if !p.ready.is_empty() => return Ok(true),
+                    Some(p) if p.failures > 0 => return Err(p.error.clone().unwrap_or_default()),
+                    Some(_) => {}
+                }
+            }
+            if Instant::now() >= until {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Each pool's state.
+    pub fn status(&self) -> Vec<PoolStatus> {
+        let state = self.state.lock().expect("pools lock");
+        let mut out: Vec<PoolStatus> = state
+            .iter()
+            .map(|(name, p)| PoolStatus {
+                profile: name.clone(),
+                size: p.size,
+                ready: u32::try_from(p.ready.len()).unwrap_or(u32::MAX),
+                memory_bytes: p.ready.iter().filter_map(|m| m.prepared.as_ref()?.cgroup.as_ref()?.usage().ok()).map(|u| u.peak_memory_bytes).sum(),
+                error: p.error.clone(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.profile.cmp(&b.profile));
+        out
+    }
+
+    /// Stops filling and destroys every waiting member (nothing of them is left: processes,
+    /// cgroups, mounts, directories). Returns once that is done.
+    pub fn shutdown(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        self.wake.notify_all();
+        if let Some(h) = self.filler.lock().expect("pool filler lock").take() {
+            let _ = h.join();
+        }
+        let members: Vec<Member> = self.state.lock().expect("pools lock").values_mut().flat_map(|p| p.ready.drain(..)).collect();
+        self.counters.discarded.fetch_add(members.len() as u64, Ordering::Relaxed);
+        drop(members);
+    }
+
+    /// The filler: one member at a time, at most one per profile's refill interval.
+    fn fill(self: Arc<Self>) {
+        while !self.closing.load(Ordering::SeqCst) {
+            self.discard_stale();
+            let next = {
+                let state = self.state.lock().expect("pools lock");
+                let now = Instant::now();
+                let mut wanting: Vec<(&String, &Pool)> = state
+                    .iter()
+                    .filter(|(_, p)| p.ready.len() < p.size as usize && p.retry_at.is_none_or(|t| t <= now))
+                    .collect();
+                // The emptiest pool first.
+                wanting.sort_by_key(|(_, p)| p.ready.len());
+                match wanting.first() {
+                    Some((name, p)) => Some(((*name).clone(), p.preload.clone())),
+                    None => {
+                        // Nothing to do: sleep until a checkout wakes us (or a member ages).
+                        let _ = self.wake.wait_timeout(state, Duration::from_secs(1));
+                        None
+                    }
+                }
+            };
+            let Some((profile, preload)) = next else { continue };
+            let made = self.make(&profile, &preload);
+            let interval = self.opts.config.profiles.get(&profile).map_or(0, |p| p.warm.pool_refill_interval_ms);
+            {
+                let mut state = self.state.lock().expect("pools lock");
+                let pool = state.get_mut(&profile).expect("pools are never removed");
+                match made {
+                    Ok(m) => {
+                        self.counters.started.fetch_add(1, Ordering::Relaxed);
+                        pool.failures = 0;
+                        pool.retry_at = None;
+                        pool.error = None;
+                        if self.closing.load(Ordering::SeqCst) {
+                            drop(state);
+                            drop(m);
+                            break;
+                        }
+                        pool.ready.push_back(m);
+                    }
+                    Err(e) => {
+                        pool.failures += 1;
+                        let backoff = Duration::from_millis(500u64 << pool.failures.min(7));
+                        pool.retry_at = Some(Instant::now() + backoff);
+                        tracing::error!(profile = %profile, error = %e, "a pooled sandbox failed to start; executions run cold meanwhile");
+                        pool.error = Some(e);
+                    }
+                }
+            }
+            // The rate cap.
+            let until = Instant::now() + Duration::from_millis(interval);
+            while Instant::now() < until && !self.closing.load(Ordering::SeqCst) {
+                std::thread::sleep(until.saturating_duration_since(Instant::now()).min(Duration::from_millis(50)));
+            }
+        }
+    }
+
+    /// Destroys members that died or passed their profile's `max_age_ms`.
+    fn discard_stale(&self) {
+        let stale: Vec<Member> = {
+            let mut state = self.state.lock().expect("pools lock");
+            let mut out = Vec::new();
+            for (name, pool) in state.iter_mut() {
+                let max_age = self.opts.config.profiles.get(name).map_or(Duration::MAX, |p| Duration::from_millis(p.warm.max_age_ms));
+                let mut keep = VecDeque::new();
+                for mut m in pool.ready.drain(..) {
+                    if m.born.elapsed() < max_age && m.alive() {
+                        keep.push_back(m);
+                    } else {
+                        out.push(m);
+                    }
+                }
+                pool.ready = keep;
+            }
+            out
+        };
+        self.counters.discarded.fetch_add(stale.len() as u64, Ordering::Relaxed);
+        drop(stale);
+    }
+
+    /// Starts one member of `profile` and waits until its harness is ready.
+    fn make(&self, profile_name: &str, preload: &[String]) -> Result<Member, String> {
+        let profile = self.opts.config.profiles.get(profile_name).ok_or("profile vanished")?;
+        let id = format!("pool-{}", uuid::Uuid::now_v7());
+        let prepared = Prepared::new_member(&self.opts, &self.layout, &id, profile, preload).map_err(|e| {
+            std::iter::successors(Some(&e as &dyn std::error::Error), |c| c.source()).map(ToString::to_string).collect::<Vec<_>>().join(": ")
+        })?;
+        let (side_read, side_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+        let (engine_end, helper_end) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+        let mut cmd = std::process::Command::new(&self.opts.helper);
+        cmd.arg0(HELPER_ARGV0)
+            .env_clear()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        cmd.fd_mappings(vec![
+            FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD },
+            FdMapping { parent_fd: side_write, child_fd: RESULT_FD },
+        ])
+        .map_err(|e| format!("fd mapping: {e}"))?;
+        let spawned = cmd.spawn();
+        // Only the helper and init hold the helper's ends now: EOF means both have exited.
+        drop(cmd);
+        let mut helper = spawned.map_err(|e| format!("spawning the helper {}: {e}", self.opts.helper.display()))?;
+        let pipes = (helper.stdin.take(), helper.stdout.take(), helper.stderr.take());
+        let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
+            let _ = helper.kill();
+            let _ = helper.wait();
+            return Err("the helper has no stdio pipes".into());
+        };
+        let helper_pid = i32::try_from(helper.id()).ok();
+        // From here on, dropping the member kills and reaps everything of it.
+        let mut member = Member {
+            prepared: Some(prepared),
+            launch: Some(MemberLaunch {
+                helper: Reaped(Some(helper)),
+                ctl: engine_end,
+                stdin: stdin.into(),
+                stdout: stdout.into(),
+                stderr: stderr.into(),
+                side: side_read,
+                landlock_abi: 0,
+            }),
+            born: Instant::now(),
+        };
+        let mut line = serde_json::to_vec(&member.prepared_mut().spec).expect("the spawn spec always serializes");
+        line.push(b'\n');
+        let launch = member.launch.as_mut().expect("just made");
+        (&launch.ctl).write_all(&line).map_err(|e| format!("sending the spec: {e}"))?;
+        launch.ctl.set_read_timeout(Some(READY_PATIENCE)).map_err(|e| e.to_string())?;
+        let mut events = BufReader::new(launch.ctl.try_clone().map_err(|e| e.to_string())?);
+        let mut init_pid = None;
+        loop {
+            let mut l = String::new();
+            match events.read_line(&mut l) {
+                Ok(0) | Err(_) => return Err("the pooled sandbox ended during set-up".into()),
+                Ok(_) => match serde_json::from_str::<Event>(&l) {
+                    Ok(Event::Started { init_pid: pid }) => init_pid = Some(pid),
+                    Ok(Event::Spawned { landlock_abi }) => {
+                        launch.landlock_abi = landlock_abi;
+                        break;
+                    }
+                    Ok(Event::Failed { step, message }) => return Err(format!("set-up failed at {step}: {message}")),
+                    _ => {}
+                },
+            }
+        }
+        // Nothing was buffered past `Spawned`: the next event is the program's exit, read by
+        // the supervisor on the same socket.
+        if !events.buffer().is_empty() {
+            return Err("unexpected events after spawn".into());
+        }
+        launch.ctl.set_read_timeout(None).map_err(|e| e.to_string())?;
+        wait_ready_byte(launch.side.as_fd(), READY_PATIENCE)?;
+        member.prepared_mut().set_init(init_pid, helper_pid);
+        Ok(member)
+    }
+}
+
+impl Drop for Pools {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Reads the harness's ready byte ("R") from the side channel, waiting up to `patience`.
+/// Errors: a timeout, EOF (the program ended) or another byte.
+fn wait_ready_byte(side: std::os::fd::BorrowedFd<'_>, patience: Duration) -> Result<(), String> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let until = Instant::now() + patience;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!("the harness was not ready within {} s", patience.as_secs()));
+        }
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(side, PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => break,
+            Err(e) => return Err(format!("poll: {e}")),
+        }
+    }
+    let mut b = [0u8; 1];
+    match nix::unistd::read(side, &mut b) {
+        Ok(1) if b[0] == b'R' => Ok(()),
+        Ok(0) => Err("the harness ended before it was ready".into()),
+        Ok(_) => Err(format!("the harness said {:?} instead of ready", char::from(b[0]))),
+        Err(e) => Err(format!("reading the ready byte: {e}")),
+    }
+}

@@ -1,0 +1,262 @@
+//! Warm pools through a real `sandbox serve`: a TypeScript execution that takes a pre-started
+//! sandbox keeps every wall a cold one has, nothing of one execution reaches the next (no
+//! sandbox serves twice), a burst past the pool's size runs cold, and SIGTERM leaves nothing of
+//! the waiting sandboxes behind. (The attack, limit, timeout, file and real-world-case suites
+//! also run pooled for TypeScript: `SANDBOX_TEST_WARM=1`, see `run` in main.rs.)
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use sandbox_core::wire::{FileContent, WarmStart};
+use sandbox_core::{ExecutionRequest, ExecutionResult};
+
+use super::http::Server;
+use super::*;
+
+/// A TypeScript pool profile of two, and one with the analysis environment's modules preloaded.
+const POOL_PROFILES: &str = r#"
+[profiles.ts-pool]
+language = "typescript"
+[profiles.ts-pool.limits]
+memory_max_bytes = 268435456
+pids_max = 64
+timeout_ms = 10000
+grace_ms = 500
+[profiles.ts-pool.warm]
+mode = "pool"
+pool_size = 2
+pool_refill_interval_ms = 0
+
+[profiles.ts-pool-analysis]
+language = "typescript"
+environment = "typescript-analysis"
+[profiles.ts-pool-analysis.warm]
+mode = "pool"
+pool_size = 1
+"#;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn req(profile: &str, code: &str) -> ExecutionRequest {
+    ExecutionRequest { profile: profile.into(), language: Some("typescript".into()), code: code.into(), ..Default::default() }
+}
+
+fn exec(s: &Server, r: &ExecutionRequest) -> ExecutionResult {
+    rt().block_on(s.client(None).execute(r)).unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+fn metrics(s: &Server) -> String {
+    reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap()
+}
+
+/// The value of gauge `name` for `profile` in the server's metrics.
+fn gauge(s: &Server, name: &str, profile: &str) -> i64 {
+    let m = metrics(s);
+    let prefix = format!("{name}{{profile=\"{profile}\"}} ");
+    m.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// Waits until `profile`'s pool holds `n` ready sandboxes.
+fn wait_pool(s: &Server, profile: &str, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while gauge(s, "sandbox_warm_pool_ready", profile) < n {
+        assert!(Instant::now() < deadline, "the pool of {profile} never held {n}: {}", metrics(s));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn pool_server() -> Server {
+    environments_installed();
+    let s = Server::start(POOL_PROFILES);
+    wait_pool(&s, "ts-pool", 2);
+    s
+}
+
+/// Runs `r` and checks it ran in a pooled sandbox.
+#[track_caller]
+fn pooled(s: &Server, r: &ExecutionRequest) -> ExecutionResult {
+    let out = exec(s, r);
+    assert!(out.timing.warm && out.timing.warm_start == Some(WarmStart::Pool), "expected a pooled execution: {out:?}");
+    out
+}
+
+#[test]
+fn pooled_sandboxes_serve_once_and_share_nothing() {
+    let s = pool_server();
+    // Two at once, each in its own pooled sandbox: neither sees the other's files, processes
+    // or sockets, and each runs as its own uid.
+    let code = r#"
+import { existsSync, writeFileSync, readdirSync } from "node:fs";
+import net from "node:net";
+const who = process.env.WHO, other = who === "a" ? "b" : "a";
+writeFileSync(`/workspace/${who}.txt`, who);
+writeFileSync(`/tmp/${who}.tmp`, who);
+(globalThis as any).leftover = who;
+const server = net.createServer().listen(4000, "127.0.0.1");
+await new Promise((r) => setTimeout(r, 1500));
+const seen = [existsSync(`/workspace/${other}.txt`), existsSync(`/tmp/${other}.tmp`)];
+const pids = readdirSync("/proc").filter((p) => /^\d+$/.test(p));
+console.log(JSON.stringify({ seen, pids, uid: process.getuid!(), preload: process.env.SANDBOX_PRELOAD ?? null }));
+server.close();
+"#;
+    let with = |who: &str| {
+        let mut r = req("ts-pool", code);
+        r.env = BTreeMap::from([("WHO".to_owned(), who.to_owned())]);
+        r
+    };
+    let (a, b) = rt().block_on(async {
+        let c = s.client(None);
+        let (ra, rb) = (with("a"), with("b"));
+        tokio::join!(c.execute(&ra), c.execute(&rb))
+    });
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let mut uids = Vec::new();
+    for r in [&a, &b] {
+        assert!(r.status.as_str() == "ok" && r.timing.warm_start == Some(WarmStart::Pool), "{r:?}");
+        let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+        assert_eq!(v["seen"], serde_json::json!([false, false]), "{r:?}");
+        assert_eq!(v["pids"], serde_json::json!(["2"]), "only itself in /proc: {r:?}");
+        assert_eq!(v["preload"], serde_json::Value::Null, "the pool's own variables are not the program's: {r:?}");
+        uids.push(v["uid"].clone());
+    }
+    assert_ne!(uids[0], uids[1], "each execution runs as its own uid");
+    // The next execution gets a fresh sandbox: nothing of the two before is there.
+    wait_pool(&s, "ts-pool", 1);
+    let r = pooled(
+        &s,
+        &req("ts-pool", r#"import { readdirSync } from "node:fs"; console.log(readdirSync("/workspace").length, readdirSync("/tmp").filter((f) => f.endsWith(".tmp")).length, (globalThis as any).leftover ?? "none");"#),
+    );
+    assert_eq!(r.stdout, "0 0 none\n", "{r:?}");
+}
+
+#[test]
+fn a_pooled_execution_is_the_request_as_sent() {
+    let s = pool_server();
+    // Inputs, the request's environment, stdin (after the harness's header, untouched), the
+    // function harness's input and return value, and the caller's line numbers in errors.
+    let mut r = req(
+        "ts-pool",
+        r#"import { readFileSync } from "node:fs";
+export default async function (input: { n: number }) {
+  const stdin = readFileSync(0, "utf8");
+  return { n: input.n * 2, file: readFileSync("/workspace/data/in.txt", "utf8"), env: process.env.GREETING, stdin };
+}"#,
+    );
+    r.harness = Some("function".into());
+    r.input = Some(serde_json::json!({"n": 21}));
+    r.env = BTreeMap::from([("GREETING".to_owned(), "hello".to_owned())]);
+    r.stdin = Some(FileContent::Text("line one\nline two\n".into()));
+    r.files = BTreeMap::from([("data/in.txt".to_owned(), FileContent::Text("from a file".into()))]);
+    let out = pooled(&s, &r);
+    assert_eq!(out.status.as_str(), "ok", "{out:?}");
+    assert_eq!(
+        out.return_data,
+        Some(serde_json::json!({"n": 42, "file": "from a file", "env": "hello", "stdin": "line one\nline two\n"})),
+        "{out:?}"
+    );
+    wait_pool(&s, "ts-pool", 1);
+    let out = pooled(&s, &req("ts-pool", "const x: number = 1;\n\nthrow new RangeError(`bad ${x}`);\n"));
+    let e = out.error.clone().unwrap();
+    assert_eq!((out.status.as_str(), e.kind.as_str(), e.line), ("error", "RangeError", Some(3)), "{out:?}");
+}
+
+#[test]
+fn a_variable_the_interpreter_reads_at_start_runs_cold() {
+    let s = pool_server();
+    // NODE_OPTIONS only means something to a Node that starts after it is set.
+    let mut r = req("ts-pool", "console.log(process.execArgv.length, process.env.NODE_OPTIONS);");
+    r.env = BTreeMap::from([("NODE_OPTIONS".to_owned(), "--no-warnings".to_owned())]);
+    let out = exec(&s, &r);
+    assert_eq!((out.status.as_str(), out.timing.warm, out.timing.warm_start), ("ok", false, None), "{out:?}");
+    assert_eq!(out.stdout, "2 --no-warnings\n", "{out:?}");
+    assert!(gauge(&s, "sandbox_warm_pool_ready", "ts-pool") == 2, "the pool was not touched: {}", metrics(&s));
+}
+
+#[test]
+fn the_environment_preloaded_in_a_pool_is_importable() {
+    let s = pool_server();
+    wait_pool(&s, "ts-pool-analysis", 1);
+    let r = pooled(&s, &req("ts-pool-analysis", r#"import { z } from "zod"; import _ from "lodash"; console.log(z.number().parse(_.sum([1, 2])));"#));
+    assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "3\n"), "{r:?}");
+}
+
+#[test]
+fn a_burst_past_the_pool_runs_cold_and_the_pool_never_overfills() {
+    let s = pool_server();
+    let n = 6;
+    let r = req("ts-pool", "console.log('ok');");
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..n).map(|_| scope.spawn(|| rt().block_on(s.client(None).execute(&r)).map_err(|e| format!("{e:?}")))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let (mut warm, mut cold) = (0, 0);
+    for r in results {
+        let r = r.unwrap();
+        assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "ok\n"), "{r:?}");
+        if r.timing.warm { warm += 1 } else { cold += 1 }
+    }
+    assert!(warm >= 1 && cold >= 1 && warm + cold == n, "warm {warm}, cold {cold}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let ready = gauge(&s, "sandbox_warm_pool_ready", "ts-pool");
+        assert!(ready <= 2, "the pool holds {ready}, more than its size");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let m = metrics(&s);
+    let total = |name: &str| m.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).unwrap().trim().parse::<i64>().unwrap();
+    assert_eq!(total("sandbox_warm_pool_hits") + total("sandbox_warm_pool_misses"), n, "{m}");
+    assert_eq!(total("sandbox_warm_pool_hits"), warm, "{m}");
+}
+
+/// Host pids below `root` whose command line contains `needle`.
+fn processes_below(root: u32, needle: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_string()];
+    while let Some(pid) = stack.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+        for t in tasks.filter_map(Result::ok) {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            stack.extend(kids.split_whitespace().map(str::to_owned));
+        }
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if cmdline.contains(needle) {
+            out.push(pid.parse().unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn sigterm_leaves_nothing_of_the_pool_behind() {
+    let mut s = pool_server();
+    let waiting = processes_below(s.pid(), "_sandbox_harness.mjs\0pool");
+    assert!(waiting.len() >= 2, "the pooled sandboxes' programs: {waiting:?}");
+    let cgroups: Vec<String> = waiting
+        .iter()
+        .flat_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default().lines().map(str::to_owned).collect::<Vec<_>>())
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            let hierarchy = match controllers {
+                "" => String::new(),
+                c => c.split(',').find(|c| ["memory", "pids"].contains(c))?.to_owned(),
+            };
+            path.contains("pool-").then(|| format!("/sys/fs/cgroup/{hierarchy}{path}").replace("//", "/"))
+        })
+        .collect();
+    assert!(!cgroups.is_empty(), "each pooled sandbox has its own cgroup");
+    let data = s.data.clone();
+    assert!(s.terminate().success());
+    for pid in &waiting {
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "pooled program {pid} outlived the service");
+    }
+    for cg in &cgroups {
+        assert!(!Path::new(cg).exists(), "pool cgroup {cg} is left");
+    }
+    let left: Vec<_> = std::fs::read_dir(data.join("executions")).map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "left in the executions directory: {left:?}");
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mountinfo.contains(data.to_str().unwrap()), "a mount under {} is left", data.display());
+}
