@@ -40,7 +40,17 @@ start_server() { # DATA_DIR [FLAGS...] -> prints the URL
   echo "server did not start: $(cat "$data.log")" >&2
   exit 1
 }
-trap 'kill $(cat "$WORK/pids" 2>/dev/null) 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+# The servers are not this shell's children (started in command substitutions): wait for each to
+# finish its own clean-up (templates, pools, mounts) before removing their directories.
+stop_servers() {
+  local p
+  kill $(cat "$WORK/pids" 2>/dev/null) 2>/dev/null || true
+  for p in $(cat "$WORK/pids" 2>/dev/null); do
+    while kill -0 "$p" 2>/dev/null; do sleep 0.1; done
+  done
+  rm -rf "$WORK"
+}
+trap stop_servers EXIT
 COLD_URL="$(start_server "$WORK/cold" --no-warm)"
 WARM_URL="$(start_server "$WORK/warm")"
 WARM_PID="$(tail -1 "$WORK/pids")"
