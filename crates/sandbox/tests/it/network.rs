@@ -342,7 +342,7 @@ const tls: number = (await fetch("https://secure.test:8443/")).status;
 let other = "REACHED";
 try { await fetch("http://198.18.{N}.3:8080/", { signal: AbortSignal.timeout(8000) }); } catch (e) { other = (e as Error).cause ? String(((e as Error).cause as any).code) : (e as Error).name; }
 // By address, to api.test's address on a port no rule allows.
-try { await fetch("http://198.18.{N}.2:9/", { signal: AbortSignal.timeout(8000) }); } catch {}
+try { await fetch("http://198.18.{N}.2:8081/", { signal: AbortSignal.timeout(8000) }); } catch {}
 console.log(JSON.stringify({ plain, byIp, tls, other }));
 "#,
         &["--env", "NODE_EXTRA_CA_CERTS=/workspace/ca.pem"],
@@ -353,7 +353,7 @@ console.log(JSON.stringify({ plain, byIp, tls, other }));
     assert_blocked(&r, "198.18.2.3", Some(8080), "tcp", "not_allowed");
     // Issue 17, item 8: refused attempts name no host the program may not have used; the address
     // was given out for api.test, but the attempt was by address on a port api.test does not allow.
-    assert_blocked(&r, "198.18.2.2", Some(9), "tcp", "not_allowed");
+    assert_blocked(&r, "198.18.2.2", Some(8081), "tcp", "not_allowed");
     let named: Vec<Value> = blocked(&r).into_iter().filter(|b| b["protocol"] == "tcp" && !b["host"].is_null()).collect();
     assert!(named.is_empty(), "refused connections named a host: {named:#?}");
     assert_eq!(fx.forbidden_hits.load(Ordering::SeqCst), 0);
