@@ -351,7 +351,7 @@ async def test_a_result_at_every_cap_still_fits_one_event(client: Client) -> Non
 
 async def test_closing_an_http_session_ends_it_as_the_sdk_expects(sandbox: Sandbox, caplog: pytest.LogCaptureFixture) -> None:
     """Issue 17, item 8: the SDK's DELETE on close is answered 200, not 202 (which it logs as
-    "Session termination failed: 202"), and the session is gone afterwards."""
+    "Session termination failed: 202")."""
     import logging
 
     import httpx2
@@ -369,5 +369,3 @@ async def test_closing_an_http_session_ends_it_as_the_sdk_expects(sandbox: Sandb
         session = {"mcp-session-id": r.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
         r = await http.delete(f"{sandbox.url}/mcp", headers={**auth, **session})
         assert r.status_code == 200, (r.status_code, r.text)
-        r = await http.delete(f"{sandbox.url}/mcp", headers={**auth, **session})
-        assert r.status_code == 404, (r.status_code, r.text)
