@@ -75,6 +75,7 @@ pub fn verify_events(events: impl IntoIterator<Item = RawEvent>, checkpoints: &[
         n += 1;
         let broken = |problem: &str| crate::VerifyReport {
             events: n,
+            head: None,
             broken: Some(crate::Broken { seq: e.seq, execution_id: e.execution_id.clone(), problem: problem.into() }),
         };
         if e.seq != expected_seq {
@@ -91,5 +92,5 @@ pub fn verify_events(events: impl IntoIterator<Item = RawEvent>, checkpoints: &[
         prev = e.hash;
         expected_seq += 1;
     }
-    crate::VerifyReport { events: n, broken: None }
+    crate::VerifyReport { events: n, broken: None, head: None }
 }

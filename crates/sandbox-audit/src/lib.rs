@@ -8,6 +8,7 @@
 //! `rejected` event. Records ([`AuditRecord`]) are those events joined by execution id.
 
 pub mod chain;
+pub mod head;
 mod postgres_store;
 mod recorder;
 mod sqlite;
@@ -37,6 +38,12 @@ pub enum AuditError {
         #[source]
         source: rusqlite::Error,
     },
+    /// The head file (or its lock) could not be read, written or locked.
+    #[error("audit head file {0}")]
+    Head(std::path::PathBuf, #[source] std::io::Error),
+    /// The head file holds something other than a head mark.
+    #[error("audit head file {0} is not a head mark")]
+    HeadCorrupt(std::path::PathBuf, #[source] serde_json::Error),
     /// The data directory could not be created.
     #[error("cannot create the audit log's directory {0}")]
     Io(std::path::PathBuf, #[source] std::io::Error),
@@ -230,6 +237,10 @@ pub struct VerifyReport {
     pub events: u64,
     /// The first broken place, if any.
     pub broken: Option<Broken>,
+    /// The head mark checked (from the head file, [`head`]); `None` when there is none (no
+    /// append on this host yet, or a log written before head files existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<head::HeadMark>,
 }
 
 /// Where and how the chain breaks.
@@ -241,7 +252,9 @@ pub struct Broken {
     /// Its execution id.
     pub execution_id: String,
     /// `changed` (its hash does not match its content), `removed` (an event before it is
-    /// missing) or `reordered` (it does not follow the event before it).
+    /// missing), `reordered` (it does not follow the event before it), `truncated` (the newest
+    /// event the head file names is gone: events at the end were removed) or `rewritten`
+    /// (another event holds the place the head file names).
     pub problem: String,
 }
 

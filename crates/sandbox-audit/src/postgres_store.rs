@@ -1,10 +1,12 @@
 //! The PostgreSQL backend, for several nodes sharing one log: the same table, the same chain.
 //! Appends from every node are serialized by a transaction-scoped advisory lock, so the chain
-//! stays one sequence without gaps.
+//! stays one sequence without gaps. Each node anchors the newest event it appended in a head
+//! file of its own ([`crate::head`]; a row in the same database would not be outside it).
 
 use postgres::{Client, NoTls};
 
 use crate::chain::RawEvent;
+use crate::head::{HeadFile, HeadLock, HeadMark};
 use crate::sqlite::record_of;
 use crate::{event_hash, AuditError, AuditRecord, EventKind, ListFilter, NewEvent, Page, PruneReport, StoredEvent, VerifyReport, GENESIS};
 
@@ -38,6 +40,7 @@ const COLUMNS: &str = "seq, execution_id, kind, at_ms, caller, profile, language
 /// The audit log in a PostgreSQL database.
 pub struct PostgresStore {
     client: Client,
+    head: Option<HeadFile>,
 }
 
 impl PostgresStore {
@@ -60,7 +63,47 @@ impl PostgresStore {
             tx.execute("INSERT INTO audit_schema (version) VALUES ($1)", &[&v]).map_err(pg("migrate"))?;
         }
         tx.commit().map_err(pg("migrate"))?;
-        Ok(Self { client })
+        Ok(Self { client, head: None })
+    }
+
+    /// Anchors this node's appends in `head` ([`crate::head`]): every append moves it, `verify`
+    /// checks it. Without one (a bare [`PostgresStore::connect`]), no head is kept or checked.
+    pub fn with_head(mut self, head: HeadFile) -> Self {
+        self.head = Some(head);
+        self
+    }
+
+    /// The head file name for the database `url` names, in a node's data directory:
+    /// `audit-postgres-<12 hex digits>.head`, the digits a SHA-256 of the server's hosts, ports
+    /// and database name (not of the password, which may rotate).
+    /// Errors: [`AuditError::Pg`] when `url` does not parse.
+    pub fn head_file_name(url: &str) -> Result<String, AuditError> {
+        use sha2::Digest as _;
+        let config: postgres::Config = url.parse().map_err(pg("parse url"))?;
+        let hosts: Vec<String> = config
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                postgres::config::Host::Tcp(t) => t.clone(),
+                postgres::config::Host::Unix(p) => p.display().to_string(),
+            })
+            .collect();
+        let id = serde_json::json!([hosts, config.get_ports(), config.get_dbname(), config.get_user()]).to_string();
+        Ok(format!("audit-postgres-{}.head", &hex::encode(sha2::Sha256::digest(id.as_bytes()))[..12]))
+    }
+
+    fn lock_head(&self) -> Result<Option<HeadLock>, AuditError> {
+        self.head.as_ref().map(HeadFile::lock).transpose()
+    }
+
+    fn advance_head(&mut self, lock: Option<HeadLock>, mark: HeadMark) -> Result<(), AuditError> {
+        let (Some(head), Some(lock)) = (self.head.clone(), lock) else { return Ok(()) };
+        let client = &mut self.client;
+        head.advance(&lock, &mark, |old| {
+            let row = client.query_opt("SELECT hash FROM audit_events WHERE seq = $1", &[&old.seq]).map_err(pg("head"))?;
+            Ok(row.map(|r| r.get::<_, String>(0)).as_deref() == Some(old.hash.as_str()))
+        })?;
+        Ok(())
     }
 
     fn query_events(&mut self, clause: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Result<Vec<StoredEvent>, AuditError> {
@@ -104,6 +147,7 @@ fn stored(r: &RawEvent) -> Result<StoredEvent, AuditError> {
 
 impl PostgresStore {
     fn append_inner(&mut self, e: &NewEvent) -> Result<StoredEvent, AuditError> {
+        let lock = self.lock_head()?;
         let mut tx = self.client.transaction().map_err(pg("append"))?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK]).map_err(pg("append"))?;
         let last = tx.query_opt("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1", &[]).map_err(pg("append"))?;
@@ -119,6 +163,7 @@ impl PostgresStore {
         )
         .map_err(pg("append"))?;
         tx.commit().map_err(pg("append"))?;
+        self.advance_head(lock, HeadMark { seq, hash: hash.clone(), execution_id: e.execution_id.clone() })?;
         stored(&RawEvent {
             seq,
             execution_id: e.execution_id.clone(),
@@ -186,10 +231,15 @@ impl PostgresStore {
         let events: Vec<RawEvent> = rows.iter().map(raw).collect();
         let checkpoints: Vec<serde_json::Value> =
             events.iter().filter(|r| r.kind == "checkpoint").filter_map(|r| serde_json::from_str(&r.body).ok()).collect();
-        Ok(crate::chain::verify_events(events, &checkpoints))
+        let first = events.first().map(|r| r.seq);
+        let hashes: std::collections::HashMap<i64, String> = events.iter().map(|r| (r.seq, r.hash.clone())).collect();
+        let report = crate::chain::verify_events(events, &checkpoints);
+        let mark = self.head.as_ref().map(HeadFile::read).transpose()?.flatten();
+        Ok(crate::head::checked(report, mark, first, |seq| hashes.get(&seq).cloned()))
     }
 
     fn prune_inner(&mut self, before_ms: Option<i64>, keep_last: Option<u64>, now_ms: i64) -> Result<PruneReport, AuditError> {
+        let lock = self.lock_head()?;
         let mut tx = self.client.transaction().map_err(pg("prune"))?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK]).map_err(pg("prune"))?;
         let one = |tx: &mut postgres::Transaction<'_>, sql: &str, p: &[&(dyn postgres::types::ToSql + Sync)]| -> Result<Option<i64>, AuditError> {
@@ -230,6 +280,7 @@ impl PostgresStore {
         .map_err(pg("prune"))?;
         tx.execute("DELETE FROM audit_events WHERE seq <= $1", &[&cut]).map_err(pg("prune"))?;
         tx.commit().map_err(pg("prune"))?;
+        self.advance_head(lock, HeadMark { seq, hash, execution_id: id })?;
         Ok(PruneReport { events: u64::try_from(events).unwrap_or(0), through_seq: cut })
     }
 

@@ -64,9 +64,8 @@ impl AuditLog {
     /// Opens the store `url` names (PostgreSQL), or `<data_dir>/audit.db` without one.
     /// Errors: the backend's.
     pub fn open_url(url: Option<&str>, data_dir: &Path, caps: Caps) -> Result<Self, AuditError> {
-        if url.is_none() {
-            std::fs::create_dir_all(data_dir).map_err(|e| AuditError::Io(data_dir.to_owned(), e))?;
-        }
+        // SQLite's file and every backend's head file live there.
+        std::fs::create_dir_all(data_dir).map_err(|e| AuditError::Io(data_dir.to_owned(), e))?;
         Ok(Self { store: Mutex::new(crate::open_store(url, data_dir)?), caps, owner: Owner::current() })
     }
 

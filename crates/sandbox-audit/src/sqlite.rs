@@ -6,6 +6,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::chain::RawEvent;
+use crate::head::{HeadFile, HeadLock, HeadMark};
 use crate::{event_hash, AuditError, AuditRecord, EventKind, ListFilter, NewEvent, Page, PruneReport, StoredEvent, VerifyReport, GENESIS};
 
 /// Migrations, applied in order; `PRAGMA user_version` counts those applied.
@@ -31,14 +32,16 @@ fn db(op: &'static str) -> impl FnOnce(rusqlite::Error) -> AuditError {
     move |source| AuditError::Db { op, source }
 }
 
-/// The audit log in one SQLite file.
+/// The audit log in one SQLite file, its head anchored in `<file>.head` ([`crate::head`]).
 pub struct SqliteStore {
     conn: Connection,
+    head: HeadFile,
 }
 
 impl SqliteStore {
     /// Opens (creating if needed) the log at `path`, in WAL mode with a 10 s busy timeout (several
-    /// `sandbox` processes may share it), and applies pending migrations.
+    /// `sandbox` processes may share it), and applies pending migrations. The chain's head is
+    /// anchored in `<path>.head` (e.g. `audit.db.head`), locked through `<path>.head.lock`.
     /// Errors: [`AuditError::Db`].
     pub fn open(path: &Path) -> Result<Self, AuditError> {
         let conn = Connection::open(path).map_err(db("open"))?;
@@ -65,7 +68,9 @@ impl SqliteStore {
             }
         }
         conn.pragma_update(None, "synchronous", "FULL").map_err(db("synchronous"))?;
-        let mut store = Self { conn };
+        let mut head = path.as_os_str().to_owned();
+        head.push(".head");
+        let mut store = Self { conn, head: HeadFile::new(head.into()) };
         store.migrate()?;
         Ok(store)
     }
@@ -80,9 +85,12 @@ impl SqliteStore {
         tx.commit().map_err(db("migrate"))
     }
 
-    /// Appends `event` at the end of the chain, durably (one transaction, fsync'd).
-    /// Errors: [`AuditError::Db`]; nothing is appended then.
+    /// Appends `event` at the end of the chain, durably (one transaction, fsync'd), then moves
+    /// the head file to it ([`HeadFile::advance`]).
+    /// Errors: [`AuditError::Db`]; nothing is appended then. [`AuditError::Head`] when the head
+    /// file cannot be locked (nothing appended) or written (the event is appended).
     pub fn append(&mut self, e: &NewEvent) -> Result<StoredEvent, AuditError> {
+        let lock = self.head.lock()?;
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db("append"))?;
         let last: Option<(i64, String)> = tx
             .query_row("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -101,6 +109,7 @@ impl SqliteStore {
         )
         .map_err(db("append"))?;
         tx.commit().map_err(db("append"))?;
+        self.advance_head(&lock, HeadMark { seq, hash: hash.clone(), execution_id: e.execution_id.clone() })?;
         Ok(StoredEvent {
             seq,
             execution_id: e.execution_id.clone(),
@@ -123,6 +132,7 @@ impl SqliteStore {
     /// (and fails if the checkpoint itself is removed or altered).
     /// Errors: [`AuditError::Db`]; nothing is removed then.
     pub fn prune(&mut self, before_ms: Option<i64>, keep_last: Option<u64>, now_ms: i64) -> Result<PruneReport, AuditError> {
+        let lock = self.head.lock()?;
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db("prune"))?;
         let last: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit_events", [], |r| r.get(0)).map_err(db("prune"))?;
         let mut cut: i64 = 0;
@@ -163,6 +173,7 @@ impl SqliteStore {
         .map_err(db("prune"))?;
         tx.execute("DELETE FROM audit_events WHERE seq <= ?1", [cut]).map_err(db("prune"))?;
         tx.commit().map_err(db("prune"))?;
+        self.advance_head(&lock, HeadMark { seq, hash, execution_id: id })?;
         Ok(PruneReport { events: u64::try_from(events).unwrap_or(0), through_seq: cut })
     }
 
@@ -249,8 +260,11 @@ impl SqliteStore {
     }
 
     /// Walks the chain from the first event and reports the first one that was changed,
-    /// removed or reordered (see [`crate::chain::verify_events`]).
-    /// Errors: [`AuditError::Db`].
+    /// removed or reordered (see [`crate::chain::verify_events`]), then checks the head file:
+    /// the event it names must still be there (else `truncated`) with its hash (else
+    /// `rewritten`).
+    /// Errors: [`AuditError::Db`]; [`AuditError::Head`] or [`AuditError::HeadCorrupt`] when the
+    /// head file exists but cannot be read.
     pub fn verify(&self) -> Result<VerifyReport, AuditError> {
         let mut stmt = self
             .conn
@@ -277,7 +291,24 @@ impl SqliteStore {
             .map_err(db("verify"))?;
         let checkpoints: Vec<serde_json::Value> =
             rows.iter().filter(|r| r.kind == "checkpoint").filter_map(|r| serde_json::from_str(&r.body).ok()).collect();
-        Ok(crate::chain::verify_events(rows, &checkpoints))
+        let first = rows.first().map(|r| r.seq);
+        let hashes: std::collections::HashMap<i64, String> = rows.iter().map(|r| (r.seq, r.hash.clone())).collect();
+        let report = crate::chain::verify_events(rows, &checkpoints);
+        let mark = self.head.read()?;
+        Ok(crate::head::checked(report, mark, first, |seq| hashes.get(&seq).cloned()))
+    }
+
+    /// The head file ([`crate::head`]).
+    pub fn head(&self) -> &HeadFile {
+        &self.head
+    }
+
+    fn advance_head(&self, lock: &HeadLock, mark: HeadMark) -> Result<bool, AuditError> {
+        self.head.advance(lock, &mark, |old| {
+            let h: Option<String> =
+                self.conn.query_row("SELECT hash FROM audit_events WHERE seq = ?1", [old.seq], |r| r.get(0)).optional().map_err(db("head"))?;
+            Ok(h.as_deref() == Some(old.hash.as_str()))
+        })
     }
 
     /// The raw connection, for tests that tamper with the file as an attacker would.

@@ -59,12 +59,15 @@ impl AuditStore for crate::SqliteStore {
 }
 
 /// Opens the store named by `url`: `postgres://...` (or a libpq key=value string starting with
-/// `host=`) for PostgreSQL, else the SQLite file `<data_dir>/audit.db`.
+/// `host=`) for PostgreSQL, with this node's head file in `data_dir`
+/// ([`crate::PostgresStore::head_file_name`]); else the SQLite file `<data_dir>/audit.db`, with
+/// `audit.db.head` next to it.
 /// Errors: the backend's.
 pub fn open_store(url: Option<&str>, data_dir: &std::path::Path) -> Result<Box<dyn AuditStore>, AuditError> {
     match url {
         Some(u) if u.starts_with("postgres://") || u.starts_with("postgresql://") || u.starts_with("host=") => {
-            Ok(Box::new(crate::PostgresStore::connect(u)?))
+            let head = crate::head::HeadFile::new(data_dir.join(crate::PostgresStore::head_file_name(u)?));
+            Ok(Box::new(crate::PostgresStore::connect(u)?.with_head(head)))
         }
         _ => Ok(Box::new(crate::SqliteStore::open(&data_dir.join("audit.db"))?)),
     }

@@ -296,7 +296,9 @@ pub struct NetworkReport {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AllowedConnection {
-    /// The allowed name the sandbox resolved to this address, if it used one.
+    /// The allowed name the connection went through: the sandbox's DNS gave out this address
+    /// for it and its rules allow this port. Absent when the connection was made by address (an
+    /// address rule let it through).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     /// Destination IP address.
@@ -322,7 +324,10 @@ pub struct AllowedConnection {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BlockedAttempt {
-    /// The name asked for (DNS) or that resolved to the address, if known.
+    /// The name the sandbox asked for: set on DNS entries (the question), and on
+    /// `too_many_connections` when an allowed name let the connection through. Absent on
+    /// other refused connections: no allowed name let them through, and a name the program
+    /// may not have used is never guessed from the address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     /// Destination IP address (for a DNS question, the sandbox's resolver).

@@ -114,6 +114,16 @@ impl Environments {
         Self { dir }
     }
 
+    /// Where environments are looked up for `rt` and `data_dir`, in words for a message: the
+    /// directory and why there (`[runtime] environments_dir`, or the data directory's own).
+    pub fn place(rt: &RuntimeConfig, data_dir: &Path) -> String {
+        let dir = Self::for_runtime(rt, data_dir).dir().display().to_string();
+        match rt.environments_dir {
+            Some(_) => format!("{dir} ([runtime] environments_dir)"),
+            None => format!("{dir}, the data directory's (each --data-dir has its own; [runtime] environments_dir shares one)"),
+        }
+    }
+
     /// The directory for `rt` and `data_dir`: `[runtime] environments_dir`, else `<data_dir>/environments`.
     pub fn for_runtime(rt: &RuntimeConfig, data_dir: &Path) -> Self {
         Self::new(rt.environments_dir.clone().unwrap_or_else(|| data_dir.join("environments")))

@@ -45,6 +45,24 @@ pub struct EngineOptions {
     /// it with the placement it resolves ([`sandbox_runtime::cgroup::place`]: `[runtime]
     /// cgroup_parent`, else `sandbox` under the service's own cgroup on v2, `sandbox` on v1).
     pub cgroup_parent: String,
+    /// How a person runs this binary on the same configuration and data directory, e.g.
+    /// `sandbox --data-dir /tmp/d`: the commands that messages suggest as a fix start with it,
+    /// so that each works as written. Empty: `sandbox`.
+    pub command: String,
+}
+
+impl EngineOptions {
+    /// The command a message suggests: [`EngineOptions::command`] followed by `args`.
+    pub fn suggest(&self, args: &str) -> String {
+        let command = if self.command.is_empty() { "sandbox" } else { self.command.as_str() };
+        format!("{command} {args}")
+    }
+
+    /// Where the environments of this configuration and data directory are looked up, in words
+    /// for a message ([`environment::Environments::place`]).
+    pub fn environments_place(&self) -> String {
+        environment::Environments::place(&self.config.runtime, &self.data_dir)
+    }
 }
 
 pub use sandbox_core::record::{NoRecorder, Recorder};
@@ -318,8 +336,10 @@ impl Engine {
             None => Err(Unavailable {
                 code: ErrorCode::EnvironmentNotInstalled,
                 reason: format!(
-                    "profile {profile:?} runs in environment {name:?}, which is not installed on this host; \
-                     install it with `sandbox env install {name}` (or `sandbox run --install ...`)"
+                    "profile {profile:?} runs in environment {name:?}, which is not installed in {}; install it with `{}` \
+                     (or add --install to `sandbox run`)",
+                    self.opts.environments_place(),
+                    self.opts.suggest(&format!("env install {name}"))
                 ),
             }),
         }

@@ -533,7 +533,13 @@ pub(crate) fn runtime_mounts(opts: &EngineOptions, profile: &sandbox_core::Profi
     if let Some(name) = &profile.environment {
         let path = Environments::for_runtime(rt, &opts.data_dir)
             .installed_in(&opts.config, name)
-            .ok_or_else(|| PrepareError::Environment(format!("environment {name:?} is not installed (sandbox env install {name})")))?;
+            .ok_or_else(|| {
+                PrepareError::Environment(format!(
+                    "environment {name:?} is not installed in {} (`{}` installs it)",
+                    opts.environments_place(),
+                    opts.suggest(&format!("env install {name}"))
+                ))
+            })?;
         mounts.push(BindMount { host: path.clone(), sandbox_path: ENV_MOUNT.into(), read_only: true });
         let modules = path.join("node").join("node_modules");
         if language == Language::Typescript && modules.is_dir() {

@@ -215,7 +215,7 @@ struct NetworkOut {
 #[serde(rename_all = "camelCase")]
 #[expect(dead_code, reason = "schema only")]
 struct AllowedOut {
-    /// The allowed name that resolved to the address, if one did.
+    /// The allowed name whose rule let the connection through; absent when it was made by address.
     #[serde(skip_serializing_if = "Option::is_none")]
     host: Option<String>,
     /// Destination IP address.
@@ -242,7 +242,7 @@ struct AllowedOut {
 #[serde(rename_all = "camelCase")]
 #[expect(dead_code, reason = "schema only")]
 struct BlockedOut {
-    /// The name asked for or resolved, if known.
+    /// The name asked for (DNS questions, connections over the cap); absent on refused connections.
     #[serde(skip_serializing_if = "Option::is_none")]
     host: Option<String>,
     /// Destination IP address.

@@ -161,7 +161,7 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
                                 write_packet(&tun, &refusal);
                             } else {
                                 let report = reporter.allowed(AllowedConnection {
-                                    host: policy.host_of(dst.ip()),
+                                    host: policy.host_of(dst.ip(), dst.port()),
                                     address: dst.ip().to_string(),
                                     port: dst.port(),
                                     protocol: "tcp".into(),
@@ -208,7 +208,7 @@ async fn serve(fd: OwnedFd, policy: Arc<Policy>, reporter: Reporter, upstream: O
 
 fn too_many(reporter: &Reporter, policy: &Policy, dst: SocketAddr) {
     reporter.blocked(BlockedAttempt {
-        host: policy.host_of(dst.ip()),
+        host: policy.host_of(dst.ip(), dst.port()),
         address: dst.ip().to_string(),
         port: Some(dst.port()),
         protocol: "tcp".into(),

@@ -64,7 +64,9 @@ pub(crate) fn classify(pkt: &[u8], policy: &Policy, report: &Reporter) -> Verdic
     }
     let block = |protocol: &str, port: Option<u16>, reason: Refusal| {
         report.blocked(BlockedAttempt {
-            host: policy.host_of(dst),
+            // No allowed name let this through, so none is named: an address the DNS gave out
+            // for a name may also be reached by address, on a port the name does not allow.
+            host: None,
             address: dst.to_string(),
             port,
             protocol: protocol.into(),

@@ -51,8 +51,17 @@ pub(crate) struct Policy {
     handed_out: Mutex<HashMap<IpAddr, HandedOut>>,
 }
 
-/// An address the sandbox's DNS gave out: the name it was for, and the ports the name's rules allow.
-type HandedOut = (String, Vec<RangeInclusive<u16>>);
+/// Names one handed-out address is remembered for (several allowed names may share an
+/// address); past that, its ports still open but a connection is not attributed to the name.
+pub(crate) const NAMES_PER_ADDRESS_MAX: usize = 16;
+
+/// An address the sandbox's DNS gave out: every port range the rules of its names allow, and
+/// the names it was given out for, in the order asked, each with its own rules' port ranges.
+#[derive(Default)]
+struct HandedOut {
+    ports: Vec<RangeInclusive<u16>>,
+    names: Vec<(String, Vec<RangeInclusive<u16>>)>,
+}
 
 impl Policy {
     /// The policy of allowlist `a` on a host whose own addresses are `host` (see [`host_addresses`]).
@@ -113,19 +122,27 @@ impl Policy {
         if !map.contains_key(&ip) && map.len() >= HANDED_OUT_MAX {
             return false;
         }
-        let entry = map.entry(ip).or_insert_with(|| (name.to_owned(), Vec::new()));
-        entry.0 = name.to_owned();
-        for r in self.rules.iter().filter(|r| r.matches_name(name)) {
-            if !entry.1.contains(&r.ports) {
-                entry.1.push(r.ports.clone());
+        let entry = map.entry(ip).or_default();
+        let ranges: Vec<RangeInclusive<u16>> = self.rules.iter().filter(|r| r.matches_name(name)).map(|r| r.ports.clone()).collect();
+        for r in &ranges {
+            if !entry.ports.contains(r) {
+                entry.ports.push(r.clone());
             }
+        }
+        if entry.names.len() < NAMES_PER_ADDRESS_MAX && !entry.names.iter().any(|(n, _)| n == name) {
+            entry.names.push((name.to_owned(), ranges));
         }
         true
     }
 
-    /// The name the sandbox resolved to `ip`, if any.
-    pub(crate) fn host_of(&self, ip: IpAddr) -> Option<String> {
-        self.handed_out.lock().expect("policy lock").get(&canonical(ip)).map(|(n, _)| n.clone())
+    /// The allowed name a TCP connection to `ip`:`port` went through: the first name the
+    /// sandbox's DNS gave out `ip` for whose rules allow `port`. `None` when no such name
+    /// exists: the connection was made by address (an address rule let it through, or none
+    /// did), and the report names only what the sandbox actually asked for.
+    pub(crate) fn host_of(&self, ip: IpAddr, port: u16) -> Option<String> {
+        let map = self.handed_out.lock().expect("policy lock");
+        let entry = map.get(&canonical(ip))?;
+        entry.names.iter().find(|(_, ports)| ports.iter().any(|p| p.contains(&port))).map(|(n, _)| n.clone())
     }
 
     /// Whether a TCP connection to `ip`:`port` is allowed: an IP/CIDR rule covers both, or the
@@ -135,7 +152,7 @@ impl Policy {
         if self.rules.iter().any(|r| r.allows_port(port) && self.reaches(r, ip)) {
             return true;
         }
-        self.handed_out.lock().expect("policy lock").get(&ip).is_some_and(|(_, ports)| ports.iter().any(|p| p.contains(&port)))
+        self.handed_out.lock().expect("policy lock").get(&ip).is_some_and(|h| h.ports.iter().any(|p| p.contains(&port)))
     }
 }
 

@@ -65,7 +65,29 @@ fn names_open_addresses_only_once_resolved_and_only_on_their_ports() {
     p.hand_out("img.cdn.test", IpAddr::V4(cdn));
     check(&syn(cdn, 443), &p, true, None);
     check(&syn(cdn, 80), &p, false, Some("not_allowed"));
-    assert_eq!(p.host_of(IpAddr::V4(cdn)).as_deref(), Some("img.cdn.test"));
+    assert_eq!(p.host_of(IpAddr::V4(cdn), 443).as_deref(), Some("img.cdn.test"));
+}
+
+/// Issue 17, item 8: a report names only what the sandbox asked for. An address given out for a
+/// name, reached on a port that name does not allow (by address), is refused without the name;
+/// a connection an address rule let through is not credited to a name that shares the address.
+#[test]
+fn refused_and_by_address_connections_name_no_host() {
+    let p = policy();
+    let shared = Ipv4Addr::new(198, 51, 100, 9);
+    p.hand_out("api.test", IpAddr::V4(shared));
+    let r = Reporter::default();
+    classify(&syn(shared, 22), &p, &r);
+    let blocked = r.snapshot().blocked;
+    assert_eq!((blocked.len(), blocked[0].host.as_deref(), blocked[0].reason.as_str()), (1, None, "not_allowed"), "{blocked:?}");
+    // 8080 is open by the address rule 198.51.100.0/24:8000-8100, not by api.test (443 only).
+    assert_eq!(p.host_of(IpAddr::V4(shared), 8080), None);
+    assert_eq!(p.host_of(IpAddr::V4(shared), 443).as_deref(), Some("api.test"));
+    // Two names for one address: each port is credited to the name whose rule opened it.
+    let cdn = Ipv4Addr::new(203, 0, 113, 10);
+    p.hand_out("img.cdn.test", IpAddr::V4(cdn));
+    p.hand_out("api.test", IpAddr::V4(cdn));
+    assert_eq!(p.host_of(IpAddr::V4(cdn), 443).as_deref(), Some("img.cdn.test"), "the first name asked keeps the port");
 }
 
 #[test]

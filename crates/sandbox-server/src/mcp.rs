@@ -24,7 +24,21 @@ pub(crate) fn router(state: &AppState) -> Router<AppState> {
     opts.allowed_hosts.clone_from(&state.hosts.allowed_hosts);
     opts.allowed_origins.clone_from(&state.hosts.allowed_origins);
     let service = sandbox_mcp::http_service(server, &opts);
-    Router::new().route_service("/mcp", service).route_layer(middleware::from_fn(principal))
+    Router::new().route_service("/mcp", service).route_layer(middleware::from_fn(principal)).route_layer(middleware::from_fn(session_ended))
+}
+
+/// A session `DELETE` that ended the session answers 200, as the MCP SDKs expect: rmcp
+/// answers 202 Accepted, which the official Python SDK logs as "Session termination failed:
+/// 202" on every close (it accepts 200 and 204; the TypeScript SDK's server answers 200).
+/// The specification (Streamable HTTP, "Session Management") leaves the success status open;
+/// 202 also reads as "not done yet", and the session is gone by then.
+async fn session_ended(request: Request, next: Next) -> Response {
+    let delete = request.method() == axum::http::Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == axum::http::StatusCode::ACCEPTED {
+        *response.status_mut() = axum::http::StatusCode::OK;
+    }
+    response
 }
 
 /// Hands the authenticated caller, with its address, to the MCP handler as its

@@ -31,6 +31,7 @@ pub fn engine(config: sandbox_core::Config, data_dir: std::path::PathBuf) -> any
         data_dir,
         helper: std::env::current_exe().context("cannot find the sandbox binary to re-execute")?,
         cgroup_parent: "sandbox".into(),
+        command: crate::command().to_owned(),
     };
     let engine = Engine::new(options, audit.clone());
     recover(&engine, &audit);
@@ -161,7 +162,9 @@ pub enum AuditCommand {
         #[arg(long, default_value = "jsonl")]
         format: String,
     },
-    /// Walks the hash chain; exits 1 naming the first event changed, removed or reordered.
+    /// Walks the hash chain, then checks the head file (`audit.db.head`, rewritten on every
+    /// append) so that removing the newest events is seen too; exits 1 naming the first event
+    /// changed, removed, reordered, truncated (gone from the end) or rewritten.
     Verify,
     /// Applies retention now: `[audit] retention_days` / `retention_max_events`, or these flags.
     Prune {
@@ -218,19 +221,18 @@ pub fn run(data_dir: &Path, config: &sandbox_core::Config, command: AuditCommand
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&json_with_times(&page)?)?)?;
             } else {
-                writeln!(out, "{:<38} {:<24} {:<13} {:<12} {:<20} RECEIVED", "EXECUTION", "PROFILE", "STATUS", "CALLER", "LANGUAGE")?;
+                let mut t = crate::table::new(&["EXECUTION", "PROFILE", "STATUS", "CALLER", "LANGUAGE", "RECEIVED"]);
                 for r in &page.records {
-                    let at = sandbox_audit::time::format_ms(r.received_at_ms);
-                    writeln!(
-                        out,
-                        "{:<38} {:<24} {:<13} {:<12} {:<20} {at}",
-                        r.execution_id,
-                        r.profile,
-                        r.status,
-                        r.caller,
-                        r.language.as_deref().unwrap_or("-")
-                    )?;
+                    t.add_row(vec![
+                        r.execution_id.clone(),
+                        r.profile.clone(),
+                        r.status.clone(),
+                        r.caller.clone(),
+                        r.language.clone().unwrap_or_else(|| "-".into()),
+                        sandbox_audit::time::format_ms(r.received_at_ms),
+                    ]);
                 }
+                crate::table::print(t);
                 if let Some(c) = page.next_cursor {
                     writeln!(out, "more: --cursor {c}")?;
                 }
@@ -259,11 +261,19 @@ pub fn run(data_dir: &Path, config: &sandbox_core::Config, command: AuditCommand
             let report = store.verify()?;
             match &report.broken {
                 None => {
-                    writeln!(out, "ok: {} events, chain intact", report.events)?;
+                    match &report.head {
+                        Some(h) => writeln!(out, "ok: {} events, chain intact, head event {} present as the head file recorded it", report.events, h.seq)?,
+                        None => writeln!(out, "ok: {} events, chain intact (no head file yet: the end of the log is not anchored)", report.events)?,
+                    }
                     Ok(ExitCode::SUCCESS)
                 }
                 Some(b) => {
-                    writeln!(out, "BROKEN at event {} (execution {}): {}", b.seq, b.execution_id, b.problem)?;
+                    let why = match b.problem.as_str() {
+                        "truncated" => ": the head file names this event, which is gone (the newest events were removed)",
+                        "rewritten" => ": the head file names this event, but another event holds its place (the end of the log was replaced)",
+                        _ => "",
+                    };
+                    writeln!(out, "BROKEN at event {} (execution {}): {}{why}", b.seq, b.execution_id, b.problem)?;
                     Ok(ExitCode::from(1))
                 }
             }

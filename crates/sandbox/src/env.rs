@@ -58,7 +58,8 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
     let envs = Environments::for_runtime(&config.runtime, data_dir);
     match command {
         EnvCommand::List => {
-            outln!("{:<24} {:<14} {:>9} {:<20} PROFILES", "NAME", "STATE", "SIZE", "SPEC");
+            let mut t = crate::table::new(&["NAME", "STATE", "SIZE", "SPEC", "PROFILES"]);
+            let mut stale = Vec::new();
             for (name, env) in &config.environments {
                 let st = envs.status(name, env, &config.runtime);
                 let (state, size) = match &st.current {
@@ -67,10 +68,12 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
                 };
                 let users: Vec<&str> =
                     config.profiles.iter().filter(|(_, p)| p.environment.as_deref() == Some(name)).map(|(n, _)| n.as_str()).collect();
-                outln!("{name:<24} {state:<14} {size:>9} {:<20} {}", Environments::spec_hash(env, &config.runtime), users.join(", "));
-                for s in st.stale {
-                    outln!("  stale: {} (an older spec; `sandbox env remove {name}` removes every version)", s.display());
-                }
+                t.add_row(vec![name.clone(), state.to_owned(), size, Environments::spec_hash(env, &config.runtime), users.join(", ")]);
+                stale.extend(st.stale.into_iter().map(|s| (name.clone(), s)));
+            }
+            crate::table::print(t);
+            for (name, s) in stale {
+                outln!("stale: {} (an older spec of {name}; `{} env remove {name}` removes every version)", s.display(), crate::command());
             }
             outln!("(installed under {})", envs.dir().display());
             Ok(ExitCode::SUCCESS)
@@ -108,7 +111,11 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
     let env = declared(&config, name)?.clone();
     let envs = Environments::for_runtime(&config.runtime, data_dir);
     if envs.installed(name, &env, &config.runtime).is_none() {
-        errln!("sandbox: error[environment_not_installed]: {name} is not installed; run `sandbox env install {name}`");
+        errln!(
+            "sandbox: error[environment_not_installed]: {name} is not installed in {}; install it with `{} env install {name}`",
+            Environments::place(&config.runtime, data_dir),
+            crate::command()
+        );
         return Ok(ExitCode::from(VERIFY_NOT_INSTALLED));
     }
     let (path, manifest) = match envs.check_integrity(name, &env, &config.runtime) {

@@ -11,6 +11,8 @@ mod outdir;
 mod run;
 mod serve;
 mod subid;
+mod table;
+mod units;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,8 +27,12 @@ struct Cli {
     /// $SANDBOX_CONFIG, ~/.config/sandbox/config.toml and /etc/sandbox/config.toml that exists is used.
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// State directory (running executions' workspaces). Default: $SANDBOX_DATA_DIR, else
-    /// /var/lib/sandbox as root, else ~/.local/state/sandbox.
+    /// Data directory: all the state of this service: the audit log (DIR/audit.db and its head
+    /// file audit.db.head), installed environments (DIR/environments/, unless [runtime]
+    /// environments_dir puts them in one place for every data directory) and running
+    /// executions' workspaces (DIR/executions/). Another DIR starts empty: its environments
+    /// are installed with `sandbox --data-dir DIR env install NAME`. Default: [runtime] data_dir,
+    /// else $SANDBOX_DATA_DIR, else /var/lib/sandbox as root, else ~/.local/state/sandbox.
     #[arg(long, global = true, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     #[command(subcommand)]
@@ -77,10 +83,14 @@ internal error, 5 when the --server cannot be reached.")]
 enum ProfilesCommand {
     /// One line per profile: name, language, limits, network.
     List,
-    /// A profile's full settings, as TOML.
+    /// Every setting of a profile, one per line, with its unit (bytes, ms, CPUs, processes),
+    /// defaults included.
     Show {
         /// Profile name.
         name: String,
+        /// Print it as a TOML table instead (`[profiles.NAME]`, ready for a config file).
+        #[arg(long)]
+        toml: bool,
     },
 }
 
@@ -93,6 +103,7 @@ fn main() -> ExitCode {
         sandbox_runtime::selftest_main();
     }
     let cli = Cli::parse();
+    COMMAND.get_or_init(|| command_of(cli.config.as_deref(), cli.data_dir.as_deref()));
     // `run` reports failures in its own words (and the result); a server logs its work.
     let default_level = match cli.command {
         Command::Run(_) | Command::Env { .. } => "off",
@@ -117,6 +128,37 @@ fn main() -> ExitCode {
             errln!("sandbox: error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// `sandbox` with the global flags this invocation was given, so that a command a message
+/// suggests works as written (see [`command`]).
+static COMMAND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// `sandbox`, followed by this invocation's `--config FILE` and `--data-dir DIR` when given
+/// (absolute, quoted for a POSIX shell when needed): the start of every command a message
+/// suggests (`sandbox --data-dir /tmp/d env install python-analysis`).
+pub fn command() -> &'static str {
+    COMMAND.get().map_or("sandbox", String::as_str)
+}
+
+fn command_of(config: Option<&std::path::Path>, data_dir: Option<&std::path::Path>) -> String {
+    let mut c = "sandbox".to_owned();
+    for (flag, path) in [("--config", config), ("--data-dir", data_dir)] {
+        if let Some(p) = path {
+            let p = std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
+            c.push_str(&format!(" {flag} {}", shell_quote(&p.display().to_string())));
+        }
+    }
+    c
+}
+
+/// `s` as one POSIX shell word.
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+:@,=%".contains(c)) {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
     }
 }
 
@@ -149,10 +191,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Profiles { command: ProfilesCommand::List } => {
-            outln!(
-                "{:<24} {:<11} {:>9} {:>5} {:>5} {:>9} {:<10} {:<22} DESCRIPTION",
-                "NAME", "LANGUAGE", "MEMORY", "CPU", "PIDS", "TIMEOUT", "NETWORK", "ENVIRONMENT"
-            );
+            let mut t = table::new(&["NAME", "LANGUAGE", "MEMORY", "CPU", "PIDS", "TIMEOUT", "NETWORK", "ENVIRONMENT", "DESCRIPTION"]);
             let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);
             let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, &data_dir);
             for (name, p) in &config.profiles {
@@ -163,32 +202,42 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                         None => format!("{e} (missing)"),
                     },
                 };
-                outln!(
-                    "{:<24} {:<11} {:>6}MiB {:>5} {:>5} {:>8}s {:<10} {:<22} {}",
-                    name,
-                    p.language.as_str(),
-                    p.limits.memory_max_bytes >> 20,
-                    p.limits.cpu_max,
-                    p.limits.pids_max,
-                    p.limits.timeout_ms / 1000,
-                    p.network.mode(),
+                t.add_row(vec![
+                    name.clone(),
+                    p.language.as_str().to_owned(),
+                    format!("{}MiB", p.limits.memory_max_bytes >> 20),
+                    p.limits.cpu_max.to_string(),
+                    p.limits.pids_max.to_string(),
+                    units::ms(p.limits.timeout_ms),
+                    p.network.mode().to_string(),
                     environment,
-                    p.description
-                );
+                    p.description.clone(),
+                ]);
             }
+            table::print(t);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Profiles { command: ProfilesCommand::Show { name } } => {
+        Command::Profiles { command: ProfilesCommand::Show { name, toml: as_toml } } => {
             let Some(p) = config.profiles.get(&name) else {
                 let known: Vec<&str> = config.profiles.keys().map(String::as_str).collect();
                 errln!("sandbox: error[profile_not_found]: no profile named {name:?}; known profiles: {}", known.join(", "));
                 return Ok(ExitCode::from(2));
             };
-            let mut table = toml::Table::new();
-            let mut profiles = toml::Table::new();
-            profiles.insert(name.clone(), toml::Value::try_from(p)?);
-            table.insert("profiles".into(), toml::Value::Table(profiles));
-            out!("{}", toml::to_string(&table)?);
+            if as_toml {
+                let mut table = toml::Table::new();
+                let mut profiles = toml::Table::new();
+                profiles.insert(name.clone(), toml::Value::try_from(p)?);
+                table.insert("profiles".into(), toml::Value::Table(profiles));
+                out!("{}", toml::to_string(&table)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let mut fields = Vec::new();
+            units::leaves("", &serde_json::to_value(p)?, &mut fields);
+            let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+            outln!("profile {name}");
+            for (key, value) in &fields {
+                outln!("  {key:<width$}  {}", units::field(key, value));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Doctor { json } => {
@@ -250,7 +299,16 @@ fn warm_self_test(
 fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool) -> ExitCode {
     // The engine every door runs on decides which profiles can run (it probes the host once).
     let helper = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("sandbox"));
-    let options = sandbox_engine::EngineOptions { config: config.clone(), data_dir: data_dir.to_owned(), helper, cgroup_parent: "sandbox".into() };
+    // As `run` and `serve` do: a data directory that does not exist yet is created, so that the
+    // warm self-test checks the host, not a missing directory.
+    let _ = std::fs::create_dir_all(data_dir);
+    let options = sandbox_engine::EngineOptions {
+        config: config.clone(),
+        data_dir: data_dir.to_owned(),
+        helper,
+        cgroup_parent: "sandbox".into(),
+        command: command().to_owned(),
+    };
     let engine = sandbox_engine::Engine::new(options, std::sync::Arc::new(sandbox_engine::NoRecorder));
     let mut report = engine.host().clone();
     // Issue 12, finding 5: no local user may own the sandboxes' host ids.

@@ -89,11 +89,13 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
     if let Some(url) = &args.server {
         return run_remote(url, request, &args);
     }
-    if args.install {
-        if let Some(env) = config.profiles.get(&request.profile).and_then(|p| p.environment.clone()) {
-            let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, &data_dir);
-            if envs.installed_in(&config, &env).is_none() {
+    if let Some(env) = config.profiles.get(&request.profile).and_then(|p| p.environment.clone()) {
+        let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, &data_dir);
+        if envs.installed_in(&config, &env).is_none() {
+            if args.install {
                 crate::env::install(&config, &data_dir, &env)?;
+            } else {
+                installed_elsewhere(&config, &data_dir, &env);
             }
         }
     }
@@ -270,6 +272,24 @@ fn build_request(args: &RunArgs) -> anyhow::Result<ExecutionRequest> {
         },
         env,
     })
+}
+
+/// Issue 17, item 1: an environment missing from this data directory but installed in the
+/// default one (`--data-dir` elsewhere) is named on stderr, with the setting that shares it.
+fn installed_elsewhere(config: &Config, data_dir: &std::path::Path, env: &str) {
+    let default = crate::config::data_dir(None, config);
+    if default == data_dir || config.runtime.environments_dir.is_some() {
+        return;
+    }
+    let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, &default);
+    if envs.installed_in(config, env).is_some() {
+        errln!(
+            "sandbox: note: environment {env} is installed in {}, the default data directory's; to use it from every data \
+             directory, set `environments_dir = {:?}` under [runtime] in the configuration file",
+            envs.dir().display(),
+            envs.dir().display().to_string()
+        );
+    }
 }
 
 /// After a streamed run, says on stderr what the exit code alone does not.

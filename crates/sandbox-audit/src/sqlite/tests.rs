@@ -49,7 +49,10 @@ pub(crate) fn on_each_backend(test: impl Fn(&mut dyn AuditStore, &dyn Fn() -> Bo
             postgres::Client::connect(&admin_url, postgres::NoTls).unwrap().batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
             let scratch = Scratch::Postgres { admin_url: admin_url.clone(), db: db.clone() };
             let url = format!("{admin_url} dbname={db}");
-            let reopen = move || open_store(Some(&url), std::path::Path::new("/nonexistent")).unwrap();
+            // The node's data directory, which holds its head file.
+            let node = tempfile::tempdir().unwrap();
+            let node_dir = node.path().to_owned();
+            let reopen = move || open_store(Some(&url), &node_dir).unwrap();
             let mut s = reopen();
             test(s.as_mut(), &reopen);
             drop(s);
@@ -104,7 +107,7 @@ fn verify_passes_untouched_and_names_a_changed_row() {
 
 fn changed_row(s: &mut dyn AuditStore) {
     filled(s);
-    assert_eq!(s.verify().unwrap(), VerifyReport { events: 8, broken: None });
+    assert_eq!(s.verify().unwrap(), VerifyReport { events: 8, broken: None, head: s.verify().unwrap().head });
     s.execute_raw("UPDATE audit_events SET status = 'ok' WHERE execution_id = 'e1' AND kind = 'finish'").unwrap();
     let b = s.verify().unwrap().broken.unwrap();
     assert_eq!((b.seq, b.execution_id.as_str(), b.problem.as_str()), (4, "e1", "changed"));
@@ -120,6 +123,43 @@ fn removed_row(s: &mut dyn AuditStore) {
     s.execute_raw("DELETE FROM audit_events WHERE seq = 3").unwrap();
     let b = s.verify().unwrap().broken.unwrap();
     assert_eq!((b.seq, b.execution_id.as_str(), b.problem.as_str()), (4, "e1", "removed"));
+}
+
+/// Issue 17, item 5: a chain alone cannot see its tail cut off; the head file can.
+#[track_caller]
+fn check_truncation(s: &mut dyn AuditStore, delete_from_seq: i64, appended_after: &[&str], want: Option<(i64, &str, &str)>) {
+    filled(s);
+    assert_eq!(s.verify().unwrap().broken, None);
+    s.execute_raw(&format!("DELETE FROM audit_events WHERE seq >= {delete_from_seq}")).unwrap();
+    for id in appended_after {
+        s.append(&event(id, EventKind::Rejected, "rejected")).unwrap();
+    }
+    let b = s.verify().unwrap().broken;
+    assert_eq!(b.as_ref().map(|b| (b.seq, b.execution_id.as_str(), b.problem.as_str())), want);
+}
+
+#[test]
+fn verify_names_the_newest_event_removed() {
+    on_each_backend(|s, _| check_truncation(s, 8, &[], Some((8, "e9", "truncated"))));
+}
+
+#[test]
+fn verify_names_the_newest_events_removed() {
+    on_each_backend(|s, _| check_truncation(s, 3, &[], Some((8, "e9", "truncated"))));
+}
+
+#[test]
+fn verify_names_a_truncation_that_later_appends_cover() {
+    // One append after the cut: the chain's new end is seq 7, the head still names seq 8.
+    on_each_backend(|s, _| check_truncation(s, 7, &["x1"], Some((8, "e9", "truncated"))));
+    // Two: seq 8 exists again, but it is another event.
+    on_each_backend(|s, _| check_truncation(s, 7, &["x1", "x2"], Some((8, "e9", "rewritten"))));
+}
+
+#[test]
+fn verify_passes_a_whole_chain_and_an_emptied_log_is_truncated() {
+    on_each_backend(|s, _| check_truncation(s, 9, &[], None));
+    on_each_backend(|s, _| check_truncation(s, 1, &[], Some((8, "e9", "truncated"))));
 }
 
 #[test]
@@ -149,7 +189,9 @@ fn reopening_keeps_the_chain_and_migrations_are_idempotent() {
 
 fn reopened(s: &mut dyn AuditStore) {
     s.append(&event("e10", EventKind::Begin, "running")).unwrap();
-    assert_eq!(s.verify().unwrap(), VerifyReport { events: 9, broken: None });
+    let report = s.verify().unwrap();
+    assert_eq!((report.events, report.broken), (9, None));
+    assert_eq!(report.head.map(|h| (h.seq, h.execution_id)), Some((9, "e10".to_owned())), "the head file names the newest event");
 }
 
 #[test]

@@ -347,3 +347,25 @@ async def test_a_result_at_every_cap_still_fits_one_event(client: Client) -> Non
     assert s["status"] == "ok" and s["stdoutOmittedBytes"] > 0 and s["stderrOmittedBytes"] > 0, text_of(r)
     assert s["files"]["big.png"]["inline"] is False
     assert len(r.model_dump_json(by_alias=True)) < 900 * 1024
+
+
+async def test_closing_an_http_session_ends_it_as_the_sdk_expects(sandbox: Sandbox, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 17, item 8: the SDK's DELETE on close is answered 200, not 202 (which it logs as
+    "Session termination failed: 202")."""
+    import logging
+
+    import httpx2
+
+    caplog.set_level(logging.DEBUG)
+    async with connect(sandbox, "http", "legacy") as client:
+        await client.list_tools()
+    failed = [r.getMessage() for r in caplog.records if "termination" in r.getMessage().lower()]
+    assert not failed, failed
+
+    auth = {"authorization": "Bearer mcp-test-key-all", "accept": "application/json, text/event-stream"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+    async with httpx2.AsyncClient() as http:
+        r = await http.post(f"{sandbox.url}/mcp", json=body, headers=auth)
+        session = {"mcp-session-id": r.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        r = await http.delete(f"{sandbox.url}/mcp", headers={**auth, **session})
+        assert r.status_code == 200, (r.status_code, r.text)

@@ -159,6 +159,35 @@ fn kill_9_mid_run_leaves_an_interrupted_record_and_nothing_on_the_host() {
     assert!(ps.stdout.is_empty(), "the program outlived its service: {}", String::from_utf8_lossy(&ps.stdout));
 }
 
+/// Issue 17, item 5: deleting the newest events (1, then several) is reported, through the CLI
+/// a newcomer uses; the head file next to audit.db is what remembers how far the log reached.
+#[test]
+fn verify_names_the_newest_events_deleted_with_plain_sql() {
+    let data = data_dir();
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        ids.push(run_in(&data, "python-default", &format!("print({i})"), &[])["executionId"].as_str().unwrap().to_owned());
+    }
+    let out = cli(&data, &["audit", "verify"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("head event 8 present"), "{out:?}");
+    assert!(data.join("audit.db.head").is_file());
+    let db = rusqlite::Connection::open(data.join("audit.db")).unwrap();
+    // The last event (the newest execution's finish).
+    db.execute("DELETE FROM audit_events WHERE seq = (SELECT MAX(seq) FROM audit_events)", []).unwrap();
+    let out = cli(&data, &["audit", "verify"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("BROKEN at event 8") && text.contains(&ids[3]) && text.contains("truncated"), "{text}");
+    // Several: the last three executions whole, then a new run appends behind the cut.
+    db.execute("DELETE FROM audit_events WHERE seq > 2", []).unwrap();
+    run_in(&data, "python-default", "print('after')", &[]);
+    let out = cli(&data, &["audit", "verify"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("BROKEN at event 8") && text.contains("truncated"), "{text}");
+}
+
 #[test]
 fn verify_names_the_record_changed_or_deleted_with_plain_sql() {
     let data = data_dir();
@@ -374,6 +403,24 @@ fn postgres_backend_records_and_verifies_through_the_cli() {
     let out = pg_cli(&["audit", "verify"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains(id));
+    // Issue 17, item 5: the newest events deleted in the database, one and then several, are
+    // seen through this node's head file (a row in the same database would go with them).
+    let mut in_db = postgres::Client::connect(&format!("{admin} dbname={db}"), postgres::NoTls).unwrap();
+    let caller = rec["caller"].as_str().unwrap();
+    in_db.execute("UPDATE audit_events SET caller = $1 WHERE kind = 'begin'", &[&caller]).unwrap();
+    let rerun: Value = serde_json::from_slice(&pg_cli(&["run", "--json", "-c", "print(2)"]).stdout).unwrap();
+    let newest = rerun["executionId"].as_str().unwrap();
+    let verified = pg_cli(&["audit", "verify"]);
+    assert!(verified.status.success(), "{verified:?}");
+    in_db.batch_execute("DELETE FROM audit_events WHERE seq = (SELECT MAX(seq) FROM audit_events)").unwrap();
+    let out = pg_cli(&["audit", "verify"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(newest) && text.contains("truncated"), "{text}");
+    in_db.batch_execute("DELETE FROM audit_events WHERE seq > 1").unwrap();
+    let out = pg_cli(&["audit", "verify"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("truncated"), "{out:?}");
+    drop(in_db);
     drop(c);
     let mut admin_c = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
     let _ = admin_c.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));

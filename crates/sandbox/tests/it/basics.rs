@@ -99,11 +99,47 @@ fn profiles_list_and_show() {
     let out = sandbox(&["profiles", "list"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("python-default") && text.contains("typescript-default") && text.contains("py-small"), "{text}");
+    // Issue 17, item 7: every field with its unit, as the README says.
     let out = sandbox(&["profiles", "show", "python-default"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |key: &str| text.lines().find_map(|l| l.trim_start().strip_prefix(key).filter(|v| v.starts_with(' ')).map(str::trim)).unwrap_or_else(|| panic!("no {key} in {text}"));
+    assert_eq!(field("limits.memory_max_bytes"), "536870912 bytes (512 MiB)");
+    assert_eq!(field("limits.timeout_ms"), "30000 ms (30s)");
+    assert_eq!(field("limits.timeout_max_ms"), "300000 ms (5min)");
+    assert_eq!(field("limits.cpu_max"), "1.0 CPUs (cpu.max quota per period)");
+    assert_eq!(field("limits.pids_max"), "128 processes and threads");
+    assert_eq!(field("output.stdout_max_bytes"), "1048576 bytes (1 MiB)");
+    assert_eq!(field("network"), "none");
+    assert_eq!(field("language"), "python");
+    // --toml is a config file's table.
+    let out = sandbox(&["profiles", "show", "--toml", "python-default"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("[profiles.python-default.limits]") && text.contains("memory_max_bytes = 536870912"), "{text}");
     let out = sandbox(&["profiles", "show", "nope"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// Issue 17, item 7: a long value widens its column instead of shifting the ones after it.
+#[test]
+fn tables_keep_their_columns_with_long_values() {
+    let long = "a-profile-with-a-name-longer-than-the-old-column-of-twenty-four";
+    let config = scratch_file(
+        "long.toml",
+        format!("[profiles.{long}]\nlanguage = \"python\"\ndescription = \"{}\"\n", "words ".repeat(40).trim_end()).as_bytes(),
+    );
+    let out = Command::new(bin()).arg("--config").arg(&config).args(["profiles", "list"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1 + 5, "one line per profile into a pipe: {text}");
+    for column in ["LANGUAGE", "MEMORY", "NETWORK", "DESCRIPTION"] {
+        let at = lines[0].find(column).unwrap();
+        for l in &lines[1..] {
+            assert!(at == 0 || l.as_bytes()[at - 1] == b' ', "{column} at {at} not a column start in {l:?}:\n{text}");
+            assert!(l.as_bytes()[at] != b' ', "{column} at {at} empty in {l:?}:\n{text}");
+        }
+    }
+    let row = lines.iter().find(|l| l.starts_with(long)).unwrap();
+    assert!(row.ends_with("words words"), "the description is whole: {row}");
 }
 
 #[test]

@@ -29,7 +29,8 @@ fn a_fresh_install_shows_progress_a_second_is_a_no_op_and_a_missing_one_names_th
     let out = cli(&config, &["run", "--json", "-p", "typescript-analysis", "-c", code]);
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((out.status.code(), r["status"].as_str(), r["error"]["type"].as_str()), (Some(3), Some("rejected"), Some("environment_not_installed")), "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("sandbox env install typescript-analysis"), "{r}");
+    let hint = format!("`sandbox --config {} --data-dir {} env install typescript-analysis`", config.display(), env().data.display());
+    assert!(r["error"]["message"].as_str().unwrap().contains(&hint), "{r}");
 
     let out = cli(&config, &["env", "install", "typescript-analysis"]);
     let err = text(&out.stderr);
@@ -181,4 +182,70 @@ fn an_environment_the_sandbox_cannot_reach_is_refused_before_it_runs() {
     assert_eq!((out.status.code(), r["error"]["type"].as_str()), (Some(3), Some("runtime_unavailable")), "{r}");
     assert!(r["error"]["message"].as_str().unwrap().contains("not searchable"), "{r}");
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The command between the first pair of backticks of `text` that starts with `sandbox`, run
+/// as written (this test binary's `sandbox` in place of the one on PATH).
+fn run_hint(text: &str, extra_env: &[(&str, &Path)]) -> Output {
+    let hint = text.split('`').skip(1).step_by(2).find(|c| c.starts_with("sandbox ")).unwrap_or_else(|| panic!("no command in {text}"));
+    let words: Vec<&str> = hint.split_whitespace().collect();
+    let mut c = Command::new(bin());
+    c.args(&words[1..]);
+    for (k, v) in extra_env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// Issue 17, item 1: another `--data-dir` has its own environments; the refusal says where it
+/// looked, its command installs there as written, and the original command then runs. An
+/// environment installed in the default data directory is named with the setting that shares
+/// it, and that setting works too. `doctor` exits 1 while a built-in profile cannot run.
+#[test]
+fn a_missing_environment_names_where_it_looked_and_a_command_that_works_as_written() {
+    let dir = tempfile::Builder::new().prefix("datadirs-").tempdir_in(&env().dir).unwrap().keep();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(&config, "[environments.tiny]\ndescription = \"no packages\"\n[profiles.tiny-py]\nlanguage = \"python\"\nenvironment = \"tiny\"\n").unwrap();
+    let (default, other) = (dir.join("default"), dir.join("other"));
+    // The default data directory ($SANDBOX_DATA_DIR here) has it installed.
+    let with_default = |data: Option<&Path>, args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.env("SANDBOX_DATA_DIR", &default).arg("--config").arg(&config);
+        if let Some(d) = data {
+            c.arg("--data-dir").arg(d);
+        }
+        c.args(args).output().unwrap()
+    };
+    let out = with_default(None, &["env", "install", "tiny"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let original = ["run", "-p", "tiny-py", "-c", "print(6*7)"];
+    assert_eq!(text(&with_default(None, &original).stdout), "42\n");
+
+    let out = with_default(Some(&other), &original);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains(&format!("not installed in {}/environments, the data directory's", other.display())), "{err}");
+    assert!(err.contains(&format!("`sandbox --config {} --data-dir {} env install tiny`", config.display(), other.display())), "{err}");
+    // The note names the installed copy and the setting that shares it; that setting works.
+    let note = err.lines().find(|l| l.contains("note:")).unwrap_or_else(|| panic!("no note: {err}"));
+    assert!(note.contains(&format!("installed in {}/environments, the default data directory's", default.display())), "{note}");
+    let setting = note.split('`').nth(1).unwrap();
+    let shared = dir.join("shared.toml");
+    std::fs::write(&shared, format!("[runtime]\n{setting}\n{}", std::fs::read_to_string(&config).unwrap())).unwrap();
+    let out = Command::new(bin()).arg("--config").arg(&shared).arg("--data-dir").arg(&other).args(original).output().unwrap();
+    assert_eq!((out.status.code(), text(&out.stdout).as_str()), (Some(0), "42\n"), "{}", text(&out.stderr));
+
+    // The command the refusal gave, run as written, then the original command.
+    let out = run_hint(&err, &[("SANDBOX_DATA_DIR", &default)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(other.join("environments").read_dir().unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("tiny-")));
+    let out = with_default(Some(&other), &original);
+    assert_eq!((out.status.code(), text(&out.stdout).as_str()), (Some(0), "42\n"), "{}", text(&out.stderr));
+
+    // Built-in python-analysis is not installed in `other`: doctor fails, with the same command.
+    let out = with_default(Some(&other), &["doctor"]);
+    let report = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(report.contains(&format!("`sandbox --config {} --data-dir {} env install python-analysis`", config.display(), other.display())), "{report}");
 }

@@ -318,7 +318,8 @@ print(json.dumps(out))
     };
     let by_name = conn(8080, Some("api.test")).unwrap_or_else(|| panic!("no allowed api.test:8080 in {allowed:#?}"));
     assert!(by_name["bytesSent"].as_u64().unwrap() > 50 && by_name["bytesReceived"].as_u64().unwrap() > 50, "{by_name:#}");
-    let echo = conn(7007, Some("api.test")).or(conn(7007, None)).expect("echo connection reported");
+    // Made by address, let through by the address rule: credited to no name (issue 17, item 8).
+    let echo = conn(7007, None).unwrap_or_else(|| panic!("echo connection reported without a host: {allowed:#?}"));
     assert_eq!((echo["bytesSent"].as_u64(), echo["bytesReceived"].as_u64()), (Some(4), Some(4)));
     assert!(conn(8443, Some("secure.test")).is_some(), "{allowed:#?}");
     assert!(blocked(&r).is_empty(), "{:#}", r.json["network"]);
@@ -340,6 +341,8 @@ const byIp: string = await (await fetch("http://198.18.{N}.2:8080/ts")).text();
 const tls: number = (await fetch("https://secure.test:8443/")).status;
 let other = "REACHED";
 try { await fetch("http://198.18.{N}.3:8080/", { signal: AbortSignal.timeout(8000) }); } catch (e) { other = (e as Error).cause ? String(((e as Error).cause as any).code) : (e as Error).name; }
+// By address, to api.test's address on a port no rule allows.
+try { await fetch("http://198.18.{N}.2:8081/", { signal: AbortSignal.timeout(8000) }); } catch {}
 console.log(JSON.stringify({ plain, byIp, tls, other }));
 "#,
         &["--env", "NODE_EXTRA_CA_CERTS=/workspace/ca.pem"],
@@ -348,6 +351,11 @@ console.log(JSON.stringify({ plain, byIp, tls, other }));
     assert_eq!((out["plain"].as_str(), out["byIp"].as_str(), out["tls"].as_u64()), (Some("hello from 198.18.2.2"), Some("hello from 198.18.2.2"), Some(200)), "{r:?}");
     assert_eq!(out["other"], "ECONNREFUSED", "{r:?}");
     assert_blocked(&r, "198.18.2.3", Some(8080), "tcp", "not_allowed");
+    // Issue 17, item 8: refused attempts name no host the program may not have used; the address
+    // was given out for api.test, but the attempt was by address on a port api.test does not allow.
+    assert_blocked(&r, "198.18.2.2", Some(8081), "tcp", "not_allowed");
+    let named: Vec<Value> = blocked(&r).into_iter().filter(|b| b["protocol"] == "tcp" && !b["host"].is_null()).collect();
+    assert!(named.is_empty(), "refused connections named a host: {named:#?}");
     assert_eq!(fx.forbidden_hits.load(Ordering::SeqCst), 0);
 }
 
