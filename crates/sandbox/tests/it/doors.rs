@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use super::http::{Server, KEYS, KEY_PY};
+use super::http::{Server, KEYS, KEY_ALL, KEY_PY};
 use super::*;
 
 const JSON_AND_SSE: &str = "application/json, text/event-stream";
@@ -143,5 +143,39 @@ fn http_and_mcp_refuse_alike() {
         // Counted once per door.
         let after = metrics(&s);
         assert_eq!(rejected_count(&after, code), rejected_count(&before, code) + 2, "{code}: {after}");
+    }
+}
+
+fn keys(v: &Value) -> Vec<&str> {
+    v.as_object().unwrap_or_else(|| panic!("not an object: {v}")).keys().map(String::as_str).collect()
+}
+
+/// JSON key order is the program's through HTTP and MCP alike (input into `main`, `returnData`
+/// out), and MCP's `structuredContent` lists the result's fields in the HTTP result's order.
+#[test]
+fn json_key_order_is_kept_through_http_and_mcp() {
+    let s = Server::start(KEYS);
+    let http = reqwest::blocking::Client::new();
+    let mut mcp = Mcp::open(&s, KEY_ALL);
+    let input = json!({"zeta": 1, "alpha": 2, "mid": 3});
+    let py = "def main(inp):\n    return {'inputKeys': list(inp), 'rows': 1, 'completeRows': 2, 'species': 3}\n";
+    let ts = "export default function main(input: object) {\n  return { inputKeys: Object.keys(input), rows: 1, completeRows: 2, species: 3 };\n}\n";
+    for (language, code) in [("python", py), ("typescript", ts)] {
+        let body = json!({"profile": format!("{language}-default"), "language": language, "code": code, "harness": "function", "input": input});
+        // The raw body, parsed by a serde_json that keeps key order (this workspace's feature).
+        let text = http.post(format!("{}/v1/executions", s.url)).bearer_auth(KEY_ALL).json(&body).send().unwrap().text().unwrap();
+        let result: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(result["status"], "ok", "{result}");
+        assert_eq!(result["returnData"]["inputKeys"], json!(["zeta", "alpha", "mid"]), "HTTP {language}: {result}");
+        assert_eq!(keys(&result["returnData"]), ["inputKeys", "rows", "completeRows", "species"], "HTTP {language}: {text}");
+        let tool = mcp.execute(&json!({"language": language, "code": code, "harness": "function", "input": input}));
+        let structured = &tool["structuredContent"];
+        assert_eq!(structured["status"], "ok", "{tool}");
+        assert_eq!(structured["returnData"]["inputKeys"], json!(["zeta", "alpha", "mid"]), "MCP {language}: {tool}");
+        assert_eq!(keys(&structured["returnData"]), ["inputKeys", "rows", "completeRows", "species"], "MCP {language}: {tool}");
+        // The fields both carry, in the same order (MCP drops the base64 of outputs, adds uris).
+        let common = |of: &Value, other: &Value| keys(of).into_iter().filter(|k| other.get(k).is_some()).map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(common(structured, &result), common(&result, structured), "MCP {language}: {tool}");
+        assert_eq!(keys(structured)[..2], ["executionId", "status"], "MCP {language}: {tool}");
     }
 }
