@@ -10,15 +10,22 @@ export type Language = 'python' | 'typescript';
 
 /** One execution request (`POST /v1/executions`). */
 export interface ExecuteRequest {
-  /** Name of the profile to run under, e.g. `python-default`. */
-  profile: string;
+  /**
+   * Name of the profile to run under, e.g. `python-default`. Default (the same rule on every
+   * door): `<language>-default` when the key may use it, else the first profile of that language
+   * the key may use; `language` defaults to `python` when neither is given.
+   */
+  profile?: string;
   /** Language of `code`; defaults to the profile's language and must match it. */
   language?: Language | (string & {});
   /** The program's source. */
   code: string;
   /** `script` (default) or `function`. */
   harness?: 'script' | 'function' | (string & {});
-  /** Wall-clock timeout in milliseconds; defaults to the profile's, may not exceed its maximum. */
+  /**
+   * Wall-clock timeout in **milliseconds** (20 s is `20000`); defaults to the profile's, may not
+   * exceed its maximum. Below 100 it is refused with `invalid_timeout` (almost surely seconds).
+   */
   timeout?: number;
   /** Input files by workspace-relative name: text, bytes (sent as base64), or `{ base64 }`. */
   files?: Record<string, FileInput>;

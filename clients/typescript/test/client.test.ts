@@ -340,6 +340,29 @@ describe('profiles', () => {
   });
 });
 
+describe('one request shape (the HTTP API\'s)', () => {
+  test('profile is optional: <language>-default, python without a language', async () => {
+    const py = await sandbox.execute({ code: 'print(6*7)' });
+    assert.equal(py.profile, 'python-default', explain(py));
+    assert.equal(py.stdout, '42\n');
+    const ts = await sandbox.execute({ language: 'typescript', code: 'console.log(6*7)' });
+    assert.equal(ts.profile, 'typescript-default', explain(ts));
+    assert.equal(ts.stdout, '42\n');
+    // A key without a profile of the language is told so.
+    const pyOnly = new SandboxClient({ baseUrl: server.url, apiKey: PY_ONLY_KEY });
+    const e = await rejectsWith(pyOnly.execute({ language: 'typescript', code: '1' }), 'profile_not_found', 404);
+    assert.equal(e.field, 'profile');
+  });
+
+  test('a timeout in seconds by mistake is refused with a hint naming the unit', async () => {
+    const e = await rejectsWith(sandbox.execute({ code: 'print(1)', timeout: 20 }), 'invalid_timeout', 400);
+    assert.equal(e.field, 'timeout');
+    assert.match(e.detail, /milliseconds \(for 20 seconds, send 20000\)/);
+    const ok = await sandbox.execute({ code: 'print(1)', timeout: 20000 });
+    assert.equal(ok.status, 'ok', explain(ok));
+  });
+});
+
 describe('error codes from the real server', () => {
   test('invalid_file_name names the field', async () => {
     const e = await rejectsWith(

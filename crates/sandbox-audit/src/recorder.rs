@@ -163,8 +163,8 @@ impl AuditLog {
             o.insert("schemaVersion".into(), SCHEMA_VERSION.into());
             o.insert("stdout".into(), capped_text(&r.stdout, self.caps.output_max_bytes));
             o.insert("stderr".into(), capped_text(&r.stderr, self.caps.output_max_bytes));
-            o.remove("stdoutBase64");
-            o.remove("stderrBase64");
+            o.shift_remove("stdoutBase64");
+            o.shift_remove("stderrBase64");
             let files: serde_json::Map<String, serde_json::Value> = r
                 .files
                 .iter()
@@ -176,7 +176,7 @@ impl AuditLog {
             if let Some(data) = &r.return_data {
                 let json = data.to_string();
                 if json.len() > self.caps.output_max_bytes {
-                    o.remove("returnData");
+                    o.shift_remove("returnData");
                     o.insert("returnDataCapped".into(), capped_text(&json, self.caps.output_max_bytes));
                 }
             }

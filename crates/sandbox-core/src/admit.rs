@@ -13,6 +13,12 @@ use crate::{ErrorCode, ExecutionRequest, Harness, Language, WorkspacePath};
 /// Largest `input` of the function harness, serialized, in bytes (bigger data goes in `files`).
 pub const MAX_INPUT_JSON_BYTES: usize = 8 << 20;
 
+/// Smallest timeout a request may ask for, in ms. Below it a value is almost surely seconds given
+/// where milliseconds are expected (`timeout: 20` meaning 20 s); no execution could finish in it
+/// anyway (start-up alone takes ~20-30 ms), so it is refused with [`ErrorCode::InvalidTimeout`]
+/// and a hint naming the unit instead of running and timing out at once.
+pub const MIN_TIMEOUT_MS: u64 = 100;
+
 /// Most input files one request may carry.
 pub const MAX_INPUT_FILES: usize = 10_000;
 
@@ -79,7 +85,7 @@ impl Rejection {
 }
 
 /// Checks `req` against `config`: the profile exists, the language and harness fit it, the code is
-/// not empty and within `limits.code_max_bytes`, the timeout is within `limits.timeout_max_ms`, file
+/// not empty and within `limits.code_max_bytes`, the timeout is within [`MIN_TIMEOUT_MS`]..=`limits.timeout_max_ms`, file
 /// names are [`WorkspacePath`]s and fit the workspace, `outputs` globs parse, env names are valid.
 /// Errors: the first [`Rejection`] found; nothing has been touched on the host.
 pub fn admit(req: &ExecutionRequest, config: &Config) -> Result<Admitted, Rejection> {
@@ -144,7 +150,16 @@ pub fn admit(req: &ExecutionRequest, config: &Config) -> Result<Admitted, Reject
     }
     let timeout_ms = match req.timeout {
         None => profile.limits.timeout_ms,
-        Some(0) => return reject(ErrorCode::InvalidTimeout, "the timeout must be at least 1 ms".into(), "timeout"),
+        Some(t) if t < MIN_TIMEOUT_MS => {
+            return reject(
+                ErrorCode::InvalidTimeout,
+                format!(
+                    "timeout {t} is below the minimum of {MIN_TIMEOUT_MS}: the timeout is in milliseconds{}",
+                    if t == 0 { String::new() } else { format!(" (for {t} seconds, send {})", t * 1000) }
+                ),
+                "timeout",
+            )
+        }
         Some(t) if t > profile.limits.timeout_max_ms => {
             return reject(
                 ErrorCode::TimeoutTooLarge,

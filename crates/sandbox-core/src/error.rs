@@ -27,7 +27,8 @@ pub enum ErrorCode {
     InputTooLarge,
     /// The requested timeout is above the profile's maximum.
     TimeoutTooLarge,
-    /// The requested timeout is zero.
+    /// The requested timeout is below [`crate::admit::MIN_TIMEOUT_MS`] (zero, or almost surely
+    /// seconds where milliseconds are expected).
     InvalidTimeout,
     /// An environment variable name or value is not allowed.
     InvalidEnv,

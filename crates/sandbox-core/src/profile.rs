@@ -469,6 +469,55 @@ pub struct ConfigError {
     pub message: String,
 }
 
+impl ConfigError {
+    /// Appends ` (line N)` to the message, N being the line of `text` where the field is
+    /// written (the key, or the array item), when the message has no line yet and the field is
+    /// found; a field the file does not spell out (a default) stays without a line.
+    fn at_line_in(mut self, text: &str) -> Self {
+        if !self.message.contains("(line ") {
+            if let Some(span) = toml::de::DeTable::parse(text).ok().and_then(|root| {
+                let root = toml::Spanned::new(root.span(), toml::de::DeValue::Table(root.into_inner()));
+                field_span(&root, &self.field)
+            }) {
+                self.message += &line_of(text, Some(span));
+            }
+        }
+        self
+    }
+}
+
+/// Where the field at dotted `path` (as [`ConfigError::field`] spells it, e.g.
+/// `profiles.p.network.hosts.warehouse.internal` or `profiles.p.network.allow[1]`) is written
+/// in a parsed document: the span of its key, or of its array item. Keys may themselves contain
+/// dots, so every key that is a prefix of the path is tried.
+fn field_span(value: &toml::Spanned<toml::de::DeValue<'_>>, path: &str) -> Option<std::ops::Range<usize>> {
+    use toml::de::DeValue;
+    match value.get_ref() {
+        DeValue::Table(table) => table.iter().find_map(|(key, item)| {
+            let rest = path.strip_prefix(key.get_ref().as_ref())?;
+            if rest.is_empty() {
+                Some(key.span())
+            } else if let Some(rest) = rest.strip_prefix('.') {
+                field_span(item, rest)
+            } else if rest.starts_with('[') {
+                field_span(item, rest).or_else(|| Some(key.span()))
+            } else {
+                None
+            }
+        }),
+        DeValue::Array(items) => {
+            let (index, rest) = path.strip_prefix('[')?.split_once(']')?;
+            let item = items.into_iter().nth(index.parse().ok()?)?;
+            match rest.strip_prefix('.') {
+                Some(rest) => field_span(item, rest).or_else(|| Some(item.span())),
+                None if rest.is_empty() => Some(item.span()),
+                None => field_span(item, rest),
+            }
+        }
+        _ => None,
+    }
+}
+
 impl Config {
     /// The built-in configuration alone.
     pub fn builtin() -> Self {
@@ -480,8 +529,8 @@ impl Config {
     /// values out of range.
     pub fn parse(text: &str, file: &str) -> Result<Self, ConfigError> {
         let config = Self::read(text, file)?;
-        config.validate(file)?;
-        config.validate_references(file)?;
+        config.validate(file).map_err(|e| e.at_line_in(text))?;
+        config.validate_references(file).map_err(|e| e.at_line_in(text))?;
         Ok(config)
     }
 
@@ -490,9 +539,9 @@ impl Config {
     /// Errors: [`ConfigError`] naming `file` and the field.
     pub fn parse_layered(self, text: &str, file: &str) -> Result<Self, ConfigError> {
         let user = Self::read(text, file)?;
-        user.validate(file)?;
+        user.validate(file).map_err(|e| e.at_line_in(text))?;
         let config = self.layered(user);
-        config.validate_references(file)?;
+        config.validate_references(file).map_err(|e| e.at_line_in(text))?;
         Ok(config)
     }
 

@@ -70,7 +70,11 @@ pub enum FileContent {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExecutionRequest {
-    /// Name of the profile to run under, e.g. `python-default`.
+    /// Name of the profile to run under, e.g. `python-default`. Optional (absent or `""`): the
+    /// service picks `<language>-default` when the caller may use it, else the first profile
+    /// (by name) of that language the caller may use, `language` being `python` when absent too;
+    /// the same rule on every door (HTTP, SDKs, MCP, CLI).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub profile: String,
     /// Language of `code`; defaults to the profile's language and must match it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -80,7 +84,9 @@ pub struct ExecutionRequest {
     /// `script` (default) or `function`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harness: Option<String>,
-    /// Wall-clock timeout in ms; defaults to the profile's, may not exceed its maximum.
+    /// Wall-clock timeout in ms (20 s is 20000); defaults to the profile's, may not exceed its
+    /// maximum. Below 100 ms it is refused with `invalid_timeout` (almost surely seconds; the
+    /// bound is `sandbox_core::admit::MIN_TIMEOUT_MS`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<u64>,
     /// Input files by workspace-relative name.

@@ -176,8 +176,14 @@ impl Service {
     /// `profile_not_found` (naming the profiles the caller may use), every admission code,
     /// `runtime_unavailable` / `environment_not_installed`, `queue_full`; `rate_limited` instead
     /// of any of them when the caller's address is over its refusal limit.
-    pub fn submit(self: &Arc<Self>, caller: &Caller, request: ExecutionRequest) -> Result<Ticket, Refusal> {
+    pub fn submit(self: &Arc<Self>, caller: &Caller, mut request: ExecutionRequest) -> Result<Ticket, Refusal> {
         let received = Instant::now();
+        if request.profile.is_empty() {
+            match default_profile(self.engine.config(), caller, request.language.as_deref()) {
+                Ok(profile) => request.profile = profile,
+                Err(r) => return Err(self.refuse(caller, Some(&request), r)),
+            }
+        }
         match self.check(caller, &request) {
             Err(r) => Err(self.refuse(caller, Some(&request), r)),
             Ok(admitted) => match self.slots.place() {
@@ -248,6 +254,27 @@ impl Service {
             }
         }
     }
+}
+
+/// The profile a request without one runs under, the same rule on every door: for `language`
+/// (`None`: `python`), `<language>-default` when it exists, runs that language and `caller` may
+/// use it, else the first profile (by name) of that language `caller` may use.
+/// Errors: `unsupported_language` (field `language`) for an unknown language; `profile_not_found`
+/// (field `profile`) when `caller` may use no profile of the language.
+pub fn default_profile(config: &sandbox_core::Config, caller: &Caller, language: Option<&str>) -> Result<String, Refusal> {
+    let language = match language {
+        None => sandbox_core::Language::Python,
+        Some(l) => sandbox_core::Language::parse(l).map_err(|(code, m)| Refusal::new(code, m, Some("language".into())))?,
+    };
+    let preferred = format!("{}-default", language.as_str());
+    if config.profiles.get(&preferred).is_some_and(|p| p.language == language) && caller.allows(&preferred) {
+        return Ok(preferred);
+    }
+    config.profiles.iter().find(|(n, p)| p.language == language && caller.allows(n)).map(|(n, _)| n.clone()).ok_or_else(|| {
+        let allowed = config.profiles.keys().filter(|p| caller.allows(p)).map(String::as_str).collect::<Vec<_>>().join(", ");
+        let message = format!("no profile given, and no {} profile you may use; profiles you may use: {allowed}", language.as_str());
+        Refusal::new(ErrorCode::ProfileNotFound, message, Some("profile".into()))
+    })
 }
 
 /// One execution slot per core, fewer when memory could not hold that many runs of the

@@ -122,15 +122,20 @@ impl McpServer {
         let service = &self.shared.service;
         let caller = Principal { audit_name: format!("mcp:{}/{}", principal.audit_name, client_label(ctx.client_info())), ..principal.clone() };
         // Decode the arguments into a request.
-        let request = match self.request(principal, args) {
+        let spelling = timeout_spelling(args.as_ref());
+        let request = match self.request(args) {
             Ok(r) => r,
-            Err((profile, refusal)) => return self.refused(&profile, service.refuse(&caller, None, refusal)),
+            Err((profile, refusal)) => return self.refused(&profile, spelling, service.refuse(&caller, None, refusal)),
         };
-        let profile = request.profile.clone();
+        // The profile the service picks when none was given, for the refusal's result.
+        let profile = match request.profile.as_str() {
+            "" => sandbox_engine::service::default_profile(self.engine().config(), &caller, request.language.as_deref()).unwrap_or_default(),
+            p => p.to_owned(),
+        };
         // Submit.
         let ticket = match service.submit(&caller, request) {
             Ok(t) => t,
-            Err(refusal) => return self.refused(&profile, refusal),
+            Err(refusal) => return self.refused(&profile, spelling, refusal),
         };
         // Run, with progress notifications when the client asked for them.
         let (output, progress) = match ctx.meta.get_progress_token() {
@@ -145,32 +150,34 @@ impl McpServer {
         drop(progress);
         // Encode.
         if let Some(e) = &mut result.error {
-            e.field = e.field.take().map(argument_name);
+            e.field = e.field.take().map(|f| argument_name(f, spelling));
         }
         self.shared.store.keep(&principal.audit_name, &result);
         render::tool_result(&result)
     }
 
-    /// The request the tool arguments describe, the profile defaulting to the caller's first of
-    /// the language. Errors: the profile asked for (or none) and why the arguments are not a request.
-    fn request(&self, principal: &Principal, args: Option<rmcp::model::JsonObject>) -> Result<ExecutionRequest, (String, Refusal)> {
+    /// The request the tool arguments describe; without a profile, the service picks one by the
+    /// rule every door shares ([`sandbox_engine::service::default_profile`]). `timeout_ms` is
+    /// the older name of `timeout`. Errors: the profile asked for (or none) and why the arguments
+    /// are not a request.
+    fn request(&self, args: Option<rmcp::model::JsonObject>) -> Result<ExecutionRequest, (String, Refusal)> {
         let args: ExecuteArgs = serde_json::from_value(Value::Object(args.unwrap_or_default())).map_err(|e| {
             (String::new(), Refusal::new(ErrorCode::InvalidRequest, format!("the arguments do not match the input schema: {e}"), None))
         })?;
-        let language = args.language.language();
-        let profile = match args.profile {
-            Some(p) => p,
-            None => default_profile(self.engine().config(), principal, language).ok_or_else(|| {
-                let message = format!("no {} profile you may use; call {PROFILES_TOOL} to see yours", language.as_str());
-                (String::new(), Refusal::new(ErrorCode::ProfileNotFound, message, Some("profile".into())))
-            })?,
+        let profile = args.profile.unwrap_or_default();
+        let timeout = match (args.timeout, args.timeout_ms) {
+            (Some(a), Some(b)) if a != b => {
+                let message = format!("timeout ({a}) and timeout_ms ({b}) are two names of one argument (ms); give one");
+                return Err((profile, Refusal::new(ErrorCode::InvalidRequest, message, Some("timeout".into()))));
+            }
+            (a, b) => a.or(b),
         };
         Ok(ExecutionRequest {
             profile,
-            language: Some(language.as_str().into()),
+            language: Some(args.language.language().as_str().into()),
             code: args.code,
             harness: args.harness.map(|h| h.as_str().into()),
-            timeout: args.timeout_ms,
+            timeout,
             files: args.files.into_iter().map(|(k, v)| (k, v.into())).collect(),
             input: args.input,
             ..Default::default()
@@ -178,8 +185,8 @@ impl McpServer {
     }
 
     /// A refusal of the service as a `rejected` tool result.
-    fn refused(&self, profile: &str, mut refusal: Refusal) -> CallToolResult {
-        refusal.field = refusal.field.take().map(argument_name);
+    fn refused(&self, profile: &str, timeout_spelling: &str, mut refusal: Refusal) -> CallToolResult {
+        refusal.field = refusal.field.take().map(|f| argument_name(f, timeout_spelling));
         render::tool_result(&refusal.into_result(profile))
     }
 
@@ -210,13 +217,22 @@ impl McpServer {
     }
 }
 
-/// The tool argument named by an HTTP request field (`timeout` is `timeout_ms` here; the
-/// others, e.g. `files["a.csv"]`, are the same).
-fn argument_name(field: String) -> String {
+/// The tool argument named by an HTTP request field: the same (e.g. `timeout`,
+/// `files["a.csv"]`), but `timeout_ms` for `timeout` when the caller spelled it so.
+fn argument_name(field: String, timeout_spelling: &str) -> String {
     if field == "timeout" {
-        "timeout_ms".into()
+        timeout_spelling.into()
     } else {
         field
+    }
+}
+
+/// The name the arguments gave the timeout: `timeout_ms` (the older name) or `timeout`.
+fn timeout_spelling(args: Option<&rmcp::model::JsonObject>) -> &'static str {
+    if args.is_some_and(|a| a.contains_key("timeout_ms") && !a.contains_key("timeout")) {
+        "timeout_ms"
+    } else {
+        "timeout"
     }
 }
 
@@ -305,16 +321,6 @@ fn libraries(p: &ProfileInfo) -> String {
     } else {
         format!("{base} plus {}", p.libraries.join(", "))
     }
-}
-
-/// `python-default` / `typescript-default` when the caller may use it, else the first profile
-/// of `language` the caller may use.
-fn default_profile(config: &sandbox_core::Config, principal: &Principal, language: Language) -> Option<String> {
-    let preferred = format!("{}-default", language.as_str());
-    if config.profiles.get(&preferred).is_some_and(|p| p.language == language) && principal.allows(&preferred) {
-        return Some(preferred);
-    }
-    config.profiles.iter().find(|(n, p)| p.language == language && principal.allows(n)).map(|(n, _)| n.clone())
 }
 
 /// `<name>@<version>` of the MCP client, restricted to printable ASCII and 64 bytes each, for

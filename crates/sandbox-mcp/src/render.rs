@@ -78,8 +78,8 @@ pub fn tool_result(result: &ExecutionResult) -> CallToolResult {
         _ => Map::new(),
     };
     // The exact bytes of non-UTF-8 streams are resources; they would double the size here.
-    structured.remove("stdoutBase64");
-    structured.remove("stderrBase64");
+    structured.shift_remove("stdoutBase64");
+    structured.shift_remove("stderrBase64");
     for (key, max, omitted_key) in
         [("stdout", STRUCTURED_STDOUT_MAX, "stdoutOmittedBytes"), ("stderr", STRUCTURED_STDERR_MAX, "stderrOmittedBytes")]
     {
@@ -96,7 +96,7 @@ pub fn tool_result(result: &ExecutionResult) -> CallToolResult {
     if let Some(data) = &result.return_data {
         let len = data.to_string().len();
         if len > STRUCTURED_RETURN_MAX {
-            structured.remove("returnData");
+            structured.shift_remove("returnData");
             structured.insert("returnDataOmittedBytes".into(), json!(len));
         }
     }

@@ -29,8 +29,13 @@ pub struct ExecuteArgs {
     /// `typescript-default` for the language, else the first profile of that language you may use.
     #[serde(default)]
     pub profile: Option<String>,
-    /// Wall-clock timeout in milliseconds. Default: the profile's `timeoutMs`; at most its
-    /// `timeoutMaxMs`. A program still running then is killed (status `timeout`).
+    /// Wall-clock timeout in milliseconds (as `timeout` in the HTTP API and the SDKs; 20 s is
+    /// 20000), at least 100. Default: the profile's `timeoutMs`; at most its `timeoutMaxMs`. A
+    /// program still running then is killed (status `timeout`).
+    #[serde(default)]
+    #[schemars(range(min = 100))]
+    pub timeout: Option<u64>,
+    /// The same as `timeout` (its older name; give one of the two).
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub timeout_ms: Option<u64>,

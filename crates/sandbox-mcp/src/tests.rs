@@ -114,19 +114,6 @@ fn the_tool_list_is_committed() {
     assert!(committed == tools, "{} is stale: run UPDATE_MCP_TOOLS=1 cargo test -p sandbox-mcp", path.display());
 }
 
-#[track_caller]
-fn check_default(principal: &[&str], language: Language, want: Option<&str>) {
-    let p = Principal { audit_name: "t".into(), profiles: principal.iter().map(|s| s.to_string()).collect(), peer: None };
-    assert_eq!(default_profile(&Config::builtin(), &p, language).as_deref(), want);
-}
-
-#[test]
-fn the_default_profile_is_the_languages_default_the_caller_may_use() {
-    check_default(&["*"], Language::Python, Some("python-default"));
-    check_default(&["*"], Language::Typescript, Some("typescript-default"));
-    check_default(&["python-default"], Language::Typescript, None);
-}
-
 #[test]
 fn the_client_label_is_printable_and_bounded() {
     assert_eq!(client_label(Some(Implementation::new("claude-code", "2.1.0"))), "claude-code@2.1.0");

@@ -31,8 +31,10 @@ pub struct RunArgs {
     /// Feed this file to the program's standard input (`-` for this command's own stdin).
     #[arg(long, value_name = "PATH")]
     stdin: Option<PathBuf>,
-    /// Wall-clock timeout, e.g. `10s`, `500ms` (at most the profile's maximum).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    /// Wall-clock timeout: `20s`, `1m`, `500ms`, or a bare number of milliseconds (`20000`), as
+    /// `timeout` in the HTTP API. At least 100 ms (a smaller bare number is almost surely
+    /// seconds and is refused with `invalid_timeout`), at most the profile's maximum.
+    #[arg(long, value_parser = parse_timeout, value_name = "DURATION|MS")]
     timeout: Option<std::time::Duration>,
     /// Only return output files matching this glob (repeatable), e.g. `*.png`, `results/**`.
     #[arg(long = "output", value_name = "GLOB")]
@@ -75,6 +77,15 @@ pub struct RunArgs {
     /// API key for --server.
     #[arg(long, env = "SANDBOX_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+}
+
+/// `--timeout`: a bare number is milliseconds (the HTTP API's unit), anything else a humantime
+/// duration (`20s`, `1m 30s`, `500ms`). Errors: the text, with the forms accepted.
+fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    if let Ok(ms) = s.trim().parse::<u64>() {
+        return Ok(std::time::Duration::from_millis(ms));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{e}; write a duration such as 20s or 500ms, or milliseconds such as 20000"))
 }
 
 /// Exit code of `sandbox run --server` when the service cannot be reached (connection refused,

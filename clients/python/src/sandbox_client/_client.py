@@ -41,9 +41,10 @@ def _encode_content(value: FileInput, where: str) -> Union[str, Dict[str, str]]:
 
 
 def _build_body(
-    profile: str,
-    code: str,
+    profile: Optional[str],
+    code: Optional[str],
     language: Optional[str],
+    timeout: Optional[int],
     timeout_ms: Optional[int],
     files: Optional[Mapping[str, FileInput]],
     outputs: Optional[Sequence[str]],
@@ -54,15 +55,23 @@ def _build_body(
 ) -> Dict[str, Any]:
     if isinstance(outputs, str):
         raise TypeError("outputs must be a list of glob patterns, not a single string")
-    body: Dict[str, Any] = {"profile": profile, "code": code}
+    if code is None:
+        raise TypeError("code is required: execute(code=...) (profile is optional)")
+    if timeout is not None and timeout_ms is not None and timeout != timeout_ms:
+        raise TypeError("timeout and timeout_ms are two names of one argument (milliseconds); give one")
+    if timeout is None:
+        timeout = timeout_ms
+    body: Dict[str, Any] = {"code": code}
+    if profile is not None:
+        body["profile"] = profile
     if language is not None:
         body["language"] = language
     if harness is not None:
         body["harness"] = harness
     if input is not None:
         body["input"] = input
-    if timeout_ms is not None:
-        body["timeout"] = int(timeout_ms)
+    if timeout is not None:
+        body["timeout"] = int(timeout)
     if files is not None:
         body["files"] = {name: _encode_content(content, f"files[{name!r}]") for name, content in files.items()}
     if outputs is not None:
@@ -384,10 +393,11 @@ class SandboxClient:
 
     def execute(
         self,
-        profile: str,
-        code: str,
+        profile: Optional[str] = None,
+        code: Optional[str] = None,
         *,
         language: Optional[str] = None,
+        timeout: Optional[int] = None,
         timeout_ms: Optional[int] = None,
         files: Optional[Mapping[str, FileInput]] = None,
         outputs: Optional[Sequence[str]] = None,
@@ -398,19 +408,28 @@ class SandboxClient:
     ) -> ExecutionResult:
         """Run ``code`` under ``profile`` and wait for the result.
 
+        ``profile`` is optional: the service then picks ``<language>-default`` when the key may
+        use it, else the first profile of that language the key may use (``language`` defaults to
+        ``python``), the same rule as the HTTP API, the CLI and MCP. ``timeout`` is the program's
+        wall-clock limit in **milliseconds** (20 s is ``20000``; ``timeout_ms`` is its older name);
+        below 100 the service refuses it with ``invalid_timeout``, as it is almost surely seconds.
+        Not to be confused with the client's own HTTP ``timeout`` (seconds, given to the constructor).
+
         A program that fails, times out or hits a limit is still a result (see ``status``); a request
-        the service refuses raises :class:`SandboxError`.
+        the service refuses raises :class:`SandboxError`. ``TypeError`` without ``code``, or with
+        ``timeout`` and ``timeout_ms`` that differ.
         """
-        body = _build_body(profile, code, language, timeout_ms, files, outputs, stdin, env, harness, input)
+        body = _build_body(profile, code, language, timeout, timeout_ms, files, outputs, stdin, env, harness, input)
         response = self._request("POST", "/v1/executions", json=body)
         return _parse_result(_json_body(response), response.status_code)
 
     def execute_stream(
         self,
-        profile: str,
-        code: str,
+        profile: Optional[str] = None,
+        code: Optional[str] = None,
         *,
         language: Optional[str] = None,
+        timeout: Optional[int] = None,
         timeout_ms: Optional[int] = None,
         files: Optional[Mapping[str, FileInput]] = None,
         outputs: Optional[Sequence[str]] = None,
@@ -422,7 +441,7 @@ class SandboxClient:
         """Run ``code`` and stream its output: iterate for :class:`StreamChunk` items, then a
         :class:`StreamResult`. Use it in a ``with`` block (or call ``close()``) to release the
         connection early."""
-        body = _build_body(profile, code, language, timeout_ms, files, outputs, stdin, env, harness, input)
+        body = _build_body(profile, code, language, timeout, timeout_ms, files, outputs, stdin, env, harness, input)
         request = self._http.build_request(
             "POST", "/v1/executions", json=body, headers={"Accept": "text/event-stream"}
         )
@@ -606,10 +625,11 @@ class AsyncSandboxClient:
 
     async def execute(
         self,
-        profile: str,
-        code: str,
+        profile: Optional[str] = None,
+        code: Optional[str] = None,
         *,
         language: Optional[str] = None,
+        timeout: Optional[int] = None,
         timeout_ms: Optional[int] = None,
         files: Optional[Mapping[str, FileInput]] = None,
         outputs: Optional[Sequence[str]] = None,
@@ -619,16 +639,17 @@ class AsyncSandboxClient:
         input: Any = None,
     ) -> ExecutionResult:
         """Run ``code`` under ``profile`` and wait for the result; see :meth:`SandboxClient.execute`."""
-        body = _build_body(profile, code, language, timeout_ms, files, outputs, stdin, env, harness, input)
+        body = _build_body(profile, code, language, timeout, timeout_ms, files, outputs, stdin, env, harness, input)
         response = await self._request("POST", "/v1/executions", json=body)
         return _parse_result(_json_body(response), response.status_code)
 
     def execute_stream(
         self,
-        profile: str,
-        code: str,
+        profile: Optional[str] = None,
+        code: Optional[str] = None,
         *,
         language: Optional[str] = None,
+        timeout: Optional[int] = None,
         timeout_ms: Optional[int] = None,
         files: Optional[Mapping[str, FileInput]] = None,
         outputs: Optional[Sequence[str]] = None,
@@ -639,7 +660,7 @@ class AsyncSandboxClient:
     ) -> AsyncExecutionStream:
         """Run ``code`` and stream its output (``async for``); see :meth:`SandboxClient.execute_stream`.
         Not a coroutine: the request is sent on the first ``__anext__`` or on ``async with``."""
-        body = _build_body(profile, code, language, timeout_ms, files, outputs, stdin, env, harness, input)
+        body = _build_body(profile, code, language, timeout, timeout_ms, files, outputs, stdin, env, harness, input)
         request = self._http.build_request(
             "POST", "/v1/executions", json=body, headers={"Accept": "text/event-stream"}
         )

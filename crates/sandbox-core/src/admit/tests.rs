@@ -30,6 +30,9 @@ fn profile_language_harness_code_timeout() {
     check(req("python-default", "  \n"), Some((ErrorCode::EmptyCode, "code")));
     check(req("python-default", &"#".repeat(2 << 20)), Some((ErrorCode::CodeTooLarge, "code")));
     check(ExecutionRequest { timeout: Some(0), ..req("python-default", "1") }, Some((ErrorCode::InvalidTimeout, "timeout")));
+    check(ExecutionRequest { timeout: Some(20), ..req("python-default", "1") }, Some((ErrorCode::InvalidTimeout, "timeout")));
+    check(ExecutionRequest { timeout: Some(MIN_TIMEOUT_MS - 1), ..req("python-default", "1") }, Some((ErrorCode::InvalidTimeout, "timeout")));
+    check(ExecutionRequest { timeout: Some(MIN_TIMEOUT_MS), ..req("python-default", "1") }, None);
     check(ExecutionRequest { timeout: Some(300_000), ..req("python-default", "1") }, None);
     check(ExecutionRequest { timeout: Some(300_001), ..req("python-default", "1") }, Some((ErrorCode::TimeoutTooLarge, "timeout")));
 }
@@ -85,4 +88,11 @@ fn output_globs_match_top_level_and_subtrees() {
     assert!(!set.is_match("sub/plot.png"));
     assert!(set.is_match("results/a/b.csv"));
     assert!(!set.is_match("data.csv"));
+}
+
+/// A timeout that is almost surely seconds is refused with a hint naming the unit.
+#[test]
+fn a_timeout_in_seconds_gets_a_hint() {
+    let e = admit(&ExecutionRequest { timeout: Some(20), ..req("python-default", "1") }, &Config::builtin()).unwrap_err();
+    assert_eq!(e.message, "timeout 20 is below the minimum of 100: the timeout is in milliseconds (for 20 seconds, send 20000)");
 }

@@ -76,3 +76,22 @@ fn landlock_min_abi_defaults_to_any_kernel_with_landlock() {
         assert_eq!(p.landlock_min_abi, LANDLOCK_MIN_ABI_DEFAULT, "built-in profile {name}");
     }
 }
+
+/// Errors found after parsing (validation) carry the line of the field too, as parse errors do.
+#[test]
+fn validation_errors_name_the_line() {
+    let hosts = "[profiles.api]\nlanguage = \"python\"\n[profiles.api.network]\nallow = [\"api.example.com:443\"]\n\
+                 hosts = { \"warehouse.internal\" = \"10.1.2.3\" }\n";
+    check(hosts, "profiles.api.network.hosts.warehouse.internal", "(line 5)");
+    check(hosts, "profiles.api.network.hosts.warehouse.internal", "\"warehouse.internal:PORT\"");
+    let allowed = hosts.replace("\"api.example.com:443\"]", "\"api.example.com:443\", \"warehouse.internal:5432\"]");
+    Config::parse(&allowed, "my.toml").expect("a hosts name with a rule is accepted");
+    check("[profiles.p]\nlanguage = \"python\"\n\n[profiles.p.limits]\nmemory_max_bytes = 5\n", "profiles.p.limits.memory_max_bytes", "(line 5)");
+    check(
+        "[profiles.p]\nlanguage = \"python\"\n[[profiles.p.filesystem.mounts]]\nhost = \"/srv\"\nsandbox = \"/data\"\n\
+         [[profiles.p.filesystem.mounts]]\nhost = \"/srv\"\nsandbox = \"/etc/x\"\n",
+        "profiles.p.filesystem.mounts[1]",
+        "(line 6)",
+    );
+    check("[profiles.p]\nlanguage = \"python\"\nenvironment = \"nope\"\n", "profiles.p.environment", "(line 3)");
+}

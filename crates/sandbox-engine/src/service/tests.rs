@@ -55,3 +55,20 @@ fn the_count_of_left_out_refusals_comes_first() {
     assert_eq!(audit_message("bad", 0), "bad");
     assert!(audit_message(&"x".repeat(5000), 7).starts_with("[7 earlier refusals"));
 }
+
+#[track_caller]
+fn check_default(may_use: &[&str], language: Option<&str>, want: Result<&str, ErrorCode>) {
+    let caller = Caller { audit_name: "t".into(), profiles: may_use.iter().map(|s| s.to_string()).collect(), peer: None };
+    let got = default_profile(&sandbox_core::Config::builtin(), &caller, language);
+    assert_eq!(got.as_deref().map_err(|r| r.code), want.map(str::to_owned).as_deref().map_err(|c| *c));
+}
+
+/// One rule on every door for a request without a profile.
+#[test]
+fn the_default_profile_is_the_languages_default_the_caller_may_use() {
+    check_default(&["*"], None, Ok("python-default"));
+    check_default(&["*"], Some("python"), Ok("python-default"));
+    check_default(&["*"], Some("ts"), Ok("typescript-default"));
+    check_default(&["python-default"], Some("typescript"), Err(ErrorCode::ProfileNotFound));
+    check_default(&["*"], Some("cobol"), Err(ErrorCode::UnsupportedLanguage));
+}

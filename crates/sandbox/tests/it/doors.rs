@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use super::http::{Server, KEYS, KEY_PY};
+use super::http::{Server, KEYS, KEY_ALL, KEY_PY};
 use super::*;
 
 const JSON_AND_SSE: &str = "application/json, text/event-stream";
@@ -143,5 +143,93 @@ fn http_and_mcp_refuse_alike() {
         // Counted once per door.
         let after = metrics(&s);
         assert_eq!(rejected_count(&after, code), rejected_count(&before, code) + 2, "{code}: {after}");
+    }
+}
+
+fn keys(v: &Value) -> Vec<&str> {
+    v.as_object().unwrap_or_else(|| panic!("not an object: {v}")).keys().map(String::as_str).collect()
+}
+
+/// JSON key order is the program's through HTTP and MCP alike (input into `main`, `returnData`
+/// out), and MCP's `structuredContent` lists the result's fields in the HTTP result's order.
+#[test]
+fn json_key_order_is_kept_through_http_and_mcp() {
+    let s = Server::start(KEYS);
+    let http = reqwest::blocking::Client::new();
+    let mut mcp = Mcp::open(&s, KEY_ALL);
+    let input = json!({"zeta": 1, "alpha": 2, "mid": 3});
+    let py = "def main(inp):\n    return {'inputKeys': list(inp), 'rows': 1, 'completeRows': 2, 'species': 3}\n";
+    let ts = "export default function main(input: object) {\n  return { inputKeys: Object.keys(input), rows: 1, completeRows: 2, species: 3 };\n}\n";
+    for (language, code) in [("python", py), ("typescript", ts)] {
+        let body = json!({"profile": format!("{language}-default"), "language": language, "code": code, "harness": "function", "input": input});
+        // The raw body, parsed by a serde_json that keeps key order (this workspace's feature).
+        let text = http.post(format!("{}/v1/executions", s.url)).bearer_auth(KEY_ALL).json(&body).send().unwrap().text().unwrap();
+        let result: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(result["status"], "ok", "{result}");
+        assert_eq!(result["returnData"]["inputKeys"], json!(["zeta", "alpha", "mid"]), "HTTP {language}: {result}");
+        assert_eq!(keys(&result["returnData"]), ["inputKeys", "rows", "completeRows", "species"], "HTTP {language}: {text}");
+        let tool = mcp.execute(&json!({"language": language, "code": code, "harness": "function", "input": input}));
+        let structured = &tool["structuredContent"];
+        assert_eq!(structured["status"], "ok", "{tool}");
+        assert_eq!(structured["returnData"]["inputKeys"], json!(["zeta", "alpha", "mid"]), "MCP {language}: {tool}");
+        assert_eq!(keys(&structured["returnData"]), ["inputKeys", "rows", "completeRows", "species"], "MCP {language}: {tool}");
+        // The fields both carry, in the same order (MCP drops the base64 of outputs, adds uris).
+        let common = |of: &Value, other: &Value| keys(of).into_iter().filter(|k| other.get(k).is_some()).map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(common(structured, &result), common(&result, structured), "MCP {language}: {tool}");
+        assert_eq!(keys(structured)[..2], ["executionId", "status"], "MCP {language}: {tool}");
+    }
+}
+
+/// One request shape on every door: `profile` optional with one default rule, `timeout` in ms
+/// (MCP also takes its older name `timeout_ms`, the CLI also `20s`), and a timeout below 100 ms
+/// (almost surely seconds) refused with `invalid_timeout` and a hint naming the unit, audited.
+#[test]
+fn one_request_shape_on_every_door() {
+    let s = Server::start(KEYS);
+    let http = reqwest::blocking::Client::new();
+    let post = |key: &str, body: Value| -> (u16, Value) {
+        let r = http.post(format!("{}/v1/executions", s.url)).bearer_auth(key).json(&body).send().unwrap();
+        (r.status().as_u16(), r.json().unwrap())
+    };
+    const HINT: &str = "the timeout is in milliseconds (for 20 seconds, send 20000)";
+    // HTTP: no profile.
+    let (status, r) = post(KEY_ALL, json!({"code": "print(6*7)"}));
+    assert_eq!((status, &r["profile"], &r["stdout"]), (200, &json!("python-default"), &json!("42\n")), "{r}");
+    let (status, r) = post(KEY_ALL, json!({"language": "typescript", "code": "console.log(6*7)"}));
+    assert_eq!((status, &r["profile"], &r["stdout"]), (200, &json!("typescript-default"), &json!("42\n")), "{r}");
+    let (status, p) = post(KEY_PY, json!({"language": "typescript", "code": "1"}));
+    assert_eq!((status, &p["code"], &p["field"]), (404, &json!("profile_not_found"), &json!("profile")), "{p}");
+    // HTTP: a timeout in seconds by mistake; refused, with the hint, and audited.
+    let (status, p) = post(KEY_ALL, json!({"code": "print(1)", "timeout": 20}));
+    assert_eq!((status, &p["code"], &p["field"]), (400, &json!("invalid_timeout"), &json!("timeout")), "{p}");
+    assert!(p["detail"].as_str().unwrap().contains(HINT), "{p}");
+    let rec = &records(&s, 1)[0];
+    assert_eq!((&rec["executionId"], &rec["status"]), (&p["executionId"], &json!("rejected")), "{rec}");
+    let (status, r) = post(KEY_ALL, json!({"code": "print(1)", "timeout": 20000}));
+    assert_eq!((status, &r["status"]), (200, &json!("ok")), "{r}");
+    // MCP: the same words, and the older `timeout_ms`.
+    let mut mcp = Mcp::open(&s, KEY_ALL);
+    for (args, field) in [
+        (json!({"language": "python", "code": "print(1)", "timeout": 20}), "timeout"),
+        (json!({"language": "python", "code": "print(1)", "timeout_ms": 20}), "timeout_ms"),
+    ] {
+        let tool = mcp.execute(&args);
+        let e = &tool["structuredContent"]["error"];
+        assert_eq!((&e["type"], &e["field"]), (&json!("invalid_timeout"), &json!(field)), "{tool}");
+        assert!(e["message"].as_str().unwrap().contains(HINT), "{tool}");
+    }
+    for args in [json!({"language": "python", "code": "print(1)", "timeout": 20000}), json!({"language": "python", "code": "print(1)", "timeout_ms": 20000})] {
+        let tool = mcp.execute(&args);
+        assert_eq!((&tool["structuredContent"]["status"], &tool["structuredContent"]["profile"]), (&json!("ok"), &json!("python-default")), "{tool}");
+    }
+    let tool = mcp.execute(&json!({"language": "python", "code": "print(1)", "timeout": 1000, "timeout_ms": 2000}));
+    assert_eq!(tool["structuredContent"]["error"]["type"], "invalid_request", "{tool}");
+    // CLI: a bare number is ms, as on the wire; `20s` still works.
+    let r = run("python-default", "print(1)", &["--timeout", "20"]);
+    assert_eq!((r.status, r.status(), &r.json["error"]["type"]), (2, "rejected", &json!("invalid_timeout")), "{r:?}");
+    assert!(r.json["error"]["message"].as_str().unwrap().contains(HINT), "{r:?}");
+    for t in ["20000", "20s"] {
+        let r = run("python-default", "print(1)", &["--timeout", t]);
+        assert_eq!((r.status, r.status()), (0, "ok"), "--timeout {t}: {r:?}");
     }
 }

@@ -180,3 +180,27 @@ fn a_program_that_forges_the_side_channel_gets_a_protocol_error() {
     let r = run("python-default", "import os\nos.write(4, b'not json')\n", &[]);
     assert_eq!((r.status(), r.json["error"]["type"].as_str()), ("error", Some("HarnessProtocolError")), "{r:?}");
 }
+
+/// The keys of a JSON object as the CLI printed them (the test's own `serde_json` keeps order).
+fn keys(v: &Value) -> Vec<&str> {
+    v.as_object().unwrap_or_else(|| panic!("not an object: {v}")).keys().map(String::as_str).collect()
+}
+
+/// Key order is the program's, end to end: `input` reaches `main` in the caller's order and the
+/// returned object comes back in the program's order (neither sorted), in both languages.
+#[test]
+fn json_key_order_is_kept_through_the_cli() {
+    let input = r#"{"zeta": 1, "alpha": {"y": 1, "b": 2}, "mid": 3}"#;
+    let py = "def main(inp):\n    return {'inputKeys': list(inp), 'nestedKeys': list(inp['alpha']), 'rows': 1, 'completeRows': 2, 'species': 3}\n";
+    let r = run("python-default", py, &["--harness", "function", "--input", input]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert_eq!(r.json["returnData"]["inputKeys"], serde_json::json!(["zeta", "alpha", "mid"]), "{r:?}");
+    assert_eq!(r.json["returnData"]["nestedKeys"], serde_json::json!(["y", "b"]), "{r:?}");
+    assert_eq!(keys(&r.json["returnData"]), ["inputKeys", "nestedKeys", "rows", "completeRows", "species"], "{r:?}");
+    let ts = "export default function main(input: Record<string, unknown>) {\n  \
+              return { inputKeys: Object.keys(input), rows: 1, completeRows: 2, species: 3 };\n}\n";
+    let r = run("typescript-default", ts, &["--harness", "function", "--input", input]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert_eq!(r.json["returnData"]["inputKeys"], serde_json::json!(["zeta", "alpha", "mid"]), "{r:?}");
+    assert_eq!(keys(&r.json["returnData"]), ["inputKeys", "rows", "completeRows", "species"], "{r:?}");
+}
