@@ -7,6 +7,8 @@
 #   cpu.max, cpu.stat                                 limits::half_cpu_profile_gets_about_half_a_cpu
 #   cgroup.kill                                       every warm run (the template's teardown), timeouts
 #   nested placement (subtree_control at each level)  placement::executions_live_under_the_services_own_cgroup
+#   clone3 CLONE_INTO_CGROUP (init born in its cgroup) placement::executions_live_under_the_services_own_cgroup
+#   a pooled sandbox (TypeScript, warm pass)          harness::typescript_function_returns_data (warm)
 #   readiness self-test, its not-ready cases          selftest::*
 COLD=(
   basics::python_prints_42
@@ -45,6 +47,7 @@ WARM=(
   timeouts::busy_loop_times_out
   attacks::host_secret_file_is_invisible
   attacks::dangerous_syscalls_fail_with_eperm
+  harness::typescript_function_returns_data
 )
 # Left out on one kernel, and why.
 case "$(uname -r)" in

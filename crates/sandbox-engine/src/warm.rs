@@ -485,6 +485,7 @@ impl Templates {
             program_uid: sandbox_runtime::spec::SANDBOX_UID,
             template_slots: UID_SLOTS,
             cgroup_join: cg.join_files(),
+            cgroup_dir: cg.v2_dir().map(Path::to_owned),
             root_dir: root.to_owned(),
             workspace_dir: workspace.to_owned(),
             system_dirs: rt.system_dirs.clone(),

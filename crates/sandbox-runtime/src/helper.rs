@@ -58,10 +58,25 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
     if getppid().as_raw() == 1 {
         return Err(("pdeathsig", "the engine exited before the helper started".into()));
     }
-    // Join the cgroup before cloning, so init and everything it starts are born inside it.
-    // "0" names the writer itself (see Cgroup::join_files for why that matters on v1).
-    for file in &spec.cgroup_join {
-        step("cgroup_join", std::fs::write(file, "0").map_err(|e| format!("{}: {e}", file.display())))?;
+    // Init and everything it starts are born inside the execution's cgroup: on v2 created there
+    // directly (clone3 with CLONE_INTO_CGROUP), else the helper joins it first. "0" names the
+    // writer itself (see Cgroup::join_files for why that matters on v1).
+    let into = match &spec.cgroup_dir {
+        Some(dir) => Some(step(
+            "cgroup_open",
+            nix::fcntl::open(dir, nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
+                .map_err(|e| format!("{}: {e}", dir.display())),
+        )?),
+        None => None,
+    };
+    let join = |files: &[std::path::PathBuf]| -> Result<(), StepError> {
+        for file in files {
+            step("cgroup_join", std::fs::write(file, "0").map_err(|e| format!("{}: {e}", file.display())))?;
+        }
+        Ok(())
+    };
+    if into.is_none() {
+        join(&spec.cgroup_join)?;
     }
     // No descriptor but stdio, the control socket and the harness's side channel (fd 4) may
     // reach the container (the network channel, fd 5, is the helper's own and close-on-exec).
@@ -74,7 +89,19 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
     // fs.inotify.max_user_instances. The real and saved uid stay 0, so the capabilities stay
     // permitted; we raise them again for the clone and return to euid 0 right after.
     step("namespace_owner", become_owner(spec.namespace_owner()))?;
-    let cloned = sys::clone_namespaces(NAMESPACES);
+    let cloned = match &into {
+        Some(dir) => match sys::clone_into_cgroup(NAMESPACES, dir.as_fd()) {
+            // A kernel without CLONE_INTO_CGROUP (before 5.7) or clone3 (before 5.3): join, then clone.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL)) => {
+                step("namespace_owner", nix::unistd::seteuid(Uid::from_raw(0)))?;
+                join(&spec.cgroup_join)?;
+                step("namespace_owner", become_owner(spec.namespace_owner()))?;
+                sys::clone_namespaces(NAMESPACES)
+            }
+            other => other,
+        },
+        None => sys::clone_namespaces(NAMESPACES),
+    };
     if matches!(cloned, Ok(Forked::Parent(_)) | Err(_)) {
         step("namespace_owner", nix::unistd::seteuid(Uid::from_raw(0)))?;
         // An euid change clears the parent-death signal: set it again.

@@ -77,22 +77,25 @@ pub fn probe() -> HostReport {
         detail: if overlay { "available (not needed yet)".into() } else { "absent (not needed yet)".into() },
     });
     // Newer kernel features: reported, none required.
+    let v2 = matches!(cgroup, Ok(Layout::V2 { .. }));
     checks.push(Check {
         name: "clone3",
         ok: true,
-        detail: if crate::sys::has_clone3() {
-            "present (Linux 5.3+); not used yet (planned: CLONE_INTO_CGROUP on v2)".into()
-        } else {
-            "absent (ENOSYS); not needed: the helper uses clone".into()
+        detail: match (crate::sys::has_clone3(), v2) {
+            (true, true) => "present (Linux 5.3+): on cgroup v2 init is born in its cgroup (CLONE_INTO_CGROUP, Linux 5.7+; \
+                             before 5.7 the helper joins the cgroup first)"
+                .into(),
+            (true, false) => "present (Linux 5.3+); not used on cgroup v1 (CLONE_INTO_CGROUP is v2 only): the helper joins each hierarchy".into(),
+            (false, _) => "absent (ENOSYS): the helper joins the execution's cgroup, then clones init".into(),
         },
     });
     checks.push(Check {
         name: "pidfd_open",
         ok: true,
         detail: if crate::sys::has_pidfd_open() {
-            "present (Linux 5.3+); not used yet: init is signalled by pid".into()
+            "present (Linux 5.3+): every signal to an execution's init goes through a pidfd".into()
         } else {
-            "absent (ENOSYS); not needed: init is signalled by pid".into()
+            "absent (ENOSYS): init is not signalled individually; timeouts and teardown kill its cgroup".into()
         },
     });
     checks.push(Check {

@@ -51,6 +51,11 @@ pub struct SpawnSpec {
     /// Cgroup files the helper writes "0" (itself) to before cloning init, from
     /// [`crate::cgroup::Cgroup::join_files`].
     pub cgroup_join: Vec<PathBuf>,
+    /// On cgroup v2, the execution's cgroup directory: the helper creates init directly in it
+    /// (`clone3` with `CLONE_INTO_CGROUP`, Linux 5.7+) and stays outside itself; on a kernel
+    /// without it, it falls back to `cgroup_join`. `None` on v1.
+    #[serde(default)]
+    pub cgroup_dir: Option<PathBuf>,
     /// An empty host directory to mount the new root tmpfs on.
     pub root_dir: PathBuf,
     /// The host directory (a size-capped tmpfs) that becomes /workspace.

@@ -84,9 +84,10 @@ class Sandbox:
         )
 
     def executions_left(self) -> list[str]:
-        # A warm profile's running template is not an execution (as in crates/sandbox/tests/it).
+        # A warm profile's running template or waiting pooled sandbox is not an execution (as in
+        # crates/sandbox/tests/it).
         d = self.data / "executions"
-        return sorted(n for n in os.listdir(d) if not n.startswith("template-")) if d.is_dir() else []
+        return sorted(n for n in os.listdir(d) if not n.startswith(("template-", "pool-"))) if d.is_dir() else []
 
     def audit(self) -> list[dict]:
         """Every audit record, newest first (`sandbox audit list --json`)."""

@@ -251,13 +251,23 @@ impl Cgroup {
     /// lets the kernel skip the `cgroup_threadgroup_rwsem` write lock, whose RCU grace period
     /// costs 9-20 ms per `cgroup.procs` write on this kind of host (the helper is single-threaded,
     /// so its one thread is the whole process). On v2, domain cgroups take whole processes only:
-    /// `cgroup.procs` (CLONE_INTO_CGROUP would avoid the wait there; see ARCHITECTURE.md).
+    /// `cgroup.procs` (the helper avoids that write with `clone3(CLONE_INTO_CGROUP)`, see [`Cgroup::v2_dir`];
+    /// it is the fallback on kernels before 5.7, and what a warm child does).
     pub fn join_files(&self) -> Vec<PathBuf> {
         let file = match self.layout {
             Layout::V1 { .. } => "tasks",
             Layout::V2 { .. } => "cgroup.procs",
         };
         self.dirs.iter().map(|d| d.join(file)).collect()
+    }
+
+    /// On cgroup v2, the cgroup's directory, for `clone3(CLONE_INTO_CGROUP)`; `None` on v1
+    /// (a process is born in several hierarchies there, and must join them).
+    pub fn v2_dir(&self) -> Option<&Path> {
+        match self.layout {
+            Layout::V2 { .. } => self.dirs.first().map(PathBuf::as_path),
+            Layout::V1 { .. } => None,
+        }
     }
 
     /// The layout this cgroup lives in.

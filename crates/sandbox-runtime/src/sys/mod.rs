@@ -39,6 +39,57 @@ pub fn clone_namespaces(flags: CloneFlags) -> io::Result<Forked> {
     }
 }
 
+/// `CLONE_INTO_CGROUP` (Linux 5.7, cgroup v2 only): the child is born in the cgroup whose
+/// directory descriptor `clone_args.cgroup` names.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// The kernel's `struct clone_args` (linux/sched.h), version 2 (with `cgroup`): 88 bytes.
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// `clone3(2)` with `flags`, `CLONE_INTO_CGROUP` into the cgroup v2 directory `cgroup` (an
+/// `O_PATH` or read-only descriptor), exit signal SIGCHLD and no new stack: like
+/// [`clone_namespaces`], but the child is born in that cgroup, so the caller never moves into it
+/// (a `cgroup.procs` write takes the threadgroup rwsem for writing: an RCU grace period, 9-20
+/// ms on this kind of host). Only called from the single-threaded helper.
+/// Errors: the kernel's errno; `ENOSYS` (no clone3, before 5.3), `E2BIG` or `EINVAL` (no
+/// `CLONE_INTO_CGROUP`, before 5.7, or a v1 descriptor) mean the caller should fall back to
+/// joining the cgroup and [`clone_namespaces`].
+pub fn clone_into_cgroup(flags: CloneFlags, cgroup: std::os::fd::BorrowedFd<'_>) -> io::Result<Forked> {
+    use std::os::fd::AsRawFd;
+    let ns = u64::try_from(flags.bits()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let fd = u64::try_from(cgroup.as_raw_fd()).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    let args = CloneArgs {
+        flags: ns | CLONE_INTO_CGROUP,
+        exit_signal: u64::try_from(libc::SIGCHLD).unwrap_or(17),
+        cgroup: fd,
+        ..CloneArgs::default()
+    };
+    // SAFETY: `args` is a valid, fully initialised clone_args of the size passed, alive for the
+    // call. With a zero stack clone3 behaves as fork: both processes return here with separate
+    // copies of the address space; the helper is single-threaded, so no other thread's lock
+    // can be left held in the child.
+    let ret = unsafe { libc::syscall(libc::SYS_clone3, std::ptr::from_ref(&args), std::mem::size_of::<CloneArgs>()) };
+    match ret {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent(Pid::from_raw(i32::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?))),
+    }
+}
+
 /// fork(2) from the single-threaded init.
 /// Errors: the kernel's errno (EAGAIN at `pids.max`).
 pub fn fork() -> io::Result<Forked> {

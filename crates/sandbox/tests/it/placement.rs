@@ -2,6 +2,8 @@
 //! runs the tests in `/ci.slice/stage.service`, so the first `sandbox` moves them into its
 //! `sandbox-service` leaf), never directly in the hierarchy's root. The v1 host keeps each
 //! hierarchy's `/sandbox`.
+//! On v2 an execution's init is born in its cgroup (clone3 with CLONE_INTO_CGROUP): the helper
+//! that cloned it never enters.
 
 use super::*;
 
@@ -18,15 +20,27 @@ fn executions_live_under_the_services_own_cgroup() {
     let parent = base.join("sandbox");
     let slow = std::thread::spawn(|| run("py-small", "import time\ntime.sleep(4)\nprint('done')", &[]));
     // Every live execution cgroup seen under <base>/sandbox while the slow run lasts (other tests
-    // run beside this one), with its memory.max and pids.max.
+    // run beside this one), with its memory.max and pids.max, and the parent of its first
+    // process (the helper, which clone3(CLONE_INTO_CGROUP) leaves outside).
     let mut seen = std::collections::HashMap::new();
+    let mut born_outside = std::collections::HashMap::new();
     let deadline = Instant::now() + Duration::from_secs(120);
     while !slow.is_finished() {
         for e in std::fs::read_dir(&parent).map(|d| d.filter_map(Result::ok).collect::<Vec<_>>()).unwrap_or_default() {
             let p = e.path();
             let read = |f: &str| std::fs::read_to_string(p.join(f)).map(|s| s.trim().to_owned()).unwrap_or_default();
-            if !read("cgroup.procs").is_empty() {
-                seen.entry(e.file_name().to_string_lossy().into_owned()).or_insert_with(|| (read("memory.max"), read("pids.max")));
+            let procs: Vec<i32> = read("cgroup.procs").split_whitespace().filter_map(|p| p.parse().ok()).collect();
+            if !procs.is_empty() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                seen.entry(name.clone()).or_insert_with(|| (read("memory.max"), read("pids.max")));
+                // The cgroup's oldest process (init) and its parent: the helper, which on v2
+                // stays outside (init was born inside by clone3 with CLONE_INTO_CGROUP).
+                if let Some(init) = procs.iter().copied().find(|p| !procs.contains(&parent_pid(*p).unwrap_or(0))) {
+                    if let Some(parent) = parent_pid(init) {
+                        let argv0 = std::fs::read(format!("/proc/{parent}/cmdline")).unwrap_or_default();
+                        born_outside.entry(name).or_insert(argv0.starts_with(b"sandbox-init\0"));
+                    }
+                }
             }
         }
         assert!(Instant::now() < deadline, "the run did not end");
@@ -38,6 +52,7 @@ fn executions_live_under_the_services_own_cgroup() {
     // It ran in <base>/sandbox/<id>, with py-small's limits.
     let limits = seen.get(id).unwrap_or_else(|| panic!("execution {id} never appeared under {}: saw {seen:?}", parent.display()));
     assert_eq!(limits, &("268435456".to_owned(), "64".to_owned()));
+    assert_eq!(born_outside.get(id), Some(&true), "init's parent, the helper, must stay outside the execution's cgroup (clone3 CLONE_INTO_CGROUP)");
     let is_real_root = !base.join("cgroup.type").exists();
     if !is_real_root {
         // The base gives controllers to its children, so it holds no process: ours moved to the leaf.
@@ -46,4 +61,10 @@ fn executions_live_under_the_services_own_cgroup() {
         assert!(!Path::new("/sys/fs/cgroup/sandbox").join(id).exists());
     }
     assert_gone(id);
+}
+
+/// Parent pid of host process `pid` (field 4 of /proc/<pid>/stat).
+fn parent_pid(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
 }
