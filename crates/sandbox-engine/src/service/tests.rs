@@ -35,7 +35,7 @@ fn a_queued_place_becomes_a_slot_when_one_frees() {
 
 #[test]
 fn callers_allow_their_profiles_only() {
-    let c = Caller { audit_name: "key:a".into(), profiles: vec!["python-default".into()], peer: None };
+    let c = Caller { audit_name: "key:a".into(), profiles: vec!["python-default".into()], peer: None, quota: None };
     assert!(c.allows("python-default"));
     assert!(!c.allows("typescript-default"));
     assert!(Caller::local("cli:me").allows("anything"));
