@@ -32,6 +32,8 @@ bash clients/typescript/run-tests.sh 2>&1 | tee -a "$log" || status=1
 bash clients/python/run-tests.sh -q 2>&1 | tee -a "$log" || status=1
 # The MCP server through the official Python MCP SDK (stdio and streamable HTTP).
 bash crates/sandbox-mcp/tests/python/run-tests.sh -q 2>&1 | tee -a "$log" || status=1
+# Several nodes: three `sandbox serve` in network namespaces, PostgreSQL and HAProxy (issue 15).
+bash scripts/cluster-test.sh 2>&1 | tee -a "$log" || status=1
 # One closing line for every runner: cargo's "test result:" lines, node's "# pass/# fail", pytest's "N passed, M failed".
 awk '
   /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }

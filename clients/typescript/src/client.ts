@@ -263,6 +263,8 @@ const STATUS_OF: Record<string, number> = {
   rate_limited: 429,
   host_not_allowed: 421,
   origin_not_allowed: 403,
+  concurrency_limited: 429,
+  audit_unavailable: 503,
   body_too_large: 413,
   input_too_large: 413,
   code_too_large: 413,

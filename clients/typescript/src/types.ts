@@ -225,6 +225,8 @@ export type ErrorCode =
   | 'rate_limited'
   | 'host_not_allowed'
   | 'origin_not_allowed'
+  | 'concurrency_limited'
+  | 'audit_unavailable'
   | 'network_error'
   | 'invalid_response'
   | (string & {});

@@ -32,7 +32,7 @@ fn main() {
                         .map(|i| {
                             let id = format!("w{w}-{i}");
                             let t = Instant::now();
-                            log.begin(&id, "bench", &request).expect("begin");
+                            log.begin(&id, "bench", &request, None).expect("begin");
                             let result = ExecutionResult {
                                 execution_id: id,
                                 status: Status::Ok,

@@ -21,7 +21,7 @@ pub use chain::{event_hash, GENESIS};
 pub use recorder::{AuditLog, Owner, REFUSAL_CODE_MAX_BYTES, REFUSAL_MESSAGE_MAX_BYTES, REFUSAL_NAMES_MAX, REFUSAL_NAME_MAX_BYTES};
 pub use postgres_store::PostgresStore;
 pub use sqlite::SqliteStore;
-pub use store::{open_store, AuditStore};
+pub use store::{open_store, AuditStore, Begin, Lease};
 
 /// Version of the event body format, stored in every event.
 pub const SCHEMA_VERSION: u32 = 1;

@@ -2,13 +2,20 @@
 //! Appends from every node are serialized by a transaction-scoped advisory lock, so the chain
 //! stays one sequence without gaps. Each node anchors the newest event it appended in a head
 //! file of its own ([`crate::head`]; a row in the same database would not be outside it).
+//!
+//! Leases (`execution_leases`): a `begin` inserts one (execution id, node id, quota key,
+//! expiry by the database's clock) in its append transaction, after counting the quota key's
+//! unexpired leases under the same lock; `finish` and `interrupted` delete it in theirs. Nodes
+//! renew the leases of the executions they run; any node reaps expired ones (a node that died).
+//! A lost connection is re-opened by the next call, so a node recovers by itself when the
+//! database returns.
 
 use postgres::{Client, NoTls};
 
 use crate::chain::RawEvent;
 use crate::head::{HeadFile, HeadLock, HeadMark};
 use crate::sqlite::record_of;
-use crate::{event_hash, AuditError, AuditRecord, EventKind, ListFilter, NewEvent, Page, PruneReport, StoredEvent, VerifyReport, GENESIS};
+use crate::{event_hash, AuditError, Begin, Lease, AuditRecord, EventKind, ListFilter, NewEvent, Page, PruneReport, StoredEvent, VerifyReport, GENESIS};
 
 /// Advisory lock key held while appending (any constant; "sandbox audit").
 const APPEND_LOCK: i64 = 0x5a4e_4442_4155_4454;
@@ -29,7 +36,22 @@ const MIGRATIONS: &[&str] = &[r"
     );
     CREATE INDEX audit_events_execution ON audit_events (execution_id);
     CREATE INDEX audit_events_kind_seq ON audit_events (kind, seq);
+", r"
+    CREATE TABLE execution_leases (
+        execution_id  TEXT PRIMARY KEY,
+        node_id       TEXT NOT NULL,
+        quota_key     TEXT,
+        expires_at_ms BIGINT NOT NULL
+    );
+    CREATE INDEX execution_leases_quota ON execution_leases (quota_key);
+    CREATE INDEX execution_leases_expiry ON execution_leases (expires_at_ms);
 "];
+
+/// The database's clock in ms since the Unix epoch (one clock for every node's leases).
+const DB_NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::BIGINT";
+
+/// How long connecting may take before a call fails (the database host is unreachable), in s.
+const CONNECT_TIMEOUT_S: u64 = 5;
 
 fn pg(op: &'static str) -> impl FnOnce(postgres::Error) -> AuditError {
     move |source| AuditError::Pg { op, source }
@@ -39,20 +61,52 @@ const COLUMNS: &str = "seq, execution_id, kind, at_ms, caller, profile, language
 
 /// The audit log in a PostgreSQL database.
 pub struct PostgresStore {
-    client: Client,
+    config: postgres::Config,
+    /// `None` after a call lost the connection; the next call connects again.
+    client: Option<Client>,
     head: Option<HeadFile>,
 }
 
 impl PostgresStore {
-    /// Connects (`postgres://user@host:port/db` or libpq `host=... port=...`) and applies pending
-    /// migrations (tracked in `audit_schema`, under the append lock so nodes do not race).
+    /// Connects (`postgres://user@host:port/db` or libpq `host=... port=...`; a connect timeout
+    /// of 5 s unless the URL sets one) and applies pending migrations (tracked in
+    /// `audit_schema`, under the append lock so nodes do not race).
     /// Errors: [`AuditError::Pg`].
     pub fn connect(url: &str) -> Result<Self, AuditError> {
-        off_runtime(|| Self::connect_inner(url))
+        let mut config: postgres::Config = url.parse().map_err(pg("connect"))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(std::time::Duration::from_secs(CONNECT_TIMEOUT_S));
+        }
+        let mut store = Self { config, client: None, head: None };
+        off_runtime(|| store.client().map(|_| ()))?;
+        Ok(store)
     }
 
-    fn connect_inner(url: &str) -> Result<Self, AuditError> {
-        let mut client = Client::connect(url, NoTls).map_err(pg("connect"))?;
+    /// The connection, opened (and the schema migrated) if there is none.
+    fn client(&mut self) -> Result<&mut Client, AuditError> {
+        if self.client.as_ref().is_some_and(Client::is_closed) {
+            self.client = None;
+        }
+        if self.client.is_none() {
+            self.client = Some(Self::open(&self.config)?);
+        }
+        Ok(self.client.as_mut().expect("connected above"))
+    }
+
+    /// Runs `f` on the connection; an error that is not the server refusing a statement (the
+    /// connection broke) drops the connection, so the next call opens a fresh one.
+    fn with<T>(&mut self, f: impl FnOnce(&mut Client) -> Result<T, AuditError>) -> Result<T, AuditError> {
+        let r = f(self.client()?);
+        if let Err(AuditError::Pg { source, .. }) = &r {
+            if source.code().is_none() || source.is_closed() {
+                self.client = None;
+            }
+        }
+        r
+    }
+
+    fn open(config: &postgres::Config) -> Result<Client, AuditError> {
+        let mut client = config.connect(NoTls).map_err(pg("connect"))?;
         let mut tx = client.transaction().map_err(pg("migrate"))?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK]).map_err(pg("migrate"))?;
         tx.batch_execute("CREATE TABLE IF NOT EXISTS audit_schema (version INTEGER NOT NULL)").map_err(pg("migrate"))?;
@@ -63,7 +117,7 @@ impl PostgresStore {
             tx.execute("INSERT INTO audit_schema (version) VALUES ($1)", &[&v]).map_err(pg("migrate"))?;
         }
         tx.commit().map_err(pg("migrate"))?;
-        Ok(Self { client, head: None })
+        Ok(client)
     }
 
     /// Anchors this node's appends in `head` ([`crate::head`]): every append moves it, `verify`
@@ -96,20 +150,68 @@ impl PostgresStore {
         self.head.as_ref().map(HeadFile::lock).transpose()
     }
 
-    fn advance_head(&mut self, lock: Option<HeadLock>, mark: HeadMark) -> Result<(), AuditError> {
-        let (Some(head), Some(lock)) = (self.head.clone(), lock) else { return Ok(()) };
-        let client = &mut self.client;
-        head.advance(&lock, &mark, |old| {
-            let row = client.query_opt("SELECT hash FROM audit_events WHERE seq = $1", &[&old.seq]).map_err(pg("head"))?;
-            Ok(row.map(|r| r.get::<_, String>(0)).as_deref() == Some(old.hash.as_str()))
+    /// Moves the head to `mark` (taken after its transaction committed), if this store keeps one.
+    fn advance_head(&mut self, lock: Option<HeadLock>, mark: Option<HeadMark>) -> Result<(), AuditError> {
+        let (Some(head), Some(lock), Some(mark)) = (self.head.clone(), lock, mark) else { return Ok(()) };
+        self.with(|client| {
+            head.advance(&lock, &mark, |old| {
+                let row = client.query_opt("SELECT hash FROM audit_events WHERE seq = $1", &[&old.seq]).map_err(pg("head"))?;
+                Ok(row.map(|r| r.get::<_, String>(0)).as_deref() == Some(old.hash.as_str()))
+            })
         })?;
         Ok(())
     }
 
     fn query_events(&mut self, clause: &str, params: &[&(dyn postgres::types::ToSql + Sync)]) -> Result<Vec<StoredEvent>, AuditError> {
-        let rows = self.client.query(&format!("SELECT {COLUMNS} FROM audit_events WHERE {clause} ORDER BY seq"), params).map_err(pg("query"))?;
+        let rows = self.with(|c| c.query(&format!("SELECT {COLUMNS} FROM audit_events WHERE {clause} ORDER BY seq"), params).map_err(pg("query")))?;
         rows.iter().map(|r| stored(&raw(r))).collect()
     }
+}
+
+/// Appends `e` at the end of the chain inside `tx`, which holds the append lock.
+fn append_in(tx: &mut postgres::Transaction<'_>, e: &NewEvent) -> Result<StoredEvent, AuditError> {
+    let last = tx.query_opt("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1", &[]).map_err(pg("append"))?;
+    let (seq, prev_hash): (i64, String) = match last {
+        Some(r) => (r.get::<_, i64>(0) + 1, r.get(1)),
+        None => (1, GENESIS.to_owned()),
+    };
+    let body = e.body.to_string();
+    let hash = event_hash(seq, &e.execution_id, e.kind.as_str(), e.at_ms, &e.caller, &e.profile, e.language.as_deref(), &e.status, &body, &prev_hash);
+    tx.execute(
+        &format!("INSERT INTO audit_events ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"),
+        &[&seq, &e.execution_id, &e.kind.as_str(), &e.at_ms, &e.caller, &e.profile, &e.language, &e.status, &body, &prev_hash, &hash],
+    )
+    .map_err(pg("append"))?;
+    stored(&RawEvent {
+        seq,
+        execution_id: e.execution_id.clone(),
+        kind: e.kind.as_str().into(),
+        at_ms: e.at_ms,
+        caller: e.caller.clone(),
+        profile: e.profile.clone(),
+        language: e.language.clone(),
+        status: e.status.clone(),
+        body,
+        prev_hash,
+        hash,
+    })
+}
+
+/// The head mark naming `e`.
+fn mark_of(e: &StoredEvent) -> HeadMark {
+    HeadMark { seq: e.seq, hash: e.hash.clone(), execution_id: e.execution_id.clone() }
+}
+
+/// Starts a transaction on `c` holding the append lock.
+fn locked<'c>(c: &'c mut Client, op: &'static str) -> Result<postgres::Transaction<'c>, AuditError> {
+    let mut tx = c.transaction().map_err(pg(op))?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK]).map_err(pg(op))?;
+    Ok(tx)
+}
+
+/// `e` stamped now (this node's clock, read under the append lock).
+fn stamped(e: &NewEvent) -> NewEvent {
+    NewEvent { at_ms: crate::recorder::now_ms().max(e.at_ms), ..e.clone() }
 }
 
 fn raw(r: &postgres::Row) -> RawEvent {
@@ -146,37 +248,115 @@ fn stored(r: &RawEvent) -> Result<StoredEvent, AuditError> {
 }
 
 impl PostgresStore {
-    fn append_inner(&mut self, e: &NewEvent) -> Result<StoredEvent, AuditError> {
+    /// Appends `e`, stamped under the lock when `stamp` is set; a `finish` or `interrupted`
+    /// drops the execution's lease in the same transaction.
+    fn append_inner(&mut self, e: &NewEvent, stamp: bool) -> Result<StoredEvent, AuditError> {
         let lock = self.lock_head()?;
-        let mut tx = self.client.transaction().map_err(pg("append"))?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK]).map_err(pg("append"))?;
-        let last = tx.query_opt("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1", &[]).map_err(pg("append"))?;
-        let (seq, prev_hash): (i64, String) = match last {
-            Some(r) => (r.get::<_, i64>(0) + 1, r.get(1)),
-            None => (1, GENESIS.to_owned()),
-        };
-        let body = e.body.to_string();
-        let hash = event_hash(seq, &e.execution_id, e.kind.as_str(), e.at_ms, &e.caller, &e.profile, e.language.as_deref(), &e.status, &body, &prev_hash);
-        tx.execute(
-            &format!("INSERT INTO audit_events ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"),
-            &[&seq, &e.execution_id, &e.kind.as_str(), &e.at_ms, &e.caller, &e.profile, &e.language, &e.status, &body, &prev_hash, &hash],
-        )
-        .map_err(pg("append"))?;
-        tx.commit().map_err(pg("append"))?;
-        self.advance_head(lock, HeadMark { seq, hash: hash.clone(), execution_id: e.execution_id.clone() })?;
-        stored(&RawEvent {
-            seq,
-            execution_id: e.execution_id.clone(),
-            kind: e.kind.as_str().into(),
-            at_ms: e.at_ms,
-            caller: e.caller.clone(),
-            profile: e.profile.clone(),
-            language: e.language.clone(),
-            status: e.status.clone(),
-            body,
-            prev_hash,
-            hash,
+        let stored = self.with(|c| {
+            let mut tx = locked(c, "append")?;
+            let stored = if stamp { append_in(&mut tx, &stamped(e))? } else { append_in(&mut tx, e)? };
+            if matches!(e.kind, EventKind::Finish | EventKind::Interrupted) {
+                tx.execute("DELETE FROM execution_leases WHERE execution_id = $1", &[&e.execution_id]).map_err(pg("append"))?;
+            }
+            tx.commit().map_err(pg("append"))?;
+            Ok(stored)
+        })?;
+        self.advance_head(lock, Some(mark_of(&stored)))?;
+        Ok(stored)
+    }
+
+    fn append_begin_inner(&mut self, e: &NewEvent, lease: &Lease<'_>) -> Result<Begin, AuditError> {
+        let lock = self.lock_head()?;
+        let begun = self.with(|c| {
+            let mut tx = locked(c, "begin")?;
+            let key = lease.quota.map(|q| q.key.as_str());
+            if let Some(q) = lease.quota {
+                let n: i64 = tx
+                    .query_one(&format!("SELECT COUNT(*) FROM execution_leases WHERE quota_key = $1 AND expires_at_ms > {DB_NOW_MS}"), &[&q.key])
+                    .map_err(pg("begin"))?
+                    .get(0);
+                let running = u32::try_from(n).unwrap_or(u32::MAX);
+                if running >= q.max_concurrent {
+                    return Ok(Begin::Limited { running });
+                }
+            }
+            let stored = append_in(&mut tx, &stamped(e))?;
+            let ttl = i64::try_from(lease.ttl_ms).unwrap_or(i64::MAX);
+            tx.execute(
+                &format!("INSERT INTO execution_leases (execution_id, node_id, quota_key, expires_at_ms) VALUES ($1, $2, $3, {DB_NOW_MS} + $4)"),
+                &[&e.execution_id, &lease.node_id.to_owned(), &key, &ttl],
+            )
+            .map_err(pg("begin"))?;
+            tx.commit().map_err(pg("begin"))?;
+            Ok(Begin::Appended(Box::new(stored)))
+        })?;
+        if let Begin::Appended(stored) = &begun {
+            self.advance_head(lock, Some(mark_of(stored)))?;
+        }
+        Ok(begun)
+    }
+
+    fn renew_inner(&mut self, node_id: &str, ids: &[String], ttl_ms: u64) -> Result<u64, AuditError> {
+        let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
+        self.with(|c| {
+            c.execute(
+                &format!("UPDATE execution_leases SET expires_at_ms = {DB_NOW_MS} + $3 WHERE node_id = $1 AND execution_id = ANY($2)"),
+                &[&node_id, &ids, &ttl],
+            )
+            .map_err(pg("renew"))
         })
+    }
+
+    fn reap_inner(&mut self) -> Result<Vec<String>, AuditError> {
+        // Most calls find nothing: look before taking the head's and the database's locks.
+        let any: bool = self.with(|c| {
+            c.query_one(&format!("SELECT EXISTS (SELECT 1 FROM execution_leases WHERE expires_at_ms <= {DB_NOW_MS})"), &[]).map_err(pg("reap")).map(|r| r.get(0))
+        })?;
+        if !any {
+            return Ok(Vec::new());
+        }
+        let lock = self.lock_head()?;
+        let mut last = None;
+        let ids = self.with(|c| {
+            let mut tx = locked(c, "reap")?;
+            let expired = tx
+                .query(&format!("SELECT execution_id, node_id FROM execution_leases WHERE expires_at_ms <= {DB_NOW_MS} ORDER BY execution_id"), &[])
+                .map_err(pg("reap"))?;
+            let mut ids = Vec::new();
+            for row in &expired {
+                let (id, node): (String, String) = (row.get(0), row.get(1));
+                let begin = tx
+                    .query_opt(
+                        &format!(
+                            "SELECT {COLUMNS} FROM audit_events b WHERE b.execution_id = $1 AND b.kind = 'begin' AND NOT EXISTS
+                               (SELECT 1 FROM audit_events f WHERE f.execution_id = b.execution_id AND f.kind IN ('finish', 'interrupted'))"
+                        ),
+                        &[&id],
+                    )
+                    .map_err(pg("reap"))?;
+                if let Some(b) = begin {
+                    let b = raw(&b);
+                    let reason = format!("node {node} stopped renewing the execution's lease (it died, or lost the database) before it finished");
+                    let e = NewEvent {
+                        execution_id: id.clone(),
+                        kind: EventKind::Interrupted,
+                        at_ms: crate::recorder::now_ms(),
+                        caller: b.caller,
+                        profile: b.profile,
+                        language: b.language,
+                        status: "interrupted".into(),
+                        body: serde_json::json!({ "schemaVersion": crate::SCHEMA_VERSION, "reason": reason, "node": node }),
+                    };
+                    last = Some(mark_of(&append_in(&mut tx, &e)?));
+                    ids.push(id.clone());
+                }
+                tx.execute("DELETE FROM execution_leases WHERE execution_id = $1", &[&id]).map_err(pg("reap"))?;
+            }
+            tx.commit().map_err(pg("reap"))?;
+            Ok(ids)
+        })?;
+        self.advance_head(lock, last)?;
+        Ok(ids)
     }
 
     fn unfinished_inner(&mut self) -> Result<Vec<StoredEvent>, AuditError> {
@@ -193,9 +373,8 @@ impl PostgresStore {
 
     fn list_inner(&mut self, f: &ListFilter) -> Result<Page, AuditError> {
         let limit = i64::from(f.limit.clamp(1, 1000));
-        let rows = self
-            .client
-            .query(
+        let rows = self.with(|c| {
+            c.query(
                 "SELECT b.execution_id FROM audit_events b
                  LEFT JOIN audit_events e ON e.execution_id = b.execution_id AND e.kind IN ('finish', 'interrupted')
                  WHERE b.kind IN ('begin', 'rejected')
@@ -210,7 +389,8 @@ impl PostgresStore {
                  ORDER BY b.seq DESC LIMIT $8",
                 &[&f.profile, &f.status, &f.language, &f.caller, &f.since_ms, &f.until_ms, &f.before_seq, &(limit + 1), &f.caller_prefix],
             )
-            .map_err(pg("list"))?;
+            .map_err(pg("list"))
+        })?;
         let ids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
         let mut records = Vec::new();
         for id in ids.iter().take(usize::try_from(limit).unwrap_or(1000)) {
@@ -227,7 +407,7 @@ impl PostgresStore {
     }
 
     fn verify_inner(&mut self) -> Result<VerifyReport, AuditError> {
-        let rows = self.client.query(&format!("SELECT {COLUMNS} FROM audit_events ORDER BY seq"), &[]).map_err(pg("verify"))?;
+        let rows = self.with(|c| c.query(&format!("SELECT {COLUMNS} FROM audit_events ORDER BY seq"), &[]).map_err(pg("verify")))?;
         let events: Vec<RawEvent> = rows.iter().map(raw).collect();
         let checkpoints: Vec<serde_json::Value> =
             events.iter().filter(|r| r.kind == "checkpoint").filter_map(|r| serde_json::from_str(&r.body).ok()).collect();
@@ -240,8 +420,21 @@ impl PostgresStore {
 
     fn prune_inner(&mut self, before_ms: Option<i64>, keep_last: Option<u64>, now_ms: i64) -> Result<PruneReport, AuditError> {
         let lock = self.lock_head()?;
-        let mut tx = self.client.transaction().map_err(pg("prune"))?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK]).map_err(pg("prune"))?;
+        let (report, mark) = self.with(|c| prune_in(c, before_ms, keep_last, now_ms))?;
+        self.advance_head(lock, mark)?;
+        Ok(report)
+    }
+
+    fn execute_raw_inner(&mut self, sql: &str) -> Result<u64, AuditError> {
+        self.with(|c| c.execute(sql, &[]).map_err(pg("execute")))
+    }
+}
+
+/// Prunes inside one locked transaction; returns the report and, when a checkpoint was
+/// appended, the head mark it leaves.
+fn prune_in(c: &mut Client, before_ms: Option<i64>, keep_last: Option<u64>, now_ms: i64) -> Result<(PruneReport, Option<HeadMark>), AuditError> {
+    {
+        let mut tx = locked(c, "prune")?;
         let one = |tx: &mut postgres::Transaction<'_>, sql: &str, p: &[&(dyn postgres::types::ToSql + Sync)]| -> Result<Option<i64>, AuditError> {
             Ok(tx.query_one(sql, p).map_err(pg("prune"))?.get::<_, Option<i64>>(0))
         };
@@ -264,7 +457,7 @@ impl PostgresStore {
         }
         let first = one(&mut tx, "SELECT MIN(seq) FROM audit_events", &[])?.unwrap_or(0);
         if cut < first || cut >= last {
-            return Ok(PruneReport { events: 0, through_seq: 0 });
+            return Ok((PruneReport { events: 0, through_seq: 0 }, None));
         }
         let pruned_hash: String = tx.query_one("SELECT hash FROM audit_events WHERE seq = $1", &[&cut]).map_err(pg("prune"))?.get(0);
         let last_hash: String = tx.query_one("SELECT hash FROM audit_events WHERE seq = $1", &[&last]).map_err(pg("prune"))?.get(0);
@@ -280,12 +473,7 @@ impl PostgresStore {
         .map_err(pg("prune"))?;
         tx.execute("DELETE FROM audit_events WHERE seq <= $1", &[&cut]).map_err(pg("prune"))?;
         tx.commit().map_err(pg("prune"))?;
-        self.advance_head(lock, HeadMark { seq, hash, execution_id: id })?;
-        Ok(PruneReport { events: u64::try_from(events).unwrap_or(0), through_seq: cut })
-    }
-
-    fn execute_raw_inner(&mut self, sql: &str) -> Result<u64, AuditError> {
-        self.client.execute(sql, &[]).map_err(pg("execute"))
+        Ok((PruneReport { events: u64::try_from(events).unwrap_or(0), through_seq: cut }, Some(HeadMark { seq, hash, execution_id: id })))
     }
 }
 
@@ -297,7 +485,7 @@ fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 
 impl crate::AuditStore for PostgresStore {
     fn append(&mut self, e: &NewEvent) -> Result<StoredEvent, AuditError> {
-        off_runtime(|| self.append_inner(e))
+        off_runtime(|| self.append_inner(e, false))
     }
     fn unfinished(&mut self) -> Result<Vec<StoredEvent>, AuditError> {
         off_runtime(|| self.unfinished_inner())
@@ -319,5 +507,20 @@ impl crate::AuditStore for PostgresStore {
     }
     fn execute_raw(&mut self, sql: &str) -> Result<u64, AuditError> {
         off_runtime(|| self.execute_raw_inner(sql))
+    }
+    fn has_leases(&self) -> bool {
+        true
+    }
+    fn append_begin(&mut self, e: &NewEvent, lease: &Lease<'_>) -> Result<Begin, AuditError> {
+        off_runtime(|| self.append_begin_inner(e, lease))
+    }
+    fn append_end(&mut self, e: &NewEvent) -> Result<StoredEvent, AuditError> {
+        off_runtime(|| self.append_inner(e, true))
+    }
+    fn renew_leases(&mut self, node_id: &str, ids: &[String], ttl_ms: u64) -> Result<u64, AuditError> {
+        off_runtime(|| self.renew_inner(node_id, ids, ttl_ms))
+    }
+    fn reap_expired_leases(&mut self) -> Result<Vec<String>, AuditError> {
+        off_runtime(|| self.reap_inner())
     }
 }

@@ -1,17 +1,18 @@
 //! [`AuditLog`]: the engine's [`Recorder`] on the SQLite store, building event bodies from
 //! requests and results within the [`Caps`].
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
-use sandbox_core::record::{RecordError, Recorder};
+use sandbox_core::record::{BeginError, Quota, RecordError, Recorder};
 use sandbox_core::wire::FileContent;
 use sandbox_core::{ExecutionRequest, ExecutionResult};
 use sha2::{Digest, Sha256};
 
-use crate::{capped_text, AuditError, AuditStore, Caps, EventKind, NewEvent, SCHEMA_VERSION};
+use crate::{capped_text, AuditError, AuditStore, Begin, Caps, EventKind, Lease, NewEvent, SCHEMA_VERSION};
 
 /// The process that owns an execution: pid and start time (clock ticks since boot, from
 /// `/proc/<pid>/stat`), so a recycled pid is not mistaken for the owner.
@@ -43,16 +44,35 @@ fn process_start(pid: u32) -> Option<u64> {
     after_comm.split(' ').nth(19)?.parse().ok()
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The audit log: a store behind a lock, and the [`Recorder`] on it.
+///
+/// It keeps the executions of this process that began and have not ended (`live`, with their
+/// quota keys): with SQLite it counts quotas from them; with PostgreSQL a thread started by
+/// [`AuditLog::with_node`] renews their leases every third of the lease's life and reaps the
+/// expired leases of every node.
 pub struct AuditLog {
-    store: Mutex<Box<dyn AuditStore>>,
+    store: Arc<Mutex<Box<dyn AuditStore>>>,
     caps: Caps,
     owner: Owner,
+    /// Whether the store holds leases (PostgreSQL).
+    leases: bool,
+    node_id: String,
+    lease_ttl_ms: u64,
+    /// Executions begun here and not ended: id → quota key.
+    live: Arc<Mutex<HashMap<String, Option<String>>>>,
+    /// Dropped with the log, which ends the lease thread.
+    _stop_leases: Option<std::sync::mpsc::Sender<()>>,
 }
+
+/// The node id of a log that was not given one ([`AuditLog::with_node`]).
+pub const LOCAL_NODE: &str = "local";
+
+/// Shortest lease accepted, in ms (a renewal every third of it must have time for a round trip).
+pub const LEASE_TTL_MIN_MS: u64 = 300;
 
 impl AuditLog {
     /// Opens `<data_dir>/audit.db` (created if missing).
@@ -66,22 +86,74 @@ impl AuditLog {
     pub fn open_url(url: Option<&str>, data_dir: &Path, caps: Caps) -> Result<Self, AuditError> {
         // SQLite's file and every backend's head file live there.
         std::fs::create_dir_all(data_dir).map_err(|e| AuditError::Io(data_dir.to_owned(), e))?;
-        Ok(Self { store: Mutex::new(crate::open_store(url, data_dir)?), caps, owner: Owner::current() })
+        let store = crate::open_store(url, data_dir)?;
+        Ok(Self {
+            leases: store.has_leases(),
+            store: Arc::new(Mutex::new(store)),
+            caps,
+            owner: Owner::current(),
+            node_id: LOCAL_NODE.into(),
+            lease_ttl_ms: 15_000,
+            live: Arc::default(),
+            _stop_leases: None,
+        })
+    }
+
+    /// Names this process's node `node_id` (it owns the leases of the executions begun here) and,
+    /// when the store holds leases (PostgreSQL), starts the thread that renews them every
+    /// `lease_ttl_ms / 3` and reaps every node's expired leases (marking their executions
+    /// `interrupted`). `lease_ttl_ms` is raised to [`LEASE_TTL_MIN_MS`] if below. The thread ends
+    /// when the log is dropped.
+    #[must_use]
+    pub fn with_node(mut self, node_id: impl Into<String>, lease_ttl_ms: u64) -> Self {
+        self.node_id = node_id.into();
+        self.lease_ttl_ms = lease_ttl_ms.max(LEASE_TTL_MIN_MS);
+        if self.leases {
+            let (stop, stopped) = std::sync::mpsc::channel::<()>();
+            let (store, live, node, ttl) = (self.store.clone(), self.live.clone(), self.node_id.clone(), self.lease_ttl_ms);
+            let spawned = std::thread::Builder::new().name("audit-leases".into()).spawn(move || lease_loop(&store, &live, &node, ttl, &stopped));
+            match spawned {
+                Ok(_) => self._stop_leases = Some(stop),
+                Err(e) => tracing::error!(error = %e, "cannot start the lease thread: leases of this node will expire"),
+            }
+        }
+        self
+    }
+
+    /// This node's id ([`LOCAL_NODE`] unless [`AuditLog::with_node`] named it).
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// Executions begun by this process that have not ended.
+    pub fn live(&self) -> usize {
+        lock(&self.live).len()
     }
 
     /// The store, for queries.
     pub fn store(&self) -> MutexGuard<'_, Box<dyn AuditStore>> {
-        self.store.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.store)
     }
 
-    /// Appends `interrupted` for every unfinished execution whose owning process is gone (a
-    /// service that died mid-run); returns their ids. Executions of live processes (another
-    /// `sandbox run` sharing the file) are left alone.
+    /// Renews this node's leases and reaps expired ones now (what the lease thread does every
+    /// third of a lease); returns the executions it marked `interrupted`.
+    /// Errors: the backend's.
+    pub fn tend_leases(&self) -> Result<Vec<String>, AuditError> {
+        tend(&self.store, &self.live, &self.node_id, self.lease_ttl_ms)
+    }
+
+    /// Appends `interrupted` for every unfinished execution of this node whose owning process
+    /// is gone (a service that died mid-run); returns their ids. Executions of live processes
+    /// (another `sandbox run` sharing the file) are left alone, and so are those of other nodes
+    /// (their leases resolve them).
     /// Errors: [`AuditError::Db`].
     pub fn recover(&self) -> Result<Vec<String>, AuditError> {
         let mut store = self.store();
         let mut ids = Vec::new();
         for e in store.unfinished()? {
+            if e.body["owner"]["node"].as_str().is_some_and(|n| n != self.node_id) {
+                continue;
+            }
             let owner = Owner {
                 pid: e.body["owner"]["pid"].as_u64().and_then(|p| u32::try_from(p).ok()).unwrap_or(0),
                 start: e.body["owner"]["start"].as_u64().unwrap_or(0),
@@ -89,7 +161,7 @@ impl AuditLog {
             if owner.alive() {
                 continue;
             }
-            store.append(&NewEvent {
+            store.append_end(&NewEvent {
                 execution_id: e.execution_id.clone(),
                 kind: EventKind::Interrupted,
                 at_ms: now_ms(),
@@ -143,7 +215,7 @@ impl AuditLog {
             // Values may be secrets: only the names are kept.
             "envKeys": r.env.keys().collect::<Vec<_>>(),
             "stdin": r.stdin.is_some(),
-            "owner": { "pid": self.owner.pid, "start": self.owner.start },
+            "owner": { "pid": self.owner.pid, "start": self.owner.start, "node": self.node_id },
         });
         // The function harness's input: whole within the code cap, else prefix, length, sha256.
         if let (Some(input), Some(o)) = (&r.input, body.as_object_mut()) {
@@ -189,9 +261,46 @@ impl AuditLog {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The lease thread: every third of a lease, [`tend`], until `stopped` says the log is gone.
+fn lease_loop(store: &Mutex<Box<dyn AuditStore>>, live: &Mutex<HashMap<String, Option<String>>>, node: &str, ttl_ms: u64, stopped: &std::sync::mpsc::Receiver<()>) {
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(Duration::from_millis(ttl_ms / 3)) {
+        match tend(store, live, node, ttl_ms) {
+            Ok(ids) if !ids.is_empty() => tracing::warn!(interrupted = ids.len(), "executions of a node that stopped renewing its leases marked interrupted"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot renew or reap execution leases"),
+        }
+    }
+}
+
+/// Renews the leases of `live` (this node's running executions) and reaps expired ones.
+fn tend(store: &Mutex<Box<dyn AuditStore>>, live: &Mutex<HashMap<String, Option<String>>>, node: &str, ttl_ms: u64) -> Result<Vec<String>, AuditError> {
+    let ids: Vec<String> = lock(live).keys().cloned().collect();
+    let mut store = lock(store);
+    if !ids.is_empty() {
+        store.renew_leases(node, &ids, ttl_ms)?;
+    }
+    store.reap_expired_leases()
+}
+
 impl Recorder for AuditLog {
-    fn begin(&self, execution_id: &str, caller: &str, request: &ExecutionRequest) -> Result<(), RecordError> {
-        self.append(NewEvent {
+    fn begin(&self, execution_id: &str, caller: &str, request: &ExecutionRequest, quota: Option<&Quota>) -> Result<(), BeginError> {
+        {
+            let mut live = lock(&self.live);
+            // One node (SQLite): the quota counts this process's running executions.
+            if let (false, Some(q)) = (self.leases, quota) {
+                let running = live.values().filter(|k| k.as_deref() == Some(q.key.as_str())).count();
+                let running = u32::try_from(running).unwrap_or(u32::MAX);
+                if running >= q.max_concurrent {
+                    return Err(BeginError::ConcurrencyLimited { key: q.key.clone(), running, max: q.max_concurrent });
+                }
+            }
+            live.insert(execution_id.to_owned(), quota.map(|q| q.key.clone()));
+        }
+        let e = NewEvent {
             execution_id: execution_id.into(),
             kind: EventKind::Begin,
             at_ms: now_ms(),
@@ -200,11 +309,30 @@ impl Recorder for AuditLog {
             language: request.language.clone(),
             status: "running".into(),
             body: self.request_body(request),
-        })
+        };
+        let appended = self.store().append_begin(&e, &Lease { node_id: &self.node_id, ttl_ms: self.lease_ttl_ms, quota });
+        match appended {
+            Ok(Begin::Appended(_)) => Ok(()),
+            Ok(Begin::Limited { running }) => {
+                lock(&self.live).remove(execution_id);
+                let q = quota.expect("only a quota limits");
+                Err(BeginError::ConcurrencyLimited { key: q.key.clone(), running, max: q.max_concurrent })
+            }
+            Err(e) => {
+                lock(&self.live).remove(execution_id);
+                Err(BeginError::Record(RecordError(Box::new(e))))
+            }
+        }
+    }
+
+    fn abandoned(&self, execution_id: &str) {
+        lock(&self.live).remove(execution_id);
     }
 
     fn finish(&self, caller: &str, result: &ExecutionResult) -> Result<(), RecordError> {
-        self.append(NewEvent {
+        // Whatever the write does: a lease left behind expires and its reaper ends the record.
+        let _ended = lock(&self.live).remove(&result.execution_id);
+        let e = NewEvent {
             execution_id: result.execution_id.clone(),
             kind: EventKind::Finish,
             at_ms: now_ms(),
@@ -213,7 +341,8 @@ impl Recorder for AuditLog {
             language: result.language.map(|l| l.as_str().to_owned()),
             status: result.status.as_str().into(),
             body: self.result_body(result),
-        })
+        };
+        self.store().append_end(&e).map(|_| ()).map_err(|e| RecordError(Box::new(e)))
     }
 
     fn rejected(&self, execution_id: &str, caller: &str, request: Option<&ExecutionRequest>, code: &str, message: &str) -> Result<(), RecordError> {
@@ -287,3 +416,6 @@ fn truncated(s: &str, max: usize) -> String {
     }
     format!("{}…", &s[..cut])
 }
+
+#[cfg(test)]
+mod tests;

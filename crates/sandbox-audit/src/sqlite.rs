@@ -370,4 +370,4 @@ pub(crate) fn record_of(events: &[StoredEvent]) -> Option<AuditRecord> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -29,6 +29,64 @@ pub trait AuditStore: Send {
     /// Runs raw SQL, as an attacker with database access would (tests of tamper evidence).
     /// Errors: the backend's.
     fn execute_raw(&mut self, sql: &str) -> Result<u64, AuditError>;
+    /// Whether `begin` events hold leases in this store (PostgreSQL: a database several nodes
+    /// share); `false` for SQLite (one node, whose own process counts its quotas).
+    fn has_leases(&self) -> bool {
+        false
+    }
+    /// Appends the `begin` event `e` and, in a store with leases, its lease (`lease.node_id`,
+    /// expiring `lease.ttl_ms` from now by the database's clock), in one transaction under the
+    /// append lock, unless `lease.quota`'s key already holds `max_concurrent` unexpired leases.
+    /// With leases, `e.at_ms` is replaced by the time of the append (taken under the lock, so
+    /// that on one clock no begin is stamped before the finish that freed its place).
+    /// Errors: the backend's; nothing is appended then.
+    fn append_begin(&mut self, e: &NewEvent, _lease: &Lease<'_>) -> Result<Begin, AuditError> {
+        self.append(e).map(|s| Begin::Appended(Box::new(s)))
+    }
+    /// Appends the `finish` or `interrupted` event `e` and drops the execution's lease, in one
+    /// transaction (with leases, `e.at_ms` is the time of the append, as for
+    /// [`AuditStore::append_begin`]).
+    /// Errors: the backend's; nothing is appended then.
+    fn append_end(&mut self, e: &NewEvent) -> Result<StoredEvent, AuditError> {
+        self.append(e)
+    }
+    /// Extends the leases of `node_id`'s executions `ids` to `ttl_ms` from now (database clock);
+    /// returns how many it extended.
+    /// Errors: the backend's.
+    fn renew_leases(&mut self, _node_id: &str, _ids: &[String], _ttl_ms: u64) -> Result<u64, AuditError> {
+        Ok(0)
+    }
+    /// Ends every expired lease: appends `interrupted` (its `reason` naming the lease's node) for
+    /// each execution that had not ended, and removes the lease, in one transaction under the
+    /// append lock, so two nodes reaping at once append each `interrupted` once. Returns the
+    /// execution ids marked interrupted.
+    /// Errors: the backend's; nothing is changed then.
+    fn reap_expired_leases(&mut self) -> Result<Vec<String>, AuditError> {
+        Ok(Vec::new())
+    }
+}
+
+/// The lease a `begin` takes (see [`AuditStore::append_begin`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Lease<'a> {
+    /// The node that runs the execution and renews the lease.
+    pub node_id: &'a str,
+    /// How long the lease lasts without renewal, in ms.
+    pub ttl_ms: u64,
+    /// The caller's limit of running executions, if any.
+    pub quota: Option<&'a sandbox_core::record::Quota>,
+}
+
+/// What [`AuditStore::append_begin`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Begin {
+    /// The begin (and its lease) was appended.
+    Appended(Box<StoredEvent>),
+    /// Nothing was appended: the quota's key already holds `running` leases.
+    Limited {
+        /// Unexpired leases of the key.
+        running: u32,
+    },
 }
 
 impl AuditStore for crate::SqliteStore {

@@ -62,6 +62,12 @@ pub enum ErrorCode {
     HostNotAllowed,
     /// The request comes from a browser page whose `Origin` is not allowed (HTTP 403).
     OriginNotAllowed,
+    /// The API key already has its `max_concurrent` executions running (over every node);
+    /// retry after the Retry-After seconds (HTTP 429).
+    ConcurrencyLimited,
+    /// The audit log cannot be written (the database is unreachable), so nothing runs: the
+    /// service fails closed and recovers by itself when the database is back (HTTP 503).
+    AuditUnavailable,
 }
 
 impl ErrorCode {
@@ -94,6 +100,8 @@ impl ErrorCode {
             Self::RateLimited => "rate_limited",
             Self::HostNotAllowed => "host_not_allowed",
             Self::OriginNotAllowed => "origin_not_allowed",
+            Self::ConcurrencyLimited => "concurrency_limited",
+            Self::AuditUnavailable => "audit_unavailable",
         }
     }
 
@@ -107,7 +115,7 @@ impl ErrorCode {
     /// profile, 4 for an internal error. (A program that ran exits with its own code.)
     pub fn exit_code(self) -> i32 {
         match self {
-            Self::RuntimeUnavailable | Self::EnvironmentNotInstalled | Self::ShuttingDown => 3,
+            Self::RuntimeUnavailable | Self::EnvironmentNotInstalled | Self::ShuttingDown | Self::AuditUnavailable => 3,
             Self::InternalError => 4,
             _ => 2,
         }

@@ -95,11 +95,16 @@ pub struct AuditConfig {
     pub retention_days: u32,
     /// Keep at most this many events (0: no limit).
     pub retention_max_events: u64,
+    /// PostgreSQL only: how long a running execution's lease lasts without renewal, in ms. A node
+    /// renews the leases of its running executions every third of this; when a node dies, any
+    /// surviving node marks its executions `interrupted` at most `lease_ttl_ms * 4 / 3` (plus one
+    /// database round trip) after its last renewal. At least 300.
+    pub lease_ttl_ms: u64,
 }
 
 impl Default for AuditConfig {
     fn default() -> Self {
-        Self { url: None, code_max_bytes: 256 << 10, output_max_bytes: 256 << 10, retention_days: 0, retention_max_events: 0 }
+        Self { url: None, code_max_bytes: 256 << 10, output_max_bytes: 256 << 10, retention_days: 0, retention_max_events: 0, lease_ttl_ms: 15_000 }
     }
 }
 
@@ -117,8 +122,19 @@ pub struct ServiceConfig {
     pub queue_max: u32,
     /// Largest request body, in bytes (413 past it).
     pub body_max_bytes: u64,
-    /// On SIGTERM/SIGINT, how long in-flight executions may still run, in ms.
+    /// On SIGTERM/SIGINT, how long in-flight executions may still run, in ms (counted after
+    /// [`Self::drain_delay_ms`]).
     pub shutdown_grace_ms: u64,
+    /// On SIGTERM/SIGINT, how long `/readyz` answers 503 `shutting_down` while the node still
+    /// accepts and runs requests, in ms, so that a load balancer's health checks take it out of
+    /// rotation before it stops accepting connections. Set it above the balancer's check
+    /// interval times its fall count (Kubernetes: the readiness probe's period times its
+    /// failure threshold). 0 (the default): stop accepting at once.
+    pub drain_delay_ms: u64,
+    /// This node's name in a cluster: it owns the leases of the executions it runs (PostgreSQL)
+    /// and is logged. Unset: the host name (`/proc/sys/kernel/hostname`, in Kubernetes the pod
+    /// name). `sandbox serve --node-id` overrides it.
+    pub node_id: Option<String>,
     /// API keys. Empty: no authentication (allowed on loopback only).
     pub api_keys: Vec<ApiKey>,
     /// Refused requests (401, invalid or forbidden requests, full queue) one client address
@@ -138,6 +154,8 @@ impl Default for ServiceConfig {
             queue_max: 64,
             body_max_bytes: 128 << 20,
             shutdown_grace_ms: 30_000,
+            drain_delay_ms: 0,
+            node_id: None,
             api_keys: Vec::new(),
             refusals_per_minute: 60,
             refusal_burst: 60,
@@ -160,6 +178,12 @@ pub struct ApiKey {
     /// Extra rights: `audit` reads every caller's audit records (others see only their own).
     #[serde(default)]
     pub roles: Vec<String>,
+    /// Executions this key may have running at once, over every node sharing the audit
+    /// database (PostgreSQL: counted from the leases under the append lock; SQLite: in this
+    /// process). Past it, requests are refused 429 `concurrency_limited` with `Retry-After`.
+    /// Unset: no limit but the nodes' slots.
+    #[serde(default)]
+    pub max_concurrent: Option<u32>,
 }
 
 fn all_profiles() -> Vec<String> {

@@ -14,13 +14,50 @@ impl RecordError {
     }
 }
 
+/// A limit of running executions shared by every caller name of one API key (`key:NAME` over
+/// HTTP, `mcp:key:NAME/...` over MCP).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quota {
+    /// What the executions are counted under: `key:NAME`.
+    pub key: String,
+    /// At most this many run at once (over every node sharing the audit database).
+    pub max_concurrent: u32,
+}
+
+/// Why [`Recorder::begin`] did not record an execution as running.
+#[derive(Debug, thiserror::Error)]
+pub enum BeginError {
+    /// `key` already has `running` executions running, its `max` (over every node).
+    #[error("{key} already has {running} executions running, its max_concurrent is {max}; retry later")]
+    ConcurrencyLimited {
+        /// The quota's key (`key:NAME`).
+        key: String,
+        /// Executions of it running now.
+        running: u32,
+        /// Its limit.
+        max: u32,
+    },
+    /// The record could not be written (the database is unreachable or refused it).
+    #[error(transparent)]
+    Record(#[from] RecordError),
+}
+
 /// Durable records of executions. `begin` runs before anything is prepared and `finish` after
 /// clean-up; an error from either fails the execution (it never runs unrecorded).
 /// Implementations must be cheap to call concurrently.
 pub trait Recorder: Send + Sync {
-    /// An execution with id `execution_id` was received from `caller`; called before admission.
-    /// Errors: [`RecordError`]; the execution then ends as `internal_error` without running.
-    fn begin(&self, execution_id: &str, caller: &str, request: &ExecutionRequest) -> Result<(), RecordError>;
+    /// An execution with id `execution_id` of `caller` is about to run (it holds a slot): records
+    /// it as running and, with a shared database, takes its lease. `quota` is the caller's
+    /// limit of running executions (its API key's `max_concurrent`), checked in the same step
+    /// so that no two nodes can both pass it.
+    /// Errors: [`BeginError::ConcurrencyLimited`] (nothing recorded; the execution is refused
+    /// `concurrency_limited`) or [`BeginError::Record`] (the execution is refused
+    /// `audit_unavailable`: nothing runs unrecorded).
+    fn begin(&self, execution_id: &str, caller: &str, request: &ExecutionRequest, quota: Option<&Quota>) -> Result<(), BeginError>;
+    /// An execution that began will never get its `finish` (its future was dropped: the client
+    /// went away). The recorder stops vouching for it (a lease is no longer renewed, so it
+    /// expires and the execution is marked `interrupted`); it must not block.
+    fn abandoned(&self, _execution_id: &str) {}
     /// The final result (rejections by admission included).
     /// Errors: [`RecordError`]; the caller sees `internal_error`.
     fn finish(&self, caller: &str, result: &ExecutionResult) -> Result<(), RecordError>;
@@ -35,7 +72,7 @@ pub trait Recorder: Send + Sync {
 pub struct NoRecorder;
 
 impl Recorder for NoRecorder {
-    fn begin(&self, _: &str, _: &str, _: &ExecutionRequest) -> Result<(), RecordError> {
+    fn begin(&self, _: &str, _: &str, _: &ExecutionRequest, _: Option<&Quota>) -> Result<(), BeginError> {
         Ok(())
     }
     fn finish(&self, _: &str, _: &ExecutionResult) -> Result<(), RecordError> {

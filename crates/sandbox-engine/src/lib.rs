@@ -65,7 +65,7 @@ impl EngineOptions {
     }
 }
 
-pub use sandbox_core::record::{NoRecorder, Recorder};
+pub use sandbox_core::record::{BeginError, NoRecorder, Quota, Recorder};
 
 /// Why a profile cannot run here: [`ErrorCode::RuntimeUnavailable`] or
 /// [`ErrorCode::EnvironmentNotInstalled`], and the reason with its fix.
@@ -366,13 +366,18 @@ impl Engine {
     }
 
     /// Runs one admitted request to its end (only [`service::Ticket::run`] calls it): the audit
-    /// record's `begin`, the lifecycle, and its `finish` with the final result; `queue_ms` is
-    /// the time it waited for a slot. Never panics on what the caller sent. The audit writes
-    /// (an fsync, or a PostgreSQL round trip) run on blocking threads.
+    /// record's `begin` (with `quota`, the caller's limit of running executions), the
+    /// lifecycle, and its `finish` with the final result; `queue_ms` is the time it waited for
+    /// a slot. A `begin` that is refused gives a `rejected` result without running:
+    /// `concurrency_limited` (recorded as a `rejected` event) or `audit_unavailable` (nothing can
+    /// be recorded, so nothing runs). Never panics on what the caller sent. The audit writes (an
+    /// fsync, or a PostgreSQL round trip) run on blocking threads.
+    #[expect(clippy::too_many_arguments, reason = "one execution's parts, passed once by its ticket")]
     pub(crate) async fn execute_admitted(
         &self,
         id: &str,
         caller: &str,
+        quota: Option<sandbox_core::record::Quota>,
         request: Arc<ExecutionRequest>,
         admitted: Admitted,
         queue_ms: u64,
@@ -381,12 +386,18 @@ impl Engine {
         let started = Instant::now();
         let begun = {
             let (recorder, id, caller, request) = (self.recorder.clone(), id.to_owned(), caller.to_owned(), request.clone());
-            off_worker(move || recorder.begin(&id, &caller, &request)).await
+            off_worker(move || recorder.begin(&id, &caller, &request, quota.as_ref())).await
         };
-        let mut result = match begun {
-            Err(e) => internal(id, &request, e.chain()),
-            Ok(()) => self.run_admitted(id, admitted, started, output).await,
-        };
+        if let Err(e) = begun {
+            let mut result = self.refused_at_begin(id, caller, &request, admitted.language, e).await;
+            result.timing.queue_ms = queue_ms;
+            result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
+            return result;
+        }
+        // Until its finish is written, a dropped future abandons the execution (its lease then
+        // expires and it is marked interrupted).
+        let mut begun = Begun { recorder: self.recorder.clone(), id: id.to_owned(), finished: false };
+        let mut result = self.run_admitted(id, admitted, started, output).await;
         result.timing.queue_ms = queue_ms;
         result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
         let (recorder, who) = (self.recorder.clone(), caller.to_owned());
@@ -395,6 +406,7 @@ impl Engine {
             (result, r)
         })
         .await;
+        begun.finished = true;
         if let Err(e) = finished {
             tracing::error!(error = %e.chain(), "audit record could not be completed");
             result = internal(id, &request, e.chain());
@@ -402,6 +414,42 @@ impl Engine {
             result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
         }
         result
+    }
+
+    /// The `rejected` result of an execution whose `begin` was refused: `concurrency_limited`
+    /// (recorded as a `rejected` event under `id`) or `audit_unavailable` (not recordable).
+    async fn refused_at_begin(
+        &self,
+        id: &str,
+        caller: &str,
+        request: &Arc<ExecutionRequest>,
+        admitted_language: Language,
+        e: sandbox_core::record::BeginError,
+    ) -> ExecutionResult {
+        use sandbox_core::record::BeginError;
+        let (code, message) = match &e {
+            BeginError::ConcurrencyLimited { .. } => (ErrorCode::ConcurrencyLimited, e.to_string()),
+            BeginError::Record(r) => {
+                tracing::error!(error = %r.chain(), "the audit log cannot be written: refusing the execution");
+                (ErrorCode::AuditUnavailable, "the audit log cannot be written, so nothing runs; retry later".to_owned())
+            }
+        };
+        if code == ErrorCode::ConcurrencyLimited {
+            let (recorder, id, caller, request, message) = (self.recorder.clone(), id.to_owned(), caller.to_owned(), request.clone(), message.clone());
+            let written = off_worker(move || recorder.rejected(&id, &caller, Some(&request), code.as_str(), &message)).await;
+            if let Err(e) = written {
+                tracing::error!(error = %e.chain(), "could not record a refused request");
+            }
+        }
+        tracing::info!(code = code.as_str(), "execution refused at begin");
+        ExecutionResult {
+            execution_id: id.to_owned(),
+            status: Status::Rejected,
+            profile: request.profile.clone(),
+            language: Some(admitted_language),
+            error: Some(ExecError::new(code.as_str(), message)),
+            ..Default::default()
+        }
     }
 
     async fn run_admitted(
@@ -541,6 +589,22 @@ pub fn landlock_unmet(host: &HostReport, name: &str, p: &sandbox_core::Profile) 
     (found < p.landlock_min_abi).then(|| {
         format!("landlock: this kernel offers ABI {found}, profile {name:?} needs ABI {} (landlock_min_abi)", p.landlock_min_abi)
     })
+}
+
+/// An execution whose `begin` was recorded; dropped before its `finish` was written (the future
+/// was dropped), it tells the recorder the execution was abandoned.
+struct Begun {
+    recorder: Arc<dyn Recorder>,
+    id: String,
+    finished: bool,
+}
+
+impl Drop for Begun {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.recorder.abandoned(&self.id);
+        }
+    }
 }
 
 fn internal_error(id: &str, message: String) -> ExecError {

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use sandbox_core::record::Quota;
 use sandbox_core::wire::ExecError;
 use sandbox_core::{admit, Admitted, ErrorCode, ExecutionRequest, ExecutionResult, Status};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -33,12 +34,14 @@ pub struct Caller {
     pub profiles: Vec<String>,
     /// The client address (network doors); `None` for local callers, whose refusals are never limited.
     pub peer: Option<IpAddr>,
+    /// Its limit of running executions (an API key's `max_concurrent`); `None`: only the slots.
+    pub quota: Option<Quota>,
 }
 
 impl Caller {
     /// A caller that may use every profile, from no network address (`sandbox run`, stdio MCP).
     pub fn local(audit_name: impl Into<String>) -> Self {
-        Self { audit_name: audit_name.into(), profiles: vec!["*".into()], peer: None }
+        Self { audit_name: audit_name.into(), profiles: vec!["*".into()], peer: None, quota: None }
     }
 
     /// Whether this caller may run `profile`.
@@ -187,7 +190,7 @@ impl Service {
         match self.check(caller, &request) {
             Err(r) => Err(self.refuse(caller, Some(&request), r)),
             Ok(admitted) => match self.slots.place() {
-                Some(place) => Ok(Ticket { service: self.clone(), caller: caller.audit_name.clone(), request: Arc::new(request), admitted, place, received }),
+                Some(place) => Ok(Ticket { service: self.clone(), caller: caller.audit_name.clone(), quota: caller.quota.clone(), request: Arc::new(request), admitted, place, received }),
                 None => {
                     let r = Refusal::new(ErrorCode::QueueFull, "every execution slot and queue place is taken; retry later", None);
                     Err(self.refuse(caller, Some(&request), Refusal { retry_after_s: Some(1), ..r }))
@@ -312,6 +315,7 @@ pub fn audit_message(detail: &str, unrecorded_before: u64) -> String {
 pub struct Ticket {
     service: Arc<Service>,
     caller: String,
+    quota: Option<Quota>,
     request: Arc<ExecutionRequest>,
     admitted: Admitted,
     place: Place,
@@ -334,14 +338,14 @@ impl Ticket {
     /// wait and `durationMs` counts from [`Service::submit`]. Dropping the future tears the
     /// sandbox down.
     pub async fn run(self, output: Option<mpsc::UnboundedSender<Chunk>>) -> ExecutionResult {
-        let Self { service, caller, request, admitted, place, received } = self;
+        let Self { service, caller, quota, request, admitted, place, received } = self;
         let id = uuid::Uuid::now_v7().to_string();
         let span = tracing::info_span!("execution", execution_id = %id, profile = %admitted.profile_name, caller = %caller);
         async move {
             let _slot = place.into_slot(&service.slots).await;
             let queue_ms = ms(received.elapsed());
             tracing::info!(queue_ms, "execution started");
-            let mut result = service.engine.execute_admitted(&id, &caller, request, admitted, queue_ms, output).await;
+            let mut result = service.engine.execute_admitted(&id, &caller, quota, request, admitted, queue_ms, output).await;
             result.duration_ms = ms(received.elapsed());
             tracing::info!(status = result.status.as_str(), duration_ms = result.duration_ms, "execution finished");
             service.hooks.executed(&result);

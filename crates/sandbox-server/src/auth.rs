@@ -23,7 +23,11 @@ impl Caller {
             Self::Anonymous => vec!["*".to_owned()],
             Self::Key(k) => k.profiles.clone(),
         };
-        sandbox_engine::Caller { audit_name: self.audit_name(), profiles, peer }
+        let quota = match self {
+            Self::Anonymous => None,
+            Self::Key(k) => k.max_concurrent.map(|max_concurrent| sandbox_engine::Quota { key: self.audit_name(), max_concurrent }),
+        };
+        sandbox_engine::Caller { audit_name: self.audit_name(), profiles, peer, quota }
     }
 
     /// A name for logs (`anonymous` or the key's name).

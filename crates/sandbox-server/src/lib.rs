@@ -50,6 +50,9 @@ pub struct AppState {
     pub refusals: Arc<Refusals>,
     /// Settings of `/mcp`: body limit, shutdown token.
     pub mcp: sandbox_mcp::HttpOptions,
+    /// Set when the service is shutting down: `/readyz` answers 503 `shutting_down` from then
+    /// on, so a load balancer stops sending new requests (which are still served meanwhile).
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AppState {
@@ -63,7 +66,7 @@ impl AppState {
         let metrics = Arc::new(Metrics::default());
         let hooks = Arc::new(ServerHooks { metrics: metrics.clone(), refusals: refusals.clone() });
         let service = Arc::new(Service::for_config(engine.clone(), hooks));
-        Self { engine, service, metrics, require_auth, audit, hosts: HostPolicy::default(), refusals, mcp }
+        Self { engine, service, metrics, require_auth, audit, hosts: HostPolicy::default(), refusals, mcp, draining: Arc::default() }
     }
 }
 

@@ -11,11 +11,13 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
         ErrorCode::ForbiddenProfile => StatusCode::FORBIDDEN,
         ErrorCode::ProfileNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
-        ErrorCode::QueueFull | ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        ErrorCode::QueueFull | ErrorCode::RateLimited | ErrorCode::ConcurrencyLimited => StatusCode::TOO_MANY_REQUESTS,
         ErrorCode::HostNotAllowed => StatusCode::MISDIRECTED_REQUEST,
         ErrorCode::OriginNotAllowed => StatusCode::FORBIDDEN,
         ErrorCode::BodyTooLarge | ErrorCode::InputTooLarge | ErrorCode::CodeTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-        ErrorCode::RuntimeUnavailable | ErrorCode::EnvironmentNotInstalled | ErrorCode::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::RuntimeUnavailable | ErrorCode::EnvironmentNotInstalled | ErrorCode::ShuttingDown | ErrorCode::AuditUnavailable => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         ErrorCode::InternalError | ErrorCode::InvalidConfig => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorCode::InvalidRequest
         | ErrorCode::UnsupportedLanguage
@@ -44,6 +46,8 @@ fn title(code: ErrorCode) -> &'static str {
         ErrorCode::RuntimeUnavailable => "Runtime unavailable on this host",
         ErrorCode::EnvironmentNotInstalled => "Environment not installed on this host",
         ErrorCode::ShuttingDown => "Service shutting down",
+        ErrorCode::ConcurrencyLimited => "Too many running executions for this key",
+        ErrorCode::AuditUnavailable => "Audit log unavailable",
         ErrorCode::InternalError | ErrorCode::InvalidConfig => "Internal error",
         _ => "Invalid request",
     }
@@ -61,7 +65,8 @@ pub(crate) fn new(code: ErrorCode, detail: String, field: Option<String>, execut
     }
 }
 
-/// A problem response, with `Retry-After` (seconds) for `queue_full` (`rate_limited` sets its own) and
+/// A problem response, with `Retry-After` (seconds) for `queue_full`, `concurrency_limited`,
+/// `audit_unavailable` and `shutting_down` (`rate_limited` sets its own) and
 /// `WWW-Authenticate: Bearer` for `unauthorized`.
 pub(crate) struct ProblemResponse(pub Problem);
 
@@ -73,7 +78,7 @@ impl IntoResponse for ProblemResponse {
         let h = r.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         match code {
-            ErrorCode::QueueFull => {
+            ErrorCode::QueueFull | ErrorCode::ConcurrencyLimited | ErrorCode::AuditUnavailable | ErrorCode::ShuttingDown => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ErrorCode::Unauthorized => {

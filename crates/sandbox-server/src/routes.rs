@@ -401,9 +401,13 @@ async fn healthz() -> &'static str {
 /// allowlist profiles; re-run at most every 30 s). Else 503, naming the failing step.
 ///
 /// The body starts `ready`; each profile this host cannot run follows on a line of its own,
-/// `unavailable NAME: REASON` (the node still serves the others).
+/// `unavailable NAME: REASON` (the node still serves the others). From SIGTERM on: 503
+/// `shutting_down` (the node still serves what reaches it until it stops accepting).
 #[utoipa::path(get, path = "/readyz", responses((status = 200, description = "ready"), (status = 503, body = Problem)))]
 async fn readyz(State(state): State<AppState>) -> Response {
+    if state.draining.load(std::sync::atomic::Ordering::SeqCst) {
+        return ProblemResponse(problem::new(ErrorCode::ShuttingDown, "this node is shutting down".into(), None, None)).into_response();
+    }
     let engine = state.engine.clone();
     let verdict = tokio::task::spawn_blocking(move || engine.readiness()).await.unwrap_or_else(|e| Err(format!("self-test panicked: {e}")));
     if let Err(why) = verdict {

@@ -25,7 +25,8 @@ pub fn open(data_dir: &Path, config: &sandbox_core::Config) -> anyhow::Result<Au
 /// and recovery from a crashed predecessor done.
 /// Errors: the audit log cannot be opened (then nothing may run), or the binary cannot be found.
 pub fn engine(config: sandbox_core::Config, data_dir: std::path::PathBuf) -> anyhow::Result<(Engine, std::sync::Arc<AuditLog>)> {
-    let audit = std::sync::Arc::new(open(&data_dir, &config)?);
+    let node = crate::config::node_id(&config);
+    let audit = std::sync::Arc::new(open(&data_dir, &config)?.with_node(node, config.audit.lease_ttl_ms));
     let options = sandbox_engine::EngineOptions {
         config,
         data_dir,

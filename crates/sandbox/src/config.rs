@@ -61,3 +61,12 @@ fn chosen_data_dir(explicit: Option<&Path>) -> PathBuf {
 fn nix_is_root() -> bool {
     std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false)
 }
+
+/// This node's id: `[service] node_id` (or `--node-id`), else the host name
+/// (`/proc/sys/kernel/hostname`: in Kubernetes the pod's name), else `node`.
+pub fn node_id(config: &Config) -> String {
+    if let Some(id) = config.service.node_id.as_deref().filter(|id| !id.is_empty()) {
+        return id.to_owned();
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty()).unwrap_or_else(|| "node".into())
+}

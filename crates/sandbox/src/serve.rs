@@ -30,18 +30,28 @@ pub struct ServeArgs {
     /// requests without one (non-browser clients) pass.
     #[arg(long, value_name = "ORIGIN", alias = "mcp-allowed-origin")]
     allowed_origin: Vec<String>,
+    /// This node's id in a cluster (it owns the leases of its executions in the shared
+    /// PostgreSQL); overrides `[service] node_id`. Default: the host name.
+    #[arg(long, value_name = "ID")]
+    node_id: Option<String>,
     /// Start every execution cold, even of profiles whose `[warm] mode` is `template` (no
     /// templates are started).
     #[arg(long)]
     no_warm: bool,
 }
 
-/// Serves until SIGTERM or SIGINT; then stops accepting, lets in-flight executions run up to
+/// Serves until SIGTERM or SIGINT; then `/readyz` answers 503 `shutting_down` for
+/// `[service] drain_delay_ms` while requests are still served (a load balancer takes the node out
+/// of rotation), then it stops accepting, lets in-flight executions run up to
 /// `[service] shutdown_grace_ms`, and ends the rest (their sandboxes are torn down).
 pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(l) = args.listen {
         config.service.listen = l;
     }
+    if let Some(id) = args.node_id {
+        config.service.node_id = Some(id);
+    }
+    let drain_delay = Duration::from_millis(config.service.drain_delay_ms);
     let addr: SocketAddr = config.service.listen.parse().with_context(|| format!("--listen {:?} is not IP:PORT", config.service.listen))?;
     if !addr.ip().is_loopback() && config.service.api_keys.is_empty() && !args.insecure_no_auth {
         anyhow::bail!(
@@ -88,6 +98,8 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     state.hosts.allowed_hosts.extend(args.allowed_host);
     state.hosts.allowed_origins.extend(args.allowed_origin);
     let mcp_shutdown = state.mcp.shutdown.clone();
+    let draining = state.draining.clone();
+    tracing::info!(node_id = %retention_audit.node_id(), "node");
     let slots = state.service.slots();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
@@ -116,6 +128,10 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
         let app = sandbox_server::app(state).into_make_service_with_connect_info::<SocketAddr>();
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             shutdown_signal().await;
+            // Readiness goes first, so a balancer stops sending before the listener closes.
+            draining.store(true, std::sync::atomic::Ordering::SeqCst);
+            tracing::info!(drain_delay_ms = drain_delay.as_millis(), "shutting down: not ready");
+            tokio::time::sleep(drain_delay).await;
             tracing::info!("shutting down: no new connections");
             let _ = stop_tx.send(true);
         });

@@ -33,6 +33,24 @@ impl Drop for Scratch {
     }
 }
 
+/// A fresh PostgreSQL database (dropped with the [`Scratch`]) and its URL, when
+/// `SANDBOX_TEST_POSTGRES_URL` is set; CI requires it, elsewhere `None` is a visible skip.
+pub(crate) fn postgres_scratch() -> Option<(Scratch, String)> {
+    match std::env::var("SANDBOX_TEST_POSTGRES_URL") {
+        Ok(admin_url) => {
+            let db = format!("audit_test_{}", uuid::Uuid::now_v7().simple());
+            postgres::Client::connect(&admin_url, postgres::NoTls).unwrap().batch_execute(&format!("CREATE DATABASE {db}")).unwrap();
+            let url = format!("{admin_url} dbname={db}");
+            Some((Scratch::Postgres { admin_url, db }, url))
+        }
+        Err(_) if std::env::var_os("CI").is_some() => panic!("CI must provide SANDBOX_TEST_POSTGRES_URL (scripts/test.sh starts PostgreSQL)"),
+        Err(_) => {
+            eprintln!("skipped: PostgreSQL backend (set SANDBOX_TEST_POSTGRES_URL to run it)");
+            None
+        }
+    }
+}
+
 /// Runs `test` on every backend available: SQLite always; PostgreSQL when
 /// `SANDBOX_TEST_POSTGRES_URL` is set, which CI requires (a missing server fails on CI and is a
 /// visible skip elsewhere).

@@ -35,7 +35,7 @@ fn a_queued_place_becomes_a_slot_when_one_frees() {
 
 #[test]
 fn callers_allow_their_profiles_only() {
-    let c = Caller { audit_name: "key:a".into(), profiles: vec!["python-default".into()], peer: None };
+    let c = Caller { audit_name: "key:a".into(), profiles: vec!["python-default".into()], peer: None, quota: None };
     assert!(c.allows("python-default"));
     assert!(!c.allows("typescript-default"));
     assert!(Caller::local("cli:me").allows("anything"));
@@ -58,7 +58,7 @@ fn the_count_of_left_out_refusals_comes_first() {
 
 #[track_caller]
 fn check_default(may_use: &[&str], language: Option<&str>, want: Result<&str, ErrorCode>) {
-    let caller = Caller { audit_name: "t".into(), profiles: may_use.iter().map(|s| s.to_string()).collect(), peer: None };
+    let caller = Caller { audit_name: "t".into(), profiles: may_use.iter().map(|s| s.to_string()).collect(), peer: None, quota: None };
     let got = default_profile(&sandbox_core::Config::builtin(), &caller, language);
     assert_eq!(got.as_deref().map_err(|r| r.code), want.map(str::to_owned).as_deref().map_err(|c| *c));
 }
