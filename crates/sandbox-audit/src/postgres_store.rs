@@ -20,6 +20,13 @@ use crate::{event_hash, AuditError, Begin, Lease, AuditRecord, EventKind, ListFi
 /// Advisory lock key held while appending (any constant; "sandbox audit").
 const APPEND_LOCK: i64 = 0x5a4e_4442_4155_4454;
 
+/// Advisory lock key held while keeping a result (any constant other than [`APPEND_LOCK`]).
+const KEPT_LOCK: i64 = 0x5a4e_4442_4b45_5054;
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
 const MIGRATIONS: &[&str] = &[r"
     CREATE TABLE audit_events (
         seq          BIGINT PRIMARY KEY,
@@ -45,6 +52,16 @@ const MIGRATIONS: &[&str] = &[r"
     );
     CREATE INDEX execution_leases_quota ON execution_leases (quota_key);
     CREATE INDEX execution_leases_expiry ON execution_leases (expires_at_ms);
+", r"
+    CREATE TABLE kept_results (
+        execution_id TEXT PRIMARY KEY,
+        owner        TEXT NOT NULL,
+        bytes        BIGINT NOT NULL,
+        kept_seq     BIGSERIAL NOT NULL,
+        result       TEXT NOT NULL
+    );
+    CREATE INDEX kept_results_owner ON kept_results (owner, kept_seq);
+    CREATE INDEX kept_results_seq ON kept_results (kept_seq);
 "];
 
 /// The database's clock in ms since the Unix epoch (one clock for every node's leases).
@@ -425,6 +442,48 @@ impl PostgresStore {
         Ok(report)
     }
 
+    fn keep_result_inner(&mut self, owner: &str, id: &str, result: &str, bytes: u64, keep_results: u64, keep_bytes: u64) -> Result<(), AuditError> {
+        let (bytes, keep_results, keep_bytes) = (to_i64(bytes), to_i64(keep_results), to_i64(keep_bytes));
+        self.with(|c| {
+            let mut tx = c.transaction().map_err(pg("keep result"))?;
+            // One writer at a time trims, so two nodes never both keep past the caps.
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&KEPT_LOCK]).map_err(pg("keep result"))?;
+            tx.execute(
+                "INSERT INTO kept_results (execution_id, owner, bytes, result) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (execution_id) DO UPDATE SET owner = $2, bytes = $3, result = $4",
+                &[&id, &owner, &bytes, &result],
+            )
+            .map_err(pg("keep result"))?;
+            // The newest results whose running total stays within both caps are kept.
+            tx.execute(
+                "DELETE FROM kept_results WHERE execution_id IN (
+                   SELECT execution_id FROM (
+                     SELECT execution_id,
+                            ROW_NUMBER() OVER (ORDER BY kept_seq DESC) AS n,
+                            SUM(bytes) OVER (ORDER BY kept_seq DESC) AS total
+                     FROM kept_results) k
+                   WHERE k.n > $1 OR k.total > $2)",
+                &[&keep_results, &keep_bytes],
+            )
+            .map_err(pg("keep result"))?;
+            tx.commit().map_err(pg("keep result"))
+        })
+    }
+
+    fn kept_result_inner(&mut self, owner: &str, id: &str) -> Result<Option<String>, AuditError> {
+        self.with(|c| {
+            let row = c.query_opt("SELECT result FROM kept_results WHERE execution_id = $1 AND owner = $2", &[&id, &owner]).map_err(pg("kept result"))?;
+            Ok(row.map(|r| r.get(0)))
+        })
+    }
+
+    fn kept_results_inner(&mut self, owner: &str) -> Result<Vec<String>, AuditError> {
+        self.with(|c| {
+            let rows = c.query("SELECT result FROM kept_results WHERE owner = $1 ORDER BY kept_seq DESC", &[&owner]).map_err(pg("kept results"))?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+
     fn execute_raw_inner(&mut self, sql: &str) -> Result<u64, AuditError> {
         self.with(|c| c.execute(sql, &[]).map_err(pg("execute")))
     }
@@ -522,5 +581,14 @@ impl crate::AuditStore for PostgresStore {
     }
     fn reap_expired_leases(&mut self) -> Result<Vec<String>, AuditError> {
         off_runtime(|| self.reap_inner())
+    }
+    fn keep_result(&mut self, owner: &str, execution_id: &str, result: &str, bytes: u64, keep_results: u64, keep_bytes: u64) -> Result<(), AuditError> {
+        off_runtime(|| self.keep_result_inner(owner, execution_id, result, bytes, keep_results, keep_bytes))
+    }
+    fn kept_result(&mut self, owner: &str, execution_id: &str) -> Result<Option<String>, AuditError> {
+        off_runtime(|| self.kept_result_inner(owner, execution_id))
+    }
+    fn kept_results(&mut self, owner: &str) -> Result<Vec<String>, AuditError> {
+        off_runtime(|| self.kept_results_inner(owner))
     }
 }

@@ -361,6 +361,28 @@ impl Recorder for AuditLog {
             body,
         })
     }
+
+    fn shares_results(&self) -> bool {
+        self.leases
+    }
+
+    fn keep_result(&self, owner: &str, result: &ExecutionResult, bytes: u64, keep_results: u64, keep_bytes: u64) -> Result<(), RecordError> {
+        if !self.leases {
+            return Ok(());
+        }
+        let json = serde_json::to_string(result).map_err(|e| RecordError(Box::new(e)))?;
+        self.store().keep_result(owner, &result.execution_id, &json, bytes, keep_results, keep_bytes).map_err(|e| RecordError(Box::new(e)))
+    }
+
+    fn kept_result(&self, owner: &str, execution_id: &str) -> Result<Option<ExecutionResult>, RecordError> {
+        let json = self.store().kept_result(owner, execution_id).map_err(|e| RecordError(Box::new(e)))?;
+        json.map(|j| serde_json::from_str(&j).map_err(|e| RecordError(Box::new(e)))).transpose()
+    }
+
+    fn kept_results(&self, owner: &str) -> Result<Vec<ExecutionResult>, RecordError> {
+        let all = self.store().kept_results(owner).map_err(|e| RecordError(Box::new(e)))?;
+        all.iter().map(|j| serde_json::from_str(j).map_err(|e| RecordError(Box::new(e)))).collect()
+    }
 }
 
 /// Names (files, outputs, env keys) a refusal's record lists; the rest are only counted.

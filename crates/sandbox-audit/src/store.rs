@@ -64,6 +64,24 @@ pub trait AuditStore: Send {
     fn reap_expired_leases(&mut self) -> Result<Vec<String>, AuditError> {
         Ok(Vec::new())
     }
+    /// Keeps `result` (JSON) of `execution_id` for `owner`, `bytes` long as counted, so any node
+    /// sharing this store can read it back; drops the oldest kept results past `keep_results`
+    /// or `keep_bytes` in all. Stores that are not shared (SQLite) keep nothing: the MCP server
+    /// keeps results in its own memory then.
+    /// Errors: the backend's.
+    fn keep_result(&mut self, _owner: &str, _execution_id: &str, _result: &str, _bytes: u64, _keep_results: u64, _keep_bytes: u64) -> Result<(), AuditError> {
+        Ok(())
+    }
+    /// The result (JSON) kept for `owner` under `execution_id`.
+    /// Errors: the backend's.
+    fn kept_result(&mut self, _owner: &str, _execution_id: &str) -> Result<Option<String>, AuditError> {
+        Ok(None)
+    }
+    /// The results (JSON) kept for `owner`, newest first.
+    /// Errors: the backend's.
+    fn kept_results(&mut self, _owner: &str) -> Result<Vec<String>, AuditError> {
+        Ok(Vec::new())
+    }
 }
 
 /// The lease a `begin` takes (see [`AuditStore::append_begin`]).

@@ -66,6 +66,29 @@ pub trait Recorder: Send + Sync {
     /// `message` say why; `request` is absent when the body was unreadable.
     /// Errors: [`RecordError`] (the refusal stands either way).
     fn rejected(&self, execution_id: &str, caller: &str, request: Option<&ExecutionRequest>, code: &str, message: &str) -> Result<(), RecordError>;
+    /// Whether results kept with [`Recorder::keep_result`] are shared by every node (a shared
+    /// database); `false` (the default): the caller keeps them in its own memory.
+    fn shares_results(&self) -> bool {
+        false
+    }
+    /// Keeps `result` for `owner` (a caller name) so that a later call reaching any node can
+    /// read it (MCP's `resources/read` of an execution's files and streams). `bytes` is its
+    /// size as counted against `keep_bytes`; the oldest kept results beyond `keep_results`
+    /// results or `keep_bytes` bytes in all are dropped. Blocks (a database round trip).
+    /// Errors: [`RecordError`]; the default keeps nothing.
+    fn keep_result(&self, _owner: &str, _result: &ExecutionResult, _bytes: u64, _keep_results: u64, _keep_bytes: u64) -> Result<(), RecordError> {
+        Ok(())
+    }
+    /// The result `execution_id` kept for `owner`, if it still is. Blocks.
+    /// Errors: [`RecordError`]; the default has none.
+    fn kept_result(&self, _owner: &str, _execution_id: &str) -> Result<Option<ExecutionResult>, RecordError> {
+        Ok(None)
+    }
+    /// The results kept for `owner`, newest first. Blocks.
+    /// Errors: [`RecordError`]; the default has none.
+    fn kept_results(&self, _owner: &str) -> Result<Vec<ExecutionResult>, RecordError> {
+        Ok(Vec::new())
+    }
 }
 
 /// A [`Recorder`] that keeps nothing.

@@ -152,8 +152,11 @@ impl McpServer {
         if let Some(e) = &mut result.error {
             e.field = e.field.take().map(|f| argument_name(f, spelling));
         }
-        self.shared.store.keep(&principal.audit_name, &result);
-        render::tool_result(&result)
+        let rendered = render::tool_result(&result);
+        let (shared, owner) = (self.shared.clone(), principal.audit_name.clone());
+        // A database round trip when the results are shared: off the async workers.
+        let _ = tokio::task::spawn_blocking(move || shared.store.keep(shared.service.engine().recorder(), &owner, &result)).await;
+        rendered
     }
 
     /// The request the tool arguments describe; without a profile, the service picks one by the
@@ -190,11 +193,13 @@ impl McpServer {
         render::tool_result(&refusal.into_result(profile))
     }
 
-    fn read(&self, principal: &Principal, uri: &str) -> Result<ReadResourceResult, McpError> {
+    async fn read(&self, principal: &Principal, uri: &str) -> Result<ReadResourceResult, McpError> {
         let not_found = || McpError::resource_not_found(format!("no resource {uri:?} (results are kept for the latest {} executions)", store::KEEP_RESULTS), None);
         let rest = uri.strip_prefix("sandbox://executions/").ok_or_else(not_found)?;
         let (id, what) = rest.split_once('/').ok_or_else(not_found)?;
-        let result = self.shared.store.get(&principal.audit_name, id).ok_or_else(not_found)?;
+        let (shared, owner, id) = (self.shared.clone(), principal.audit_name.clone(), id.to_owned());
+        let found = tokio::task::spawn_blocking(move || shared.store.get(shared.service.engine().recorder(), &owner, &id)).await.ok().flatten();
+        let result = found.ok_or_else(not_found)?;
         let contents = match what {
             "return-data" => {
                 let data = result.return_data.as_ref().ok_or_else(not_found)?;
@@ -406,7 +411,9 @@ impl ServerHandler for McpServer {
     async fn list_resources(&self, _request: Option<PaginatedRequestParams>, ctx: RequestContext<RoleServer>) -> Result<ListResourcesResult, McpError> {
         let principal = self.principal(&ctx)?;
         let mut resources = Vec::new();
-        for r in self.shared.store.list(&principal.audit_name) {
+        let (shared, owner) = (self.shared.clone(), principal.audit_name.clone());
+        let kept = tokio::task::spawn_blocking(move || shared.store.list(shared.service.engine().recorder(), &owner)).await.unwrap_or_default();
+        for r in kept {
             for (name, f) in &r.files {
                 resources.push(
                     Resource::new(render::file_uri(&r.execution_id, name), name.clone())
@@ -434,7 +441,7 @@ impl ServerHandler for McpServer {
 
     async fn read_resource(&self, request: ReadResourceRequestParams, ctx: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
         let principal = self.principal(&ctx)?;
-        self.read(&principal, &request.uri).map(Into::into)
+        self.read(&principal, &request.uri).await.map(Into::into)
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [rmcp::model::ProtocolVersion]> {
