@@ -2,7 +2,8 @@
 # The test command: installs dependencies, then runs every test: the Rust workspace (unit tests,
 # and integration tests that create real namespaces and cgroups: run as root), the cgroup v2
 # guest stage (scripts/v2-guest/ci.sh), the TypeScript and Python SDKs against a real
-# `sandbox serve`, and the MCP server through the official Python MCP SDK. Ends with one
+# `sandbox serve`, the MCP server through the official Python MCP SDK, the multi-node test and
+# the Helm chart's validation on paper (deploy/helm/validate.sh). Ends with one
 # summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,9 @@ bash clients/python/run-tests.sh -q 2>&1 | tee -a "$log" || status=1
 bash crates/sandbox-mcp/tests/python/run-tests.sh -q 2>&1 | tee -a "$log" || status=1
 # Several nodes: three `sandbox serve` in network namespaces, PostgreSQL and HAProxy (issue 15).
 bash scripts/cluster-test.sh 2>&1 | tee -a "$log" || status=1
+# The Helm chart on paper (issue 15): helm lint, helm template for both security profiles,
+# Kubernetes 1.33 and 1.36 schemas, the deployment rules and their negative cases.
+bash deploy/helm/validate.sh --sandbox target/debug/sandbox 2>&1 | tee -a "$log" || status=1
 # One closing line for every runner: cargo's "test result:" lines, node's "# pass/# fail", pytest's "N passed, M failed".
 awk '
   /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
