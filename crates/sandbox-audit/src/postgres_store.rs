@@ -462,7 +462,7 @@ impl PostgresStore {
                             ROW_NUMBER() OVER (ORDER BY kept_seq DESC) AS n,
                             SUM(bytes) OVER (ORDER BY kept_seq DESC) AS total
                      FROM kept_results) k
-                   WHERE k.n > $1 OR k.total > $2)",
+                   WHERE k.n > $1::BIGINT OR k.total > $2::BIGINT)",
                 &[&keep_results, &keep_bytes],
             )
             .map_err(pg("keep result"))?;
