@@ -320,6 +320,8 @@ impl Pools {
                         }
                         pool.ready.push_back(m);
                     }
+                    // Stopped at shutdown while starting: not a failure.
+                    Err(_) if self.closing.load(Ordering::SeqCst) => {}
                     Err(e) => {
                         pool.failures += 1;
                         let backoff = Duration::from_millis(500u64 << pool.failures.min(7));

@@ -355,6 +355,8 @@ impl Templates {
                         tracing::info!(profile = %profile, template = %t.id, "template ready");
                         me.monitor(profile, t, ctl);
                     }
+                    // Stopped at shutdown while starting: not a failure.
+                    Err(_) if me.closing.load(Ordering::SeqCst) => {}
                     Err(e) => {
                         entry.failures += 1;
                         entry.error = Some(e.clone());
