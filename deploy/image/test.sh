@@ -9,8 +9,10 @@
 #   not ready: the image without `--privileged` (podman's default capabilities, seccomp, masked
 #              /proc, read-only cgroupfs), and `--privileged` with one piece taken away: a
 #              read-only cgroupfs, no /dev/net/tun (with an allowlist profile), a seccomp profile
-#              that refuses user namespaces, a masked /proc. Each: GET /readyz is 503 naming the
-#              failing step, and `sandbox doctor` exits 3 naming it.
+#              that refuses user namespaces, a masked /proc; and the minimal set below less
+#              CAP_SYS_PTRACE or CAP_NET_ADMIN. Each: GET /readyz is 503 naming the failing
+#              step, and `sandbox doctor` exits 3 naming it.
+#   minimal:   the ready checks again without --privileged, with only what the service needs.
 #
 # Prints one "test image::NAME ... ok|FAILED" line per case and cargo's "test result:" line,
 # which scripts/test.sh's closing line counts. Exit 1 when a case failed.
@@ -203,6 +205,14 @@ not_ready seccomp_no_userns 'namespaces' --privileged --security-opt "seccomp=$h
 # own mount namespace: the kernel then refuses a fresh proc mount in a new user namespace.
 not_ready masked_proc 'proc' --privileged -- \
   'mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys && mount -t tmpfs -o ro tmpfs /proc/bus'
+
+# The minimal set less one capability: the self-test creates its user namespace as the
+# helper does (owned by an unprivileged uid), so a missing one is seen at step tun, not by the
+# first allowlist execution.
+not_ready minimal_no_ptrace 'tun' --cap-add SYS_ADMIN,NET_ADMIN --security-opt unmask=ALL --device /dev/net/tun -- \
+  'for m in /sys/fs/cgroup/*/; do mount -o remount,bind,rw "$m"; done'
+not_ready minimal_no_net_admin 'tun' --cap-add SYS_ADMIN,SYS_PTRACE --security-opt unmask=ALL --device /dev/net/tun -- \
+  'for m in /sys/fs/cgroup/*/; do mount -o remount,bind,rw "$m"; done'
 
 echo "== image stage: $(($(date +%s) - start)) s"
 status=ok; [ "$failed" = 0 ] || status=FAILED

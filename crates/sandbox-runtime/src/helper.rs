@@ -117,7 +117,7 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
 
 /// Sets the effective uid to `owner` (host), keeping every capability effective (`seteuid`
 /// away from 0 clears the effective set; the permitted set stays because the saved uid is 0).
-fn become_owner(owner: u32) -> Result<(), String> {
+pub(crate) fn become_owner(owner: u32) -> Result<(), String> {
     nix::unistd::seteuid(Uid::from_raw(owner)).map_err(|e| format!("seteuid({owner}): {e}"))?;
     let permitted = caps::read(None, caps::CapSet::Permitted).map_err(|e| e.to_string())?;
     caps::set(None, caps::CapSet::Effective, &permitted).map_err(|e| e.to_string())
