@@ -63,8 +63,9 @@ if [ "${SANDBOX_IMAGE_NO_CARGO:-0}" != 1 ]; then
 fi
 target="${CARGO_TARGET_DIR:-target}"
 prefix="${SANDBOX_RUNTIME_PREFIX:-/usr/local/lib/sandbox}"
-ctx="$cache/context"
-rm -rf "$ctx" && mkdir -p "$ctx/bin" "$ctx/lib"
+ctx=$(mktemp -d /tmp/sandbox-image-context.XXXXXX)
+trap 'rm -rf "$ctx"' EXIT
+mkdir -p "$ctx/bin" "$ctx/lib"
 for f in "$target/release/sandbox" "$target/release/libsandbox_warm.so"; do
   [ -f "$f" ] || { echo "build.sh: $f is missing (cargo build --release -p sandbox -p sandbox-warm)" >&2; exit 1; }
   # Without debug info (the release profile keeps it for profiling): ~100 MiB less.
@@ -77,6 +78,10 @@ for tool in node uv; do
 done
 # runc, not crun, and ulimits within this host's hard limits: see deploy/image/test.sh.
 nproc=$(ulimit -Hu); { [ "$nproc" = unlimited ] || [ "$nproc" -gt 32768 ]; } && nproc=32768
+previous=$(podman image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
 podman build --quiet --pull=never --runtime runc --network none \
   --ulimit "nofile=$(ulimit -Hn):$(ulimit -Hn)" --ulimit "nproc=$nproc:$nproc" --build-arg "BASE=$base" -f deploy/image/Containerfile -t "$image" "$ctx" >/dev/null
+# The image this one replaces goes (the disk is shared; layers still in use stay).
+current=$(podman image inspect -f '{{.Id}}' "$image")
+[ -z "$previous" ] || [ "$previous" = "$current" ] || podman rmi "$previous" >/dev/null 2>&1 || true
 echo "$image"
