@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, then runs every test: the Rust workspace (unit tests,
 # and integration tests that create real namespaces and cgroups: run as root), the cgroup v2
-# guest stage (scripts/v2-guest/ci.sh), the TypeScript and Python SDKs against a real
+# guest stage (scripts/v2-guest/ci.sh), the container image stage (deploy/image/test.sh), the TypeScript and Python SDKs against a real
 # `sandbox serve`, and the MCP server through the official Python MCP SDK. Ends with one
 # summary line.
 set -euo pipefail
@@ -28,6 +28,10 @@ SANDBOX_TEST_WARM=1 cargo test -p sandbox --test it -- attacks:: limits:: timeou
 # cgroup v2 for real: the limits and isolation tests in QEMU guests on Debian's 6.1 and 6.12
 # kernels with only the unified hierarchy (scripts/v2-guest/; this host is v1).
 bash scripts/v2-guest/ci.sh 2>&1 | tee -a "$log" || status=1
+# Inside a container: the OCI image (deploy/image/build.sh: release build, Debian base cached in
+# /var/cache/sandbox-image) run with rootful podman, privileged and with the minimal capability
+# set, then with each piece missing (not ready, the self-test step named).
+bash deploy/image/test.sh 2>&1 | tee -a "$log" || status=1
 bash clients/typescript/run-tests.sh 2>&1 | tee -a "$log" || status=1
 bash clients/python/run-tests.sh -q 2>&1 | tee -a "$log" || status=1
 # The MCP server through the official Python MCP SDK (stdio and streamable HTTP).
