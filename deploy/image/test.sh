@@ -11,7 +11,7 @@
 #              read-only cgroupfs, no /dev/net/tun (with an allowlist profile), a seccomp profile
 #              that refuses user namespaces, a masked /proc; and the minimal set below less
 #              CAP_SYS_PTRACE or CAP_NET_ADMIN. Each: GET /readyz is 503 naming the failing
-#              step, and `sandbox doctor` exits 3 naming it.
+#              step while /healthz is 200, and `sandbox doctor` exits 3 naming it.
 #   minimal:   the ready checks again without --privileged, with only what the service needs.
 #
 # Prints one "test image::NAME ... ok|FAILED" line per case and cargo's "test result:" line,
@@ -171,6 +171,8 @@ not_ready() {
   local name=$1 step=$2; shift 2
   start "$name" "$@"
   check "${name}_readyz_503" "503/self-test step $step" "$code/$(grep -o "self-test step $step" <<<"$detail" | head -1)" "$detail"
+  # Alive but not ready: an orchestrator keeps it and sends it nothing.
+  check "${name}_healthz_200" 200 "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/healthz")" ""
   stop "$name"
   local out rc line
   mapfile -t run < <(cmd doctor)
