@@ -246,6 +246,7 @@ impl Prepared {
         let fs_policy = &profile.filesystem;
         let mut spec = SpawnSpec {
             execution_id: self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            engine_pid: std::process::id(),
             uid_base: rt.uid_base,
             program_uid: self.uid.uid(),
             template_slots: 0,

@@ -483,6 +483,7 @@ impl Templates {
         let fs_policy = &profile.filesystem;
         Ok(SpawnSpec {
             execution_id: id.to_owned(),
+            engine_pid: std::process::id(),
             uid_base: rt.uid_base,
             program_uid: sandbox_runtime::spec::SANDBOX_UID,
             template_slots: UID_SLOTS,

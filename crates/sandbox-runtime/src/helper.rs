@@ -55,7 +55,7 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
     let spec: SpawnSpec = step("parse_spec", serde_json::from_str(&line))?;
     // Die with the engine: an orphaned helper would leave init running.
     step("pdeathsig", nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL))?;
-    if getppid().as_raw() == 1 {
+    if engine_gone(&spec) {
         return Err(("pdeathsig", "the engine exited before the helper started".into()));
     }
     // Init and everything it starts are born inside the execution's cgroup: on v2 created there
@@ -106,7 +106,7 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
         step("namespace_owner", nix::unistd::seteuid(Uid::from_raw(0)))?;
         // An euid change clears the parent-death signal: set it again.
         step("pdeathsig", nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL))?;
-        if getppid().as_raw() == 1 {
+        if engine_gone(&spec) {
             return Err(("pdeathsig", "the engine exited while the helper cloned init".into()));
         }
     }
@@ -142,9 +142,20 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
     }
 }
 
+/// Whether the engine that spawned this helper has exited (the helper was re-parented): its
+/// parent is no longer the engine's pid the spec names, or, without one, is pid 1. The engine
+/// may itself be pid 1 (the service as a container's first process), hence the pid in the spec.
+fn engine_gone(spec: &SpawnSpec) -> bool {
+    let parent = getppid().as_raw();
+    match spec.engine_pid {
+        0 => parent == 1,
+        pid => u32::try_from(parent).ok() != Some(pid),
+    }
+}
+
 /// Sets the effective uid to `owner` (host), keeping every capability effective (`seteuid`
 /// away from 0 clears the effective set; the permitted set stays because the saved uid is 0).
-fn become_owner(owner: u32) -> Result<(), String> {
+pub(crate) fn become_owner(owner: u32) -> Result<(), String> {
     nix::unistd::seteuid(Uid::from_raw(owner)).map_err(|e| format!("seteuid({owner}): {e}"))?;
     let permitted = caps::read(None, caps::CapSet::Permitted).map_err(|e| e.to_string())?;
     caps::set(None, caps::CapSet::Effective, &permitted).map_err(|e| e.to_string())

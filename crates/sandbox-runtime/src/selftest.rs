@@ -192,7 +192,16 @@ fn outer(plan: &Plan) -> Result<i32, StepError> {
     }
     report(&ok("cgroup_join", "joined through cgroup.procs/tasks".into()));
     let (go_read, go_write) = nix::unistd::pipe().map_err(|e| ("pipe", e.to_string()))?;
-    let forked = sys::clone_namespaces(NAMESPACES).map_err(|e| ("namespaces", format!("clone(user, pid, mount, net, ipc, uts, cgroup): {e}")))?;
+    // As the helper does: the user namespace is created by an unprivileged host uid, so that
+    // root owns neither it nor the network namespace, and the steps below meet the checks an
+    // execution meets (opening init's namespace needs CAP_SYS_PTRACE, a TUN in it CAP_NET_ADMIN:
+    // a container without them passed a self-test cloned by root and failed allowlist runs).
+    crate::helper::become_owner(plan.uid_base).map_err(|e| ("namespaces", format!("namespace owner: {e}")))?;
+    let forked = sys::clone_namespaces(NAMESPACES);
+    if matches!(forked, Ok(Forked::Parent(_)) | Err(_)) {
+        nix::unistd::seteuid(nix::unistd::Uid::from_raw(0)).map_err(|e| ("namespaces", format!("seteuid(0): {e}")))?;
+    }
+    let forked = forked.map_err(|e| ("namespaces", format!("clone(user, pid, mount, net, ipc, uts, cgroup): {e}")))?;
     let init = match forked {
         Forked::Child => {
             drop(go_write);
@@ -220,8 +229,9 @@ fn outer(plan: &Plan) -> Result<i32, StepError> {
     let tunned = mapped.and_then(|()| {
         report(&ok("uid_map", format!("root inside is host uid {}", plan.uid_base)));
         if plan.tun {
-            let netns = std::fs::File::open(format!("/proc/{init}/ns/net")).map_err(|e| ("tun", e.to_string()))?;
-            nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| ("tun", e.to_string()))?;
+            let path = format!("/proc/{init}/ns/net");
+            let netns = std::fs::File::open(&path).map_err(|e| ("tun", format!("{path}: {e}")))?;
+            nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| ("tun", format!("setns({path}): {e}")))?;
             done("tun", sys::tun_create(crate::tun::DEVICE).map_err(|e| format!("/dev/net/tun: {e}")), |_| {
                 "created a TUN device in the new network namespace (allowlist profiles need it)".into()
             })?;

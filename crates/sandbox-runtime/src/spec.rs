@@ -37,6 +37,10 @@ pub const WARM_LIB_DIR: &str = "/.sandbox/lib";
 pub struct SpawnSpec {
     /// Execution id, for messages.
     pub execution_id: String,
+    /// The engine's pid (the helper's parent): while the helper's parent is this process the
+    /// engine lives. 0: unknown (then a parent of pid 1 means the engine is gone).
+    #[serde(default)]
+    pub engine_pid: u32,
     /// Host uid/gid of root inside (never 0); the program's uid `u` inside is host `uid_base + u`.
     pub uid_base: u32,
     /// The uid the program runs as inside ([`SANDBOX_UID`] + the execution's slot); its gid is
