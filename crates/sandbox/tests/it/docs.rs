@@ -6,6 +6,10 @@
 //! - `sh`: every line that calls `sandbox` runs through the real binary (with the test
 //!   configuration and a fresh data directory, in a scratch directory holding the files the
 //!   examples name) and exits 0, or with a code its trailing comment documents (`exit 1: ...`);
+//! - `http`: a block that starts `sandbox serve` and talks to it: the test starts the server
+//!   itself (on a free port, with the test configuration), runs every other line (`curl`,
+//!   `sandbox run --server`) against it with `localhost:8080` rewritten to its address, and
+//!   checks each exits 0 and that no answer is an error (`"status":"rejected"`, a problem+json);
 //! - `json`: illustrative output; must be JSON (a fragment `"key": value` is wrapped in braces);
 //! - `sdk-ts` / `sdk-py`: run against a real `sandbox serve` by the SDK suites
 //!   (clients/typescript/test/readme.test.ts, clients/python/tests/test_readme.py);
@@ -121,6 +125,27 @@ fn check_sh(b: &Block, scratch: &Path) {
     assert!(ran > 0, "{}: marked `sh` but has no `sandbox` command; mark it `skip: REASON`", b.at);
 }
 
+fn check_http(b: &Block, scratch: &Path) {
+    let server = super::http::Server::start("");
+    let addr = server.url.trim_start_matches("http://").to_owned();
+    let prelude = shell_prelude(scratch);
+    // Commands continue over lines ending in a backslash.
+    let text = b.text.replace("\\\n", " ");
+    let mut ran = 0;
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("sandbox serve")) {
+        let command = line.split(" # ").next().unwrap().trim().replace("localhost:8080", &addr).replace("127.0.0.1:8080", &addr);
+        let out = Command::new("bash").args(["-c", &format!("{prelude}{command}")]).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}: `{command}` exited {:?}\nstdout: {stdout}\nstderr: {}", b.at, out.status.code(), String::from_utf8_lossy(&out.stderr));
+        assert!(!stdout.contains("\"status\":\"rejected\"") && !stdout.contains("\"type\":\"https://"), "{}: `{command}` was refused: {stdout}", b.at);
+        if command.starts_with("curl") {
+            assert!(stdout.contains("\"status\":\"ok\""), "{}: `{command}` did not run to ok: {stdout}", b.at);
+        }
+        ran += 1;
+    }
+    assert!(ran > 0, "{}: marked `http` but has nothing to run against the server", b.at);
+}
+
 /// Every block of the READMEs is checked as its marker says; an unmarked block fails.
 #[test]
 fn every_readme_block_is_executed_or_says_why_not() {
@@ -133,6 +158,7 @@ fn every_readme_block_is_executed_or_says_why_not() {
             match kind.as_str() {
                 "toml" => check_toml(&b, scratch.path()),
                 "sh" => check_sh(&b, scratch.path()),
+                "http" => check_http(&b, scratch.path()),
                 "json" => check_json(&b),
                 "sdk-ts" | "sdk-py" => {}
                 "skip" => assert!(b.marker.len() > "skip: ".len() + 10, "{}: `skip` needs a reason", b.at),
