@@ -99,6 +99,21 @@ fn python_analysis_runs_numpy_pandas_scipy_and_matplotlib_headless_and_quietly()
     assert_eq!(r.stdout(), "denied\n", "read-only mount (EROFS) behind landlock (EACCES): {r:?}");
 }
 
+/// The font cache `env install` built in a sandbox is the one runs use: matplotlib reads it
+/// (no rebuild) and every font it names exists at the path a run sees.
+#[test]
+fn the_font_cache_built_at_install_is_used_as_is() {
+    environments_installed();
+    let code = "import logging, os, sys\nlogging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format='%(message)s')\n\
+                import matplotlib.font_manager as fm\n\
+                print('fonts', len(fm.fontManager.ttflist) > 0 and all(os.path.exists(f.fname) for f in fm.fontManager.ttflist))\n";
+    let r = run("python-analysis", code, &[]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert!(r.stdout().contains("Using fontManager instance from /tmp/.config/matplotlib/fontlist-v"), "the prebuilt cache is read: {r:?}");
+    assert!(!r.stdout().contains("generated new fontManager"), "{r:?}");
+    assert!(r.stdout().ends_with("fonts True\n"), "{r:?}");
+}
+
 #[test]
 fn a_small_pids_limit_does_not_break_numpy() {
     // Thread pools are sized to the profile's CPUs (2), not the host's cores: 12 pids suffice.
