@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -406,7 +406,8 @@ impl Environments {
     pub fn lock(name: &str, env: &Environment, rt: &RuntimeConfig, progress: &mut dyn FnMut(&str)) -> Result<sandbox_core::lock::Locks, EnvError> {
         let scratch = std::env::temp_dir().join(format!("sandbox-env-lock-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&scratch);
-        fs::create_dir_all(&scratch).map_err(io("create", &scratch))?;
+        // Created anew, 0700, never through whatever another user put at this name (EEXIST).
+        fs::DirBuilder::new().mode(0o700).create(&scratch).map_err(io("create", &scratch))?;
         let locked = Self::lock_in(name, env, rt, &scratch, progress);
         let _ = fs::remove_dir_all(&scratch);
         locked
