@@ -5,6 +5,7 @@
 
 pub mod admit;
 pub mod error;
+pub mod lock;
 pub mod network;
 pub mod path;
 pub mod profile;

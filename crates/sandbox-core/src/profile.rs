@@ -3,7 +3,7 @@
 //! the same code, so `sandbox profiles show` prints exactly what runs.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -77,6 +77,20 @@ pub struct Environment {
     /// for its code (e.g. `zod`).
     #[serde(default)]
     pub preload: Vec<String>,
+    /// A lock for `python`: requirements with `--hash` for every distribution (`sandbox env
+    /// lock NAME` or `uv pip compile --generate-hashes` writes one), relative to the config
+    /// file's directory. Checked at load to pin exactly `python`; installs then run with
+    /// `--require-hashes`. The built-in environments carry their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_lock: Option<PathBuf>,
+    /// A `package-lock.json` for `npm` (`sandbox env lock NAME` writes one), relative to the
+    /// config file's directory. Checked at load; installs then run `npm ci` against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub npm_lock: Option<PathBuf>,
+    /// The lock texts, read when the configuration is loaded ([`Config::load_locks`]; the
+    /// built-in ones are compiled in). Part of the environment's spec hash.
+    #[serde(skip)]
+    pub locks: crate::lock::Locks,
 }
 
 /// The audit log (`[audit]`).
@@ -545,7 +559,38 @@ fn field_span(value: &toml::Spanned<toml::de::DeValue<'_>>, path: &str) -> Optio
 impl Config {
     /// The built-in configuration alone.
     pub fn builtin() -> Self {
-        Self::parse(DEFAULTS_TOML, "<built-in>").expect("the built-in defaults.toml is valid (tested)")
+        let mut config = Self::parse(DEFAULTS_TOML, "<built-in>").expect("the built-in defaults.toml is valid (tested)");
+        for (name, python, npm) in crate::lock::BUILTIN {
+            let env = config.environments.get_mut(*name).expect("a built-in lock names a built-in environment (tested)");
+            env.locks = crate::lock::Locks { python: python.map(str::to_owned), npm: npm.map(str::to_owned) };
+        }
+        config
+    }
+
+    /// Reads the `python_lock` and `npm_lock` files that the environments of `file` (a config
+    /// file parsed into this configuration) name, relative to `base` (its directory), with
+    /// `read`, and checks each against the pins.
+    /// Errors: [`ConfigError`] naming the field: the file cannot be read, or it does not lock
+    /// exactly the pins.
+    pub fn load_locks(&mut self, file: &str, base: &Path, read: impl Fn(&Path) -> std::io::Result<String>) -> Result<(), ConfigError> {
+        for (name, env) in &mut self.environments {
+            let field = |f: &str| format!("environments.{name}.{f}");
+            let mut locks = crate::lock::Locks::default();
+            for (f, path, slot) in [("python_lock", &env.python_lock, &mut locks.python), ("npm_lock", &env.npm_lock, &mut locks.npm)] {
+                let Some(path) = path else { continue };
+                let full = base.join(path);
+                let text =
+                    read(&full).map_err(|e| ConfigError { file: file.to_owned(), field: field(f), message: format!("cannot read {}: {e}", full.display()) })?;
+                let checked =
+                    if f == "python_lock" { crate::lock::check_python_lock(&env.python, &text) } else { crate::lock::check_npm_lock(&env.npm, &text) };
+                checked.map_err(|m| ConfigError { file: file.to_owned(), field: field(f), message: format!("{}: {m}", full.display()) })?;
+                *slot = Some(text);
+            }
+            if env.python_lock.is_some() || env.npm_lock.is_some() {
+                env.locks = locks;
+            }
+        }
+        Ok(())
     }
 
     /// Parses and validates one TOML file's `text`; `file` names it in errors.

@@ -8,10 +8,17 @@
 //! none. The directory name carries the hash of the spec, so changing a pin makes a new
 //! environment and leaves the old one for running executions until `sandbox env remove`.
 //! Installs of one name are serialized by `flock(2)` on `<dir>/.lock-<name>`.
+//!
+//! Nothing of the packages runs on the host: wheels only (no build scripts), npm with
+//! `--ignore-scripts`, and the one step that imports package code (matplotlib's font cache)
+//! runs in a sandbox through [`BuildSandbox`], with the build directory bound read-only as the
+//! environment. With locks ([`sandbox_core::lock`]) uv installs with `--require-hashes` and npm
+//! with `npm ci`, so a changed or substituted archive fails the install.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -68,6 +75,24 @@ pub enum EnvError {
         /// Its exit status and last lines of output.
         message: String,
     },
+    /// A downloaded archive does not match the hash its lock records.
+    #[error("{package} does not match its hash in the {tool} lock (changed upstream, or the lock was altered): {detail}")]
+    HashMismatch {
+        /// `uv` or `npm`.
+        tool: &'static str,
+        /// `name==version` or `name@version`.
+        package: String,
+        /// What the installer said.
+        detail: String,
+    },
+    /// A step that runs package code failed inside its sandbox.
+    #[error("{step} failed in the sandbox: {message}")]
+    Sandboxed {
+        /// The step, e.g. `matplotlib font cache`.
+        step: &'static str,
+        /// Why.
+        message: String,
+    },
     /// The installed files differ from the manifest.
     #[error("environment {name:?} at {} was changed after install: {detail}", path.display())]
     Tampered {
@@ -82,6 +107,16 @@ pub enum EnvError {
 
 fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> EnvError + 'a {
     move |source| EnvError::Io { op, path: path.to_owned(), source }
+}
+
+/// Runs the install steps that execute package code inside a sandbox, as an execution runs:
+/// namespaces, an unprivileged uid, landlock, seccomp, no network, cgroup limits.
+pub trait BuildSandbox {
+    /// Runs Python `code` as an execution of a profile in environment `name`, with `build` bound
+    /// read-only where the environment goes ([`sandbox_core::profile::ENV_MOUNT`]); returns the
+    /// workspace files it left that match the globs `outputs`, by workspace-relative name.
+    /// Errors: why it could not run, or how it ended when not `ok`, as text.
+    fn run_python(&self, name: &str, build: &Path, code: &str, outputs: &[&str]) -> Result<BTreeMap<String, Vec<u8>>, String>;
 }
 
 /// The result of [`Environments::install`].
@@ -142,10 +177,17 @@ impl Environments {
 
     /// First 16 hex digits of SHA-256 over the spec and the interpreters it is built for: any
     /// change to a pin, the Python binary or the Node binary makes a different environment.
+    /// The locks count too (their SHA-256): a changed lock is a new environment.
     pub fn spec_hash(env: &Environment, rt: &RuntimeConfig) -> String {
-        let key = serde_json::json!({
+        let mut key = serde_json::json!({
             "python": env.python, "npm": env.npm, "interpreter": rt.python, "node": rt.node, "layout": 2,
         });
+        // Keys only when there is a lock: an environment without one keeps its old hash.
+        for (k, lock) in [("python_lock", &env.locks.python), ("npm_lock", &env.locks.npm)] {
+            if let Some(text) = lock {
+                key[k] = hex::encode(Sha256::digest(text.as_bytes())).into();
+            }
+        }
         let digest = Sha256::digest(key.to_string().as_bytes());
         hex::encode(&digest[..8])
     }
@@ -193,12 +235,21 @@ impl Environments {
 
     /// Installs `name` unless its current spec is installed already (then nothing is done).
     /// Python packages: `uv pip install --target` for `[runtime] python`, wheels only, bytecode
-    /// compiled; npm packages: `npm install --ignore-scripts`. `progress` receives one line per
-    /// step and the installers' own output lines. Works offline once built: a run needs nothing
-    /// but the directory.
+    /// compiled, `--require-hashes` against the lock if there is one; npm packages: `npm ci`
+    /// against the lock if there is one, else `npm install`, both `--ignore-scripts`. Steps that
+    /// run package code run in `sandbox`. `progress` receives one line per step and the
+    /// installers' own output lines. Works offline once built: a run needs nothing but the
+    /// directory.
     /// Errors: [`EnvError`]; a failed build leaves nothing but its `.build-` directory, which
     /// the next install removes.
-    pub fn install(&self, name: &str, env: &Environment, rt: &RuntimeConfig, progress: &mut dyn FnMut(&str)) -> Result<Installed, EnvError> {
+    pub fn install(
+        &self,
+        name: &str,
+        env: &Environment,
+        rt: &RuntimeConfig,
+        sandbox: &dyn BuildSandbox,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<Installed, EnvError> {
         fs::create_dir_all(&self.dir).map_err(io("create", &self.dir))?;
         fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o755)).map_err(io("chmod", &self.dir))?;
         let lock_path = self.dir.join(format!(".lock-{name}"));
@@ -218,7 +269,9 @@ impl Environments {
             fs::remove_dir_all(&build).map_err(io("remove", &build))?;
         }
         fs::create_dir(&build).map_err(io("create", &build))?;
-        let built = self.build(name, env, rt, &hash, &build, &target, progress);
+        // The sandbox's unprivileged init binds it.
+        fs::set_permissions(&build, fs::Permissions::from_mode(0o755)).map_err(io("chmod", &build))?;
+        let built = self.build(name, env, rt, &hash, &build, &target, sandbox, progress);
         if built.is_err() {
             // Nothing half-built stays behind (the next install would remove it anyway).
             let _ = fs::remove_dir_all(&build);
@@ -235,6 +288,7 @@ impl Environments {
         hash: &str,
         build: &Path,
         target: &Path,
+        sandbox: &dyn BuildSandbox,
         progress: &mut dyn FnMut(&str),
     ) -> Result<Installed, EnvError> {
         let steps = 2 + usize::from(!env.python.is_empty()) + usize::from(!env.npm.is_empty());
@@ -244,41 +298,73 @@ impl Environments {
             progress(&format!("[{step}/{steps}] {what}"));
         };
         if !env.python.is_empty() {
-            say(progress, format!("Python packages for {} with uv: {}", rt.python.display(), env.python.join(" ")));
+            let locked = if env.locks.python.is_some() { " (every hash checked against the lock)" } else { "" };
+            say(progress, format!("Python packages for {} with uv: {}{locked}", rt.python.display(), env.python.join(" ")));
             let site = build.join("python");
             let mut cmd = Command::new(&rt.uv);
             cmd.args(["pip", "install", "--no-config", "--python"])
                 .arg(&rt.python)
                 .arg("--target")
                 .arg(&site)
-                .args(["--only-binary", ":all:", "--link-mode", "copy", "--compile-bytecode"])
-                .args(&env.python);
-            run_tool("uv", cmd, progress)?;
+                // Compiling bytecode runs the host interpreter's compiler over the files, never
+                // their code (a target directory is no site directory: no `.pth` runs either).
+                .args(["--only-binary", ":all:", "--link-mode", "copy", "--compile-bytecode"]);
+            // Beside the build, not in it (the lock is in the spec hash already); under the
+            // install's flock, so the name is ours.
+            let lock_file = self.dir.join(format!(".python-lock-{name}-{hash}.txt"));
+            match &env.locks.python {
+                Some(lock) => {
+                    fs::write(&lock_file, lock).map_err(io("write", &lock_file))?;
+                    cmd.arg("--require-hashes").arg("-r").arg(&lock_file);
+                }
+                None => {
+                    cmd.args(&env.python);
+                }
+            }
+            let ran = run_tool("uv", cmd, progress);
+            let _ = fs::remove_file(&lock_file);
+            ran.map_err(|e| {
+                hash_mismatch("uv", e, |tail| {
+                    let at = tail.find("Hash mismatch for `")? + "Hash mismatch for `".len();
+                    Some(tail[at..].split('`').next()?.to_owned())
+                })
+            })?;
         }
         if !env.npm.is_empty() {
-            say(progress, format!("npm packages: {}", env.npm.join(" ")));
+            let locked = if env.locks.npm.is_some() { " (npm ci: the lock's tree, every integrity checked)" } else { "" };
+            say(progress, format!("npm packages: {}{locked}", env.npm.join(" ")));
             let node = build.join("node");
             fs::create_dir(&node).map_err(io("create", &node))?;
-            let deps: serde_json::Map<String, serde_json::Value> = env
-                .npm
-                .iter()
-                .filter_map(|p| p.rfind('@').map(|at| (p[..at].to_owned(), serde_json::Value::String(p[at + 1..].to_owned()))))
-                .collect();
-            let package = serde_json::json!({ "name": format!("sandbox-env-{name}"), "private": true, "dependencies": deps });
             let package_json = node.join("package.json");
-            fs::write(&package_json, serde_json::to_vec_pretty(&package).expect("JSON serializes")).map_err(io("write", &package_json))?;
+            fs::write(&package_json, package_json_of(name, env)).map_err(io("write", &package_json))?;
             let mut cmd = Command::new(&rt.npm);
-            cmd.args(["install", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund", "--no-update-notifier", "--save-exact"])
-                .arg("--prefix")
-                .arg(&node)
-                .current_dir(&node);
-            run_tool("npm", cmd, progress)?;
+            match &env.locks.npm {
+                Some(lock) => {
+                    // `npm ci`: exactly the lock's tree, each tarball checked against its integrity.
+                    let lock_path = node.join("package-lock.json");
+                    fs::write(&lock_path, lock).map_err(io("write", &lock_path))?;
+                    cmd.args(["ci", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund", "--no-update-notifier"]);
+                }
+                None => {
+                    cmd.args(["install", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund", "--no-update-notifier", "--save-exact"]);
+                }
+            }
+            cmd.arg("--prefix").arg(&node).current_dir(&node);
+            let lock = env.locks.npm.as_deref().unwrap_or("{}");
+            run_tool("npm", cmd, progress).map_err(|e| {
+                hash_mismatch("npm", e, |tail| {
+                    let at = tail.find("wanted ")? + "wanted ".len();
+                    let wanted = tail[at..].split_whitespace().next()?;
+                    sandbox_core::lock::npm_package_with_integrity(lock, wanted).map(|(n, v)| format!("{n}@{v}"))
+                })
+            })?;
         }
         say(progress, "checking and recording what was installed".into());
-        if build.join("python").join("matplotlib").is_dir() {
-            matplotlib_font_cache(rt, build, progress)?;
-        }
         make_world_readable(build)?;
+        if build.join("python").join("matplotlib").is_dir() {
+            matplotlib_font_cache(name, build, sandbox, progress)?;
+            make_world_readable(build)?;
+        }
         let (files, bytes, tree_sha256) = tree_digest(build)?;
         let manifest = Manifest {
             name: name.to_owned(),
@@ -309,6 +395,68 @@ impl Environments {
             ));
         }
         Ok(Installed::Built(target.to_owned(), manifest))
+    }
+
+    /// Produces locks for `env`'s pins (what `sandbox env lock` writes): `uv pip compile
+    /// --generate-hashes` for `[runtime] python`, wheels only (the hashes of every wheel of each
+    /// pinned version), and `npm install --package-lock-only --ignore-scripts` (nothing is
+    /// installed, no package code runs). Each is checked against the pins: a Python lock that
+    /// needs more than `python` lists means the pins are not the whole closure.
+    /// Errors: [`EnvError::Installer`] with the installer's output or the disagreement.
+    pub fn lock(name: &str, env: &Environment, rt: &RuntimeConfig, progress: &mut dyn FnMut(&str)) -> Result<sandbox_core::lock::Locks, EnvError> {
+        let scratch = std::env::temp_dir().join(format!("sandbox-env-lock-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&scratch);
+        // Created anew, 0700, never through whatever another user put at this name (EEXIST).
+        fs::DirBuilder::new().mode(0o700).create(&scratch).map_err(io("create", &scratch))?;
+        let locked = Self::lock_in(name, env, rt, &scratch, progress);
+        let _ = fs::remove_dir_all(&scratch);
+        locked
+    }
+
+    fn lock_in(
+        name: &str,
+        env: &Environment,
+        rt: &RuntimeConfig,
+        scratch: &Path,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<sandbox_core::lock::Locks, EnvError> {
+        let mut locks = sandbox_core::lock::Locks::default();
+        if !env.python.is_empty() {
+            progress(&format!("Python: uv pip compile --generate-hashes for {}: {}", rt.python.display(), env.python.join(" ")));
+            let (input, output) = (scratch.join("requirements.in"), scratch.join("python-lock.txt"));
+            fs::write(&input, env.python.join("\n") + "\n").map_err(io("write", &input))?;
+            let mut cmd = Command::new(&rt.uv);
+            cmd.args(["pip", "compile", "--no-config", "--generate-hashes", "--only-binary", ":all:", "--no-header", "--no-annotate", "--quiet", "--python"])
+                .arg(&rt.python)
+                .arg(&input)
+                .arg("-o")
+                .arg(&output);
+            run_tool("uv", cmd, progress)?;
+            let text = fs::read_to_string(&output).map_err(io("read", &output))?;
+            let text = format!("# Lock of environment {name} (`sandbox env lock {name}`: uv pip compile --generate-hashes, wheels only).\n{text}");
+            sandbox_core::lock::check_python_lock(&env.python, &text)
+                .map_err(|m| EnvError::Installer { tool: "uv", message: format!("the lock disagrees with the pins: {m}") })?;
+            locks.python = Some(text);
+        }
+        if !env.npm.is_empty() {
+            progress(&format!("npm: package-lock.json for {}", env.npm.join(" ")));
+            let node = scratch.join("node");
+            fs::create_dir(&node).map_err(io("create", &node))?;
+            let package_json = node.join("package.json");
+            fs::write(&package_json, package_json_of(name, env)).map_err(io("write", &package_json))?;
+            let mut cmd = Command::new(&rt.npm);
+            cmd.args(["install", "--package-lock-only", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund", "--no-update-notifier", "--save-exact"])
+                .arg("--prefix")
+                .arg(&node)
+                .current_dir(&node);
+            run_tool("npm", cmd, progress)?;
+            let lock_path = node.join("package-lock.json");
+            let text = fs::read_to_string(&lock_path).map_err(io("read", &lock_path))?;
+            sandbox_core::lock::check_npm_lock(&env.npm, &text)
+                .map_err(|m| EnvError::Installer { tool: "npm", message: format!("the lock disagrees with the pins: {m}") })?;
+            locks.npm = Some(text);
+        }
+        Ok(locks)
     }
 
     /// Recomputes the installed tree's digest and compares it with the manifest.
@@ -347,6 +495,14 @@ impl Environments {
     }
 }
 
+/// The `package.json` an environment's npm packages are installed (and locked) from.
+fn package_json_of(name: &str, env: &Environment) -> Vec<u8> {
+    let deps: serde_json::Map<String, serde_json::Value> =
+        env.npm.iter().filter_map(|p| p.rfind('@').map(|at| (p[..at].to_owned(), serde_json::Value::String(p[at + 1..].to_owned())))).collect();
+    let package = serde_json::json!({ "name": format!("sandbox-env-{name}"), "private": true, "dependencies": deps });
+    serde_json::to_vec_pretty(&package).expect("JSON serializes")
+}
+
 fn read_manifest(path: &Path) -> Result<Manifest, EnvError> {
     let file = path.join("manifest.json");
     let bytes = fs::read(&file).map_err(io("read", &file))?;
@@ -357,31 +513,48 @@ fn read_manifest(path: &Path) -> Result<Manifest, EnvError> {
 /// into the run's writable `MPLCONFIGDIR`, so no run spends ~300 ms rebuilding it.
 pub const MPL_CACHE_DIR: &str = "mplconfig";
 
-/// Builds matplotlib's font cache with the environment's own interpreter and packages, then
-/// rewrites the build directory's paths to where the environment is mounted inside the sandbox.
-fn matplotlib_font_cache(rt: &RuntimeConfig, build: &Path, progress: &mut dyn FnMut(&str)) -> Result<(), EnvError> {
-    let site = build.join("python");
+/// Builds matplotlib's font cache in a sandbox: the environment's interpreter and packages
+/// (the build directory bound read-only where the environment goes, so the cache names
+/// `/opt/sandbox/env/python/...` paths), the cache written to the sandbox's workspace and
+/// returned. Only `fontlist-v<version>.json` files, as data, are copied into the build.
+fn matplotlib_font_cache(name: &str, build: &Path, sandbox: &dyn BuildSandbox, progress: &mut dyn FnMut(&str)) -> Result<(), EnvError> {
     let cache = build.join(MPL_CACHE_DIR);
-    fs::create_dir_all(&cache).map_err(io("create", &cache))?;
-    let mut cmd = Command::new(&rt.python);
-    cmd.args(["-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import matplotlib.font_manager"])
-        .arg(&site)
-        .env_clear()
-        .env("MPLCONFIGDIR", &cache)
-        .env("MPLBACKEND", "Agg")
-        .env("PATH", "/usr/bin:/bin");
-    run_tool("matplotlib", cmd, progress)?;
-    let from = format!("{}/", site.display());
-    let to = format!("{}/python/", sandbox_core::profile::ENV_MOUNT);
-    for e in fs::read_dir(&cache).map_err(io("read", &cache))?.filter_map(Result::ok) {
-        let path = e.path();
-        if path.extension().is_some_and(|x| x == "json") {
-            let text = fs::read_to_string(&path).map_err(io("read", &path))?;
-            fs::write(&path, text.replace(&from, &to)).map_err(io("write", &path))?;
-        }
+    let code = "import os\nos.environ['MPLCONFIGDIR'] = '/workspace/mplconfig'\nimport matplotlib.font_manager\n";
+    let files =
+        sandbox.run_python(name, build, code, &["mplconfig/*.json"]).map_err(|message| EnvError::Sandboxed { step: "matplotlib font cache", message })?;
+    let fontlists: Vec<(&str, &Vec<u8>)> = files
+        .iter()
+        .filter_map(|(path, bytes)| {
+            let file = path.strip_prefix("mplconfig/")?;
+            let version = file.strip_prefix("fontlist-v")?.strip_suffix(".json")?;
+            (!version.is_empty() && version.bytes().all(|b| b.is_ascii_digit() || b == b'.')).then_some((file, bytes))
+        })
+        .collect();
+    if fontlists.is_empty() {
+        return Err(EnvError::Sandboxed {
+            step: "matplotlib font cache",
+            message: format!("it wrote no mplconfig/fontlist-v<version>.json (files: {:?})", files.keys().collect::<Vec<_>>()),
+        });
     }
-    progress("    matplotlib: font cache built");
+    fs::create_dir_all(&cache).map_err(io("create", &cache))?;
+    for (file, bytes) in fontlists {
+        let path = cache.join(file);
+        fs::write(&path, bytes).map_err(io("write", &path))?;
+    }
+    progress("    matplotlib: font cache built in a sandbox");
     Ok(())
+}
+
+/// An installer's failure as [`EnvError::HashMismatch`] when `package` finds the package its
+/// output names as mismatching; otherwise the failure as it was.
+fn hash_mismatch(tool: &'static str, e: EnvError, package: impl Fn(&str) -> Option<String>) -> EnvError {
+    match e {
+        EnvError::Installer { message, .. } => match package(&message) {
+            Some(package) => EnvError::HashMismatch { tool, package, detail: message },
+            None => EnvError::Installer { tool, message },
+        },
+        e => e,
+    }
 }
 
 /// Runs an installer, forwarding each output line to `progress`; its failure keeps the last lines.

@@ -49,6 +49,11 @@ pub struct EngineOptions {
     /// `sandbox --data-dir /tmp/d`: the commands that messages suggest as a fix start with it,
     /// so that each works as written. Empty: `sandbox`.
     pub command: String,
+    /// Environments under construction, by name: a run whose profile names one binds this
+    /// directory (an install's build directory) instead of the installed one. Set only by the
+    /// engine that runs an install's sandboxed steps ([`environment::BuildSandbox`]); empty
+    /// otherwise.
+    pub environment_builds: std::collections::BTreeMap<String, PathBuf>,
 }
 
 impl EngineOptions {
@@ -62,6 +67,15 @@ impl EngineOptions {
     /// for a message ([`environment::Environments::place`]).
     pub fn environments_place(&self) -> String {
         environment::Environments::place(&self.config.runtime, &self.data_dir)
+    }
+
+    /// The directory bound as environment `name`: its build while one is under construction
+    /// ([`EngineOptions::environment_builds`]), else its installed current spec, if any.
+    pub fn environment_dir(&self, name: &str) -> Option<PathBuf> {
+        if let Some(build) = self.environment_builds.get(name) {
+            return Some(build.clone());
+        }
+        environment::Environments::for_runtime(&self.config.runtime, &self.data_dir).installed_in(&self.config, name)
     }
 }
 
@@ -324,7 +338,7 @@ impl Engine {
         }
         let Some(name) = p.environment.as_ref() else { return Ok(()) };
         let envs = environment::Environments::for_runtime(&self.opts.config.runtime, &self.opts.data_dir);
-        match envs.installed_in(&self.opts.config, name) {
+        match self.opts.environment_dir(name) {
             Some(_) => match envs.unsearchable_ancestor() {
                 None => Ok(()),
                 Some(a) => Err(runtime(format!(

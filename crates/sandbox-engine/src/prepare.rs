@@ -17,7 +17,6 @@ use sandbox_core::wire::{OutputFile, SkippedFile};
 use sandbox_core::profile::ENV_MOUNT;
 use sandbox_core::{Admitted, Language};
 
-use crate::environment::Environments;
 use sandbox_runtime::cgroup::{self, Cgroup, Layout, Usage};
 use sandbox_runtime::spec::{BindMount, RootFile, Rlimits, SpawnSpec, SANDBOX_UID, UID_SLOTS};
 
@@ -530,18 +529,15 @@ pub(crate) fn check_searchable(dir: &Path) -> Result<(), PrepareError> {
 /// at [`ENV_MOUNT`] (its `node_modules` also at `/node_modules`, where Node's bare-specifier
 /// resolution from /code finds it).
 pub(crate) fn runtime_mounts(opts: &EngineOptions, profile: &sandbox_core::Profile, language: Language) -> Result<Vec<BindMount>, PrepareError> {
-    let rt = &opts.config.runtime;
     let mut mounts = Vec::new();
     if let Some(name) = &profile.environment {
-        let path = Environments::for_runtime(rt, &opts.data_dir)
-            .installed_in(&opts.config, name)
-            .ok_or_else(|| {
-                PrepareError::Environment(format!(
-                    "environment {name:?} is not installed in {} (`{}` installs it)",
-                    opts.environments_place(),
-                    opts.suggest(&format!("env install {name}"))
-                ))
-            })?;
+        let path = opts.environment_dir(name).ok_or_else(|| {
+            PrepareError::Environment(format!(
+                "environment {name:?} is not installed in {} (`{}` installs it)",
+                opts.environments_place(),
+                opts.suggest(&format!("env install {name}"))
+            ))
+        })?;
         mounts.push(BindMount { host: path.clone(), sandbox_path: ENV_MOUNT.into(), read_only: true });
         let modules = path.join("node").join("node_modules");
         if language == Language::Typescript && modules.is_dir() {

@@ -25,6 +25,16 @@ pub fn open(data_dir: &Path, config: &sandbox_core::Config) -> anyhow::Result<Au
 /// and recovery from a crashed predecessor done.
 /// Errors: the audit log cannot be opened (then nothing may run), or the binary cannot be found.
 pub fn engine(config: sandbox_core::Config, data_dir: std::path::PathBuf) -> anyhow::Result<(Engine, std::sync::Arc<AuditLog>)> {
+    engine_building(config, data_dir, Default::default())
+}
+
+/// [`engine`] whose runs bind the environments of `builds` from those directories (an
+/// install's build directory; see [`sandbox_engine::EngineOptions::environment_builds`]).
+pub fn engine_building(
+    config: sandbox_core::Config,
+    data_dir: std::path::PathBuf,
+    builds: std::collections::BTreeMap<String, std::path::PathBuf>,
+) -> anyhow::Result<(Engine, std::sync::Arc<AuditLog>)> {
     let node = crate::config::node_id(&config);
     let audit = std::sync::Arc::new(open(&data_dir, &config)?.with_node(node, config.audit.lease_ttl_ms));
     let options = sandbox_engine::EngineOptions {
@@ -33,6 +43,7 @@ pub fn engine(config: sandbox_core::Config, data_dir: std::path::PathBuf) -> any
         helper: std::env::current_exe().context("cannot find the sandbox binary to re-execute")?,
         cgroup_parent: "sandbox".into(),
         command: crate::command().to_owned(),
+        environment_builds: builds,
     };
     let engine = Engine::new(options, audit.clone());
     recover(&engine, &audit);

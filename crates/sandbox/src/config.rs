@@ -15,7 +15,12 @@ pub fn load(explicit: Option<&Path>) -> anyhow::Result<Config> {
     };
     let Some(path) = path else { return Ok(builtin) };
     let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read config file {}", path.display()))?;
-    builtin.parse_layered(&text, &path.display().to_string()).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))
+    let file = path.display().to_string();
+    let mut config = builtin.parse_layered(&text, &file).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    // Lock files are named relative to the config file.
+    let base = path.parent().map(Path::to_owned).unwrap_or_default();
+    config.load_locks(&file, &base, |p| std::fs::read_to_string(p)).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    Ok(config)
 }
 
 fn search_path() -> Vec<PathBuf> {

@@ -1,12 +1,13 @@
 //! `sandbox env`: list, install, verify and remove package environments.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use sandbox_core::profile::{Environment, Limits};
 use sandbox_core::{Config, ExecutionRequest, Language, Profile, Status};
-use sandbox_engine::environment::{Environments, Installed};
+use sandbox_engine::environment::{BuildSandbox, Environments, Installed};
 
 /// `sandbox env ...`.
 #[derive(clap::Subcommand, Debug)]
@@ -27,6 +28,16 @@ pub enum EnvCommand {
         /// Environment name.
         name: String,
     },
+    /// Write lock files for an environment's pins: `NAME.python-lock.txt` (uv pip compile
+    /// --generate-hashes) and `NAME.package-lock.json` (npm), then name them in its
+    /// `[environments.NAME]` as `python_lock` and `npm_lock` so installs check every hash.
+    Lock {
+        /// Environment name.
+        name: String,
+        /// Where to write them.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
     /// Remove every installed version of an environment.
     Remove {
         /// Environment name.
@@ -45,12 +56,67 @@ fn declared<'a>(config: &'a Config, name: &str) -> anyhow::Result<&'a Environmen
 pub fn install(config: &Config, data_dir: &Path, name: &str) -> anyhow::Result<()> {
     let env = declared(config, name)?;
     let envs = Environments::for_runtime(&config.runtime, data_dir);
-    let outcome = envs.install(name, env, &config.runtime, &mut |line| errln!("{line}"))?;
+    let sandbox = EngineSandbox { config, data_dir };
+    let outcome = envs.install(name, env, &config.runtime, &sandbox, &mut |line| errln!("{line}"))?;
     if let Installed::Built(_, m) = outcome {
         errln!("python: {}", if m.python_installed.is_empty() { "-".into() } else { m.python_installed.join(" ") });
         errln!("npm: {}", if m.npm_installed.is_empty() { "-".into() } else { m.npm_installed.join(" ") });
     }
     Ok(())
+}
+
+/// Runs an install's steps that execute package code as executions through the engine, of a
+/// profile made for the step (recorded in the audit log like any run, caller `cli:env-install`).
+struct EngineSandbox<'a> {
+    config: &'a Config,
+    data_dir: &'a Path,
+}
+
+impl BuildSandbox for EngineSandbox<'_> {
+    fn run_python(&self, name: &str, build: &Path, code: &str, outputs: &[&str]) -> Result<BTreeMap<String, Vec<u8>>, String> {
+        let mut config = self.config.clone();
+        let profile = format!("env-build-{name}");
+        config.profiles.insert(profile.clone(), step_profile(name, Language::Python, format!("builds environment {name}")));
+        let builds = BTreeMap::from([(name.to_owned(), build.to_owned())]);
+        let (engine, _audit) = crate::audit::engine_building(config, self.data_dir.to_owned(), builds).map_err(|e| format!("{e:#}"))?;
+        let service = std::sync::Arc::new(sandbox_engine::Service::new(std::sync::Arc::new(engine), 1, 0, std::sync::Arc::new(sandbox_engine::NoHooks)));
+        let caller = sandbox_engine::Caller::local("cli:env-install");
+        let request = ExecutionRequest {
+            profile: profile.clone(),
+            code: code.to_owned(),
+            outputs: outputs.iter().map(|o| (*o).to_owned()).collect(),
+            ..Default::default()
+        };
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        let r = match service.submit(&caller, request) {
+            Ok(ticket) => rt.block_on(ticket.run(None)),
+            Err(refusal) => refusal.into_result(&profile),
+        };
+        if r.status != Status::Ok {
+            let error = r.error.as_ref().map(|e| format!(" ({}: {})", e.kind, e.message)).unwrap_or_default();
+            return Err(format!("{} (execution {}){error}: {}", r.status.as_str(), r.execution_id, r.stderr.trim_end()));
+        }
+        use base64::Engine as _;
+        r.files.into_iter().map(|(path, f)| base64::engine::general_purpose::STANDARD.decode(f.base64).map(|b| (path, b)).map_err(|e| e.to_string())).collect()
+    }
+}
+
+/// The profile of a step run for environment `name` (install, verify): 2 GiB, 2 CPUs, 256
+/// pids, 120 s, no network.
+fn step_profile(name: &str, language: Language, description: String) -> Profile {
+    Profile {
+        language,
+        description,
+        harness: sandbox_core::Harness::Script,
+        limits: Limits { memory_max_bytes: 2 << 30, cpu_max: 2.0, pids_max: 256, timeout_ms: 120_000, ..Limits::default() },
+        filesystem: Default::default(),
+        output: Default::default(),
+        network: Default::default(),
+        env: Default::default(),
+        environment: Some(name.to_owned()),
+        warm: Default::default(),
+        landlock_min_abi: sandbox_core::profile::LANDLOCK_MIN_ABI_DEFAULT,
+    }
 }
 
 /// Runs `sandbox env COMMAND`.
@@ -80,6 +146,24 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
         }
         EnvCommand::Install { name } => {
             install(&config, data_dir, &name)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        EnvCommand::Lock { name, dir } => {
+            let env = declared(&config, &name)?;
+            let locks = Environments::lock(&name, env, &config.runtime, &mut |line| errln!("{line}"))?;
+            std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            for (text, file, key) in
+                [(&locks.python, format!("{name}.python-lock.txt"), "python_lock"), (&locks.npm, format!("{name}.package-lock.json"), "npm_lock")]
+            {
+                let Some(text) = text else { continue };
+                let path = dir.join(&file);
+                std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+                errln!("wrote {}", path.display());
+                outln!("{key} = {:?}", path.display().to_string());
+            }
+            if locks == Default::default() {
+                errln!("{name} pins no packages: nothing to lock");
+            }
             Ok(ExitCode::SUCCESS)
         }
         EnvCommand::Remove { name } => {
@@ -145,19 +229,7 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
     }
     let mut config = config;
     for (language, _) in &checks {
-        let profile = Profile {
-            language: *language,
-            description: format!("verifies environment {name}"),
-            harness: sandbox_core::Harness::Script,
-            limits: Limits { memory_max_bytes: 2 << 30, cpu_max: 2.0, pids_max: 256, timeout_ms: 120_000, ..Limits::default() },
-            filesystem: Default::default(),
-            output: Default::default(),
-            network: Default::default(),
-            env: Default::default(),
-            environment: Some(name.to_owned()),
-            warm: Default::default(),
-            landlock_min_abi: sandbox_core::profile::LANDLOCK_MIN_ABI_DEFAULT,
-        };
+        let profile = step_profile(name, *language, format!("verifies environment {name}"));
         config.profiles.insert(format!("env-verify-{}", language.as_str()), profile);
     }
     let (engine, _audit) = crate::audit::engine(config, data_dir.to_owned())?;

@@ -308,6 +308,7 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
         helper,
         cgroup_parent: "sandbox".into(),
         command: command().to_owned(),
+        environment_builds: Default::default(),
     };
     let engine = sandbox_engine::Engine::new(options, std::sync::Arc::new(sandbox_engine::NoRecorder));
     let mut report = engine.host().clone();

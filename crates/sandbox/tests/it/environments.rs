@@ -99,6 +99,21 @@ fn python_analysis_runs_numpy_pandas_scipy_and_matplotlib_headless_and_quietly()
     assert_eq!(r.stdout(), "denied\n", "read-only mount (EROFS) behind landlock (EACCES): {r:?}");
 }
 
+/// The font cache `env install` built in a sandbox is the one runs use: matplotlib reads it
+/// (no rebuild) and every font it names exists at the path a run sees.
+#[test]
+fn the_font_cache_built_at_install_is_used_as_is() {
+    environments_installed();
+    let code = "import logging, os, sys\nlogging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format='%(message)s')\n\
+                import matplotlib.font_manager as fm\n\
+                print('fonts', len(fm.fontManager.ttflist) > 0 and all(os.path.exists(f.fname) for f in fm.fontManager.ttflist))\n";
+    let r = run("python-analysis", code, &[]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert!(r.stdout().contains("Using fontManager instance from /tmp/.config/matplotlib/fontlist-v"), "the prebuilt cache is read: {r:?}");
+    assert!(!r.stdout().contains("generated new fontManager"), "{r:?}");
+    assert!(r.stdout().ends_with("fonts True\n"), "{r:?}");
+}
+
 #[test]
 fn a_small_pids_limit_does_not_break_numpy() {
     // Thread pools are sized to the profile's CPUs (2), not the host's cores: 12 pids suffice.
@@ -248,4 +263,153 @@ fn a_missing_environment_names_where_it_looked_and_a_command_that_works_as_writt
     let report = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{report}");
     assert!(report.contains(&format!("`sandbox --config {} --data-dir {} env install python-analysis`", config.display(), other.display())), "{report}");
+}
+
+/// `cli` with extra environment variables for the installers (e.g. uv's `UV_FIND_LINKS`).
+fn cli_with(config: &Path, vars: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut c = Command::new(bin());
+    c.arg("--config").arg(config).arg("--data-dir").arg(&env().data).args(args);
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// A directory of its own (environments included) with `toml` as its config file.
+fn own_dir(prefix: &str, toml: &str) -> (PathBuf, PathBuf) {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir_in(&env().dir).unwrap().keep();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(&config, format!("[runtime]\nenvironments_dir = {:?}\n{toml}", dir.join("environments").display().to_string())).unwrap();
+    (dir, config)
+}
+
+/// Issue 12, finding 8: the install step that imports package code (matplotlib's font cache)
+/// used to run as host root. A fake `matplotlib` wheel whose import writes a host file and
+/// reads /etc/shadow, then leaves a font list and another file for the install to pick up:
+/// the install succeeds with the hook contained (no host file, no shadow, not root), and only
+/// the font list reaches the environment.
+#[test]
+fn an_install_step_that_runs_package_code_runs_in_a_sandbox() {
+    let (dir, config) = own_dir("env-hook-", "[environments.hooked]\npython = [\"matplotlib==0.0.1\"]\n");
+    let marker = dir.join("written-by-the-package");
+    let wheels = dir.join("wheels");
+    std::fs::create_dir(&wheels).unwrap();
+    let init = format!(
+        "import os\ndef _try(f):\n    try:\n        return repr(f())\n    except Exception as e:\n        return type(e).__name__\n\
+         wrote = _try(lambda: open({:?}, 'w').write('pwned'))\nshadow = _try(lambda: open('/etc/shadow').read()[:8])\n",
+        marker.display().to_string()
+    );
+    let font_manager = "import json, os, matplotlib\nd = os.environ['MPLCONFIGDIR']\nos.makedirs(d, exist_ok=True)\n\
+                        json.dump({'wrote': matplotlib.wrote, 'shadow': matplotlib.shadow, 'uid': os.getuid()}, open(os.path.join(d, 'fontlist-v0.0.1.json'), 'w'))\n\
+                        open(os.path.join(d, 'extra.json'), 'w').write('{}')\n";
+    // A wheel is a zip: the package, METADATA, WHEEL and RECORD.
+    let build = "import zipfile, sys\nwith zipfile.ZipFile(sys.argv[1] + '/matplotlib-0.0.1-py3-none-any.whl', 'w') as z:\n    \
+                 z.writestr('matplotlib/__init__.py', sys.argv[2])\n    z.writestr('matplotlib/font_manager.py', sys.argv[3])\n    \
+                 z.writestr('matplotlib-0.0.1.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: matplotlib\\nVersion: 0.0.1\\n')\n    \
+                 z.writestr('matplotlib-0.0.1.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n    \
+                 z.writestr('matplotlib-0.0.1.dist-info/RECORD', 'matplotlib/__init__.py,,\\nmatplotlib/font_manager.py,,\\nmatplotlib-0.0.1.dist-info/METADATA,,\\nmatplotlib-0.0.1.dist-info/WHEEL,,\\nmatplotlib-0.0.1.dist-info/RECORD,,\\n')\n";
+    let out = Command::new("python3").args(["-c", build]).arg(&wheels).arg(&init).arg(font_manager).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let wheels = wheels.display().to_string();
+    let out = cli_with(&config, &[("UV_FIND_LINKS", &wheels), ("UV_NO_INDEX", "1")], &["env", "install", "hooked"]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "the install succeeds with the hook contained: {err}");
+    assert!(err.contains("font cache built in a sandbox"), "{err}");
+    assert!(!marker.exists(), "the package wrote a host file at install time: {err}");
+    let installed = std::fs::read_dir(dir.join("environments")).unwrap().filter_map(Result::ok).find(|e| e.file_name().to_string_lossy().starts_with("hooked-")).unwrap().path();
+    let report: Value = serde_json::from_slice(&std::fs::read(installed.join("mplconfig/fontlist-v0.0.1.json")).unwrap()).unwrap();
+    assert!(report["wrote"].as_str().is_some_and(|w| w.ends_with("Error")), "the write failed inside: {report}");
+    assert!(report["shadow"].as_str().is_some_and(|s| s.ends_with("Error")), "/etc/shadow unreadable inside: {report}");
+    assert_ne!(report["uid"], 0, "not root inside: {report}");
+    assert!(!installed.join("mplconfig/extra.json").exists(), "only font lists are copied into the environment");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Issue 12, finding 8: `sandbox env lock` writes a hash lock; a lock that disagrees with the
+/// pins is refused at load; an altered hash fails the install, naming the package, and leaves
+/// it not installed; a changed lock is a new environment version.
+#[test]
+fn a_python_lock_with_an_altered_hash_fails_the_install_naming_the_package() {
+    let decl = "[environments.tiny]\npython = [\"idna==3.20\"]\n";
+    let (dir, config) = own_dir("env-pylock-", decl);
+    let out = cli(&config, &["env", "lock", "tiny", "--dir", &dir.display().to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lock = dir.join("tiny.python-lock.txt");
+    assert_eq!(text(&out.stdout), format!("python_lock = {:?}\n", lock.display().to_string()));
+    let good = std::fs::read_to_string(&lock).unwrap();
+    assert!(good.contains("idna==3.20") && good.contains("--hash=sha256:"), "{good}");
+    let with_lock = format!("{decl}python_lock = \"tiny.python-lock.txt\"\n");
+    std::fs::write(&config, format!("{}{with_lock}", std::fs::read_to_string(&config).unwrap().replace(decl, ""))).unwrap();
+    let out = cli(&config, &["env", "install", "tiny"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("(every hash checked against the lock)"), "{}", text(&out.stderr));
+    let spec = |config: &Path| {
+        let list = text(&cli(config, &["env", "list"]).stdout);
+        list.lines().find(|l| l.starts_with("tiny ")).unwrap_or_else(|| panic!("{list}")).to_owned()
+    };
+    let installed = spec(&config);
+    assert!(installed.contains(" installed "), "{installed}");
+
+    // A lock pinning another version is refused when the configuration loads.
+    std::fs::write(&lock, good.replace("idna==3.20", "idna==3.19")).unwrap();
+    let out = cli(&config, &["env", "list"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("environments.tiny.python_lock") && text(&out.stderr).contains("idna==3.19"), "{}", text(&out.stderr));
+
+    // Every hash of idna altered: a new version of the environment, whose install fails.
+    let altered: String = good
+        .lines()
+        .map(|l| match l.split_once("--hash=sha256:") {
+            Some((head, hex)) => format!("{head}--hash=sha256:{}{}\n", if hex.starts_with('0') { '1' } else { '0' }, &hex[1..]),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    assert_ne!(altered, good);
+    std::fs::write(&lock, &altered).unwrap();
+    let now = spec(&config);
+    assert!(now.contains("not installed"), "a changed lock is a new environment: {installed} / {now}");
+    let out = cli(&config, &["env", "install", "tiny"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("idna==3.20 does not match its hash in the uv lock"), "{err}");
+    assert!(spec(&config).contains("not installed"));
+    let left: Vec<_> = std::fs::read_dir(dir.join("environments")).unwrap().filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(!left.iter().any(|n| n.starts_with(".build-") || n.starts_with(".python-lock")), "{left:?}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Issue 12, finding 8: npm installs run `npm ci` against the lock; a tampered integrity fails
+/// the install, naming the package.
+#[test]
+fn an_npm_lock_with_a_tampered_integrity_fails_the_install_naming_the_package() {
+    let decl = "[environments.tinyjs]\nnpm = [\"papaparse@5.7.1\"]\nnpm_lock = \"tinyjs.package-lock.json\"\n";
+    let (dir, config) = own_dir("env-npmlock-", decl);
+    // Without the lock file the configuration does not load.
+    let out = cli(&config, &["env", "list"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("environments.tinyjs.npm_lock"), "{}", text(&out.stderr));
+    let bare = dir.join("bare.toml");
+    std::fs::write(&bare, std::fs::read_to_string(&config).unwrap().replace("npm_lock = \"tinyjs.package-lock.json\"\n", "")).unwrap();
+    let out = cli(&bare, &["env", "lock", "tinyjs", "--dir", &dir.display().to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lock = dir.join("tinyjs.package-lock.json");
+    let good = std::fs::read_to_string(&lock).unwrap();
+    let out = cli(&config, &["env", "install", "tinyjs"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("npm ci"), "{}", text(&out.stderr));
+
+    let v: Value = serde_json::from_str(&good).unwrap();
+    let integrity = v["packages"]["node_modules/papaparse"]["integrity"].as_str().unwrap().to_owned();
+    let tampered = integrity.replacen(&integrity[7..17], "AAAAAAAAAA", 1);
+    assert_ne!(tampered, integrity);
+    std::fs::write(&lock, good.replace(&integrity, &tampered)).unwrap();
+    let out = cli(&config, &["env", "install", "tinyjs"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("papaparse@5.7.1 does not match its hash in the npm lock"), "{err}");
+    let list = text(&cli(&config, &["env", "list"]).stdout);
+    assert!(list.lines().any(|l| l.starts_with("tinyjs ") && l.contains("not installed")), "{list}");
+    std::fs::remove_dir_all(dir).unwrap();
 }
