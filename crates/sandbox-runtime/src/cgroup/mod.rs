@@ -324,20 +324,23 @@ impl Cgroup {
         }
     }
 
-    /// Removes the directories (after [`Cgroup::kill_all`]); retries briefly while the kernel
-    /// finishes tearing down exited tasks. A missing directory counts as removed.
+    /// Removes the directories (after [`Cgroup::kill_all`]); retries, for up to
+    /// [`REMOVE_PATIENCE`], while the kernel finishes tearing down exited tasks (`EBUSY`: after a
+    /// fork bomb on a loaded host, a hundred killed processes may take seconds to be released).
+    /// A missing directory counts as removed.
     /// Errors: [`CgroupError::Dir`] with the last failure.
     pub fn remove(&self) -> Result<(), CgroupError> {
         let mut last = None;
+        let deadline = Instant::now() + REMOVE_PATIENCE;
         for d in self.dirs.iter().rev() {
-            let mut tries = 0;
+            let mut pause = Duration::from_millis(2);
             loop {
                 match fs::remove_dir(d) {
                     Ok(()) => break,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-                    Err(e) if tries < 200 && e.raw_os_error() == Some(libc::EBUSY) => {
-                        tries += 1;
-                        std::thread::sleep(Duration::from_millis(5));
+                    Err(e) if Instant::now() < deadline && e.raw_os_error() == Some(libc::EBUSY) => {
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(Duration::from_millis(50));
                     }
                     Err(source) => {
                         last = Some(CgroupError::Dir { op: "remove", path: d.clone(), source });
@@ -364,6 +367,9 @@ fn read(path: &Path) -> Result<String, CgroupError> {
 fn keyed(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
 }
+
+/// How long [`Cgroup::remove`] retries a cgroup the kernel still holds busy.
+pub const REMOVE_PATIENCE: Duration = Duration::from_secs(10);
 
 /// The CFS period used for CPU quotas, in µs.
 pub const CPU_PERIOD_US: u64 = 100_000;
