@@ -122,7 +122,7 @@ impl McpServer {
         let service = &self.shared.service;
         let caller = Principal { audit_name: format!("mcp:{}/{}", principal.audit_name, client_label(ctx.client_info())), ..principal.clone() };
         // Decode the arguments into a request.
-        let request = match self.request(principal, args) {
+        let request = match execute_request(self.engine().config(), principal, args) {
             Ok(r) => r,
             Err((profile, refusal)) => return self.refused(&profile, service.refuse(&caller, None, refusal)),
         };
@@ -149,32 +149,6 @@ impl McpServer {
         }
         self.shared.store.keep(&principal.audit_name, &result);
         render::tool_result(&result)
-    }
-
-    /// The request the tool arguments describe, the profile defaulting to the caller's first of
-    /// the language. Errors: the profile asked for (or none) and why the arguments are not a request.
-    fn request(&self, principal: &Principal, args: Option<rmcp::model::JsonObject>) -> Result<ExecutionRequest, (String, Refusal)> {
-        let args: ExecuteArgs = serde_json::from_value(Value::Object(args.unwrap_or_default())).map_err(|e| {
-            (String::new(), Refusal::new(ErrorCode::InvalidRequest, format!("the arguments do not match the input schema: {e}"), None))
-        })?;
-        let language = args.language.language();
-        let profile = match args.profile {
-            Some(p) => p,
-            None => default_profile(self.engine().config(), principal, language).ok_or_else(|| {
-                let message = format!("no {} profile you may use; call {PROFILES_TOOL} to see yours", language.as_str());
-                (String::new(), Refusal::new(ErrorCode::ProfileNotFound, message, Some("profile".into())))
-            })?,
-        };
-        Ok(ExecutionRequest {
-            profile,
-            language: Some(language.as_str().into()),
-            code: args.code,
-            harness: args.harness.map(|h| h.as_str().into()),
-            timeout: args.timeout_ms,
-            files: args.files.into_iter().map(|(k, v)| (k, v.into())).collect(),
-            input: args.input,
-            ..Default::default()
-        })
     }
 
     /// A refusal of the service as a `rejected` tool result.
@@ -208,6 +182,34 @@ impl McpServer {
         };
         Ok(ReadResourceResult::new(vec![contents]).with_cache_scope(CacheScope::Private))
     }
+}
+
+/// The request the `sandbox_execute_code` arguments `args` describe, for `principal` under
+/// `config`, the profile defaulting to the caller's first of the language (not yet admitted:
+/// the service does that). Errors: the profile asked for (or none) and why the arguments are
+/// not a request.
+pub fn execute_request(config: &sandbox_core::Config, principal: &Principal, args: Option<rmcp::model::JsonObject>) -> Result<ExecutionRequest, (String, Refusal)> {
+    let args: ExecuteArgs = serde_json::from_value(Value::Object(args.unwrap_or_default())).map_err(|e| {
+        (String::new(), Refusal::new(ErrorCode::InvalidRequest, format!("the arguments do not match the input schema: {e}"), None))
+    })?;
+    let language = args.language.language();
+    let profile = match args.profile {
+        Some(p) => p,
+        None => default_profile(config, principal, language).ok_or_else(|| {
+            let message = format!("no {} profile you may use; call {PROFILES_TOOL} to see yours", language.as_str());
+            (String::new(), Refusal::new(ErrorCode::ProfileNotFound, message, Some("profile".into())))
+        })?,
+    };
+    Ok(ExecutionRequest {
+        profile,
+        language: Some(language.as_str().into()),
+        code: args.code,
+        harness: args.harness.map(|h| h.as_str().into()),
+        timeout: args.timeout_ms,
+        files: args.files.into_iter().map(|(k, v)| (k, v.into())).collect(),
+        input: args.input,
+        ..Default::default()
+    })
 }
 
 /// The tool argument named by an HTTP request field (`timeout` is `timeout_ms` here; the
