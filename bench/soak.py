@@ -30,7 +30,9 @@ MIX = [
     ("network", 2, "soak-net", None, None, "ok"),  # code set once the server's port is known
     ("typescript", 2, "typescript-default", "const n: number = 1;\nconsole.log(n);", None, "ok"),
 ]
-SCHEDULE = [m for m in MIX for _ in range(m[1])]
+# SOAK_ONLY=kind[,kind]: run only those kinds (to chase one failure).
+ONLY = [k for k in os.environ.get("SOAK_ONLY", "").split(",") if k]
+SCHEDULE = [m for m in MIX for _ in range(m[1]) if not ONLY or m[0] in ONLY]
 
 results = []  # (name, passed, detail)
 def check(name, passed, detail=""):
@@ -179,6 +181,7 @@ def run(work, data):
     lock = threading.Lock()
     statuses = collections.Counter()
     wrong = collections.Counter()
+    problems = []
     latencies = collections.defaultdict(list)
     def execute(i):
         kind, _, profile, code, timeout, want = SCHEDULE[i % len(SCHEDULE)]
@@ -196,6 +199,12 @@ def run(work, data):
                 and (kind != "network" or result["stdout"] == "hello\n")
         except urllib.error.HTTPError as e:
             got, good = f"http {e.code}", False
+            try:
+                problem = json.load(e)
+            except ValueError:
+                problem = {}
+            with lock:
+                problems.append(f"{kind}: {e.code} {problem.get('code')} {problem.get('detail')!r} {problem.get('executionId')}")
         except Exception as e:  # noqa: BLE001 - every failure is counted and shown
             got, good = f"failed {type(e).__name__}", False
         dt = (time.perf_counter() - t) * 1000
@@ -215,6 +224,8 @@ def run(work, data):
                     i = index[0]
                     index[0] += 1
                 execute(i)
+                if total >= 2000 and (i + 1) % (total // 10) == 0:
+                    print(f"{i + 1}/{total} executions, {time.perf_counter() - start:.0f} s, service RSS {read_kib(pid, 'VmRSS') / 1024:.1f} MiB", flush=True)
         threads = [threading.Thread(target=worker) for _ in range(concurrency)]
         for t in threads: t.start()
         for t in threads: t.join()
@@ -272,6 +283,12 @@ def run(work, data):
     print("warm: " + ", ".join(f"{k.removeprefix('sandbox_')} {v:g}" for k, v in sorted(end["warm"].items()) if "_bytes" not in k))
     print(f"sampled while running: {len(seen_procs)} processes, {len(seen_netns - {service_netns})} network namespaces, {len(seen_ids)} ids")
 
+    for p in problems[:5]:
+        print(f"problem answer: {p}")
+        ids = [w for w in p.split() if w.count("-") == 4]
+        for line in open(os.path.join(work, "serve.log")):
+            if any(i in line for i in ids):
+                print(f"  serve.log: {line.rstrip()[:400]}")
     check("every_execution_had_its_expected_status", not wrong and sum(statuses.values()) == total,
           ", ".join(f"{k} {v}" for k, v in wrong.items()))
     # While the service runs: back to the state after the warm-up.
