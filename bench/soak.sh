@@ -12,6 +12,7 @@
 # "test result: ..." (scripts/test.sh counts it). Needs root, like the service.
 #   bash bench/soak.sh [N]              release build (CARGO_TARGET_DIR honoured)
 #   SANDBOX_SOAK_BIN=target/debug/sandbox bash bench/soak.sh 500    an existing binary (CI)
+#   SOAK_ONLY=fork_bomb,oom bash bench/soak.sh 600    only those kinds of the mix (to chase a failure)
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
