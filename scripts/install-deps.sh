@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what building and testing the Sandbox Service needs on Debian 12, idempotently:
 # libseccomp (the seccomp filter is built with it), pkg-config, the pinned Node.js LTS that
-# TypeScript profiles run on (scripts/install-node.sh) and uv, which installs environments'
-# Python packages (scripts/install-uv.sh). Python is the host's /usr/bin/python3;
-# `sandbox doctor` says if a runtime is missing.
+# TypeScript profiles run on (scripts/install-node.sh), uv, which installs environments'
+# Python packages (scripts/install-uv.sh), and cargo-fuzz for the fuzz targets
+# (scripts/install-fuzz.sh). Python is the host's /usr/bin/python3; `sandbox doctor` says if a
+# runtime is missing.
 set -euo pipefail
 need=()
 # iproute2 and openssl: the network tests add test addresses and serve HTTPS with a test CA.
@@ -25,3 +26,5 @@ if ! command -v npm >/dev/null 2>&1; then
 fi
 bash "$(dirname "$0")/install-node.sh"
 bash "$(dirname "$0")/install-uv.sh"
+# cargo-fuzz, for the fuzz targets (scripts/fuzz.sh).
+bash "$(dirname "$0")/install-fuzz.sh"

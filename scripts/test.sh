@@ -2,9 +2,9 @@
 # The test command: installs dependencies, then runs every test: the Rust workspace (unit tests,
 # and integration tests that create real namespaces and cgroups: run as root), the cgroup v2
 # guest stage (scripts/v2-guest/ci.sh), the container image stage (deploy/image/test.sh), the
-# TypeScript and Python SDKs against a real `sandbox serve`, the MCP server through the official
-# Python MCP SDK, the multi-node test and the Helm chart's validation on paper
-# (deploy/helm/validate.sh). Ends with one
+# fuzz targets briefly (scripts/fuzz.sh), a short soak (bench/soak.sh), the TypeScript and Python
+# SDKs against a real `sandbox serve`, the MCP server through the official Python MCP SDK, the
+# multi-node test and the Helm chart's validation on paper (deploy/helm/validate.sh). Ends with one
 # summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +27,11 @@ cargo test --workspace 2>&1 | tee "$log" || status=1
 # The attack, limit, timeout, file, harness and real-world-case tests again, every Python
 # execution forked from a warm template (`sandbox run --warm`): same expected outcomes.
 SANDBOX_TEST_WARM=1 cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: 2>&1 | tee -a "$log" || status=1
+# Fuzzing (issue 12, item 11): every fuzz target of fuzz/ for 25 s from its recorded corpus.
+bash scripts/fuzz.sh 25 2>&1 | tee -a "$log" || status=1
+# Soak (item 12), short: 500 executions of the mix through the debug `sandbox serve`, then the
+# leak checks (bench/soak.sh; the 10,000-run figures are in the README).
+SANDBOX_SOAK_BIN="$SANDBOX_BIN" bash bench/soak.sh 500 2>&1 | tee -a "$log" || status=1
 # cgroup v2 for real: the limits and isolation tests in QEMU guests on Debian's 6.1 and 6.12
 # kernels with only the unified hierarchy (scripts/v2-guest/; this host is v1).
 bash scripts/v2-guest/ci.sh 2>&1 | tee -a "$log" || status=1

@@ -123,7 +123,7 @@ impl McpServer {
         let caller = Principal { audit_name: format!("mcp:{}/{}", principal.audit_name, client_label(ctx.client_info())), ..principal.clone() };
         // Decode the arguments into a request.
         let spelling = timeout_spelling(args.as_ref());
-        let request = match self.request(args) {
+        let request = match execute_request(args) {
             Ok(r) => r,
             Err((profile, refusal)) => return self.refused(&profile, spelling, service.refuse(&caller, None, refusal)),
         };
@@ -159,34 +159,6 @@ impl McpServer {
         rendered
     }
 
-    /// The request the tool arguments describe; without a profile, the service picks one by the
-    /// rule every door shares ([`sandbox_engine::service::default_profile`]). `timeout_ms` is
-    /// the older name of `timeout`. Errors: the profile asked for (or none) and why the arguments
-    /// are not a request.
-    fn request(&self, args: Option<rmcp::model::JsonObject>) -> Result<ExecutionRequest, (String, Refusal)> {
-        let args: ExecuteArgs = serde_json::from_value(Value::Object(args.unwrap_or_default())).map_err(|e| {
-            (String::new(), Refusal::new(ErrorCode::InvalidRequest, format!("the arguments do not match the input schema: {e}"), None))
-        })?;
-        let profile = args.profile.unwrap_or_default();
-        let timeout = match (args.timeout, args.timeout_ms) {
-            (Some(a), Some(b)) if a != b => {
-                let message = format!("timeout ({a}) and timeout_ms ({b}) are two names of one argument (ms); give one");
-                return Err((profile, Refusal::new(ErrorCode::InvalidRequest, message, Some("timeout".into()))));
-            }
-            (a, b) => a.or(b),
-        };
-        Ok(ExecutionRequest {
-            profile,
-            language: Some(args.language.language().as_str().into()),
-            code: args.code,
-            harness: args.harness.map(|h| h.as_str().into()),
-            timeout,
-            files: args.files.into_iter().map(|(k, v)| (k, v.into())).collect(),
-            input: args.input,
-            ..Default::default()
-        })
-    }
-
     /// A refusal of the service as a `rejected` tool result.
     fn refused(&self, profile: &str, timeout_spelling: &str, mut refusal: Refusal) -> CallToolResult {
         refusal.field = refusal.field.take().map(|f| argument_name(f, timeout_spelling));
@@ -220,6 +192,35 @@ impl McpServer {
         };
         Ok(ReadResourceResult::new(vec![contents]).with_cache_scope(CacheScope::Private))
     }
+}
+
+/// The request the `sandbox_execute_code` arguments `args` describe (not yet admitted: the
+/// service does that); without a profile, `profile` is empty and the service picks one by the
+/// rule every door shares ([`sandbox_engine::service::default_profile`]). `timeout_ms` is the
+/// older name of `timeout`. Errors: the profile asked for (or none) and why the arguments are
+/// not a request.
+pub fn execute_request(args: Option<rmcp::model::JsonObject>) -> Result<ExecutionRequest, (String, Refusal)> {
+    let args: ExecuteArgs = serde_json::from_value(Value::Object(args.unwrap_or_default())).map_err(|e| {
+        (String::new(), Refusal::new(ErrorCode::InvalidRequest, format!("the arguments do not match the input schema: {e}"), None))
+    })?;
+    let profile = args.profile.unwrap_or_default();
+    let timeout = match (args.timeout, args.timeout_ms) {
+        (Some(a), Some(b)) if a != b => {
+            let message = format!("timeout ({a}) and timeout_ms ({b}) are two names of one argument (ms); give one");
+            return Err((profile, Refusal::new(ErrorCode::InvalidRequest, message, Some("timeout".into()))));
+        }
+        (a, b) => a.or(b),
+    };
+    Ok(ExecutionRequest {
+        profile,
+        language: Some(args.language.language().as_str().into()),
+        code: args.code,
+        harness: args.harness.map(|h| h.as_str().into()),
+        timeout,
+        files: args.files.into_iter().map(|(k, v)| (k, v.into())).collect(),
+        input: args.input,
+        ..Default::default()
+    })
 }
 
 /// The tool argument named by an HTTP request field: the same (e.g. `timeout`,

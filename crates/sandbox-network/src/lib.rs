@@ -15,6 +15,9 @@
 //! [`Network::finish`] aborts it, which closes the TUN descriptor and every host socket.
 
 mod dns;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod packet;
 mod policy;
 mod report;
