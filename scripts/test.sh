@@ -13,6 +13,7 @@ bash scripts/install-deps.sh
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
 fi
+cargo fmt --check
 cargo build --workspace --all-targets
 cargo clippy --workspace --all-targets -- -D warnings
 log="$(mktemp)"

@@ -14,11 +14,7 @@ fn main() {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let (writers, per) = (args.first().copied().unwrap_or(16), args.get(1).copied().unwrap_or(200));
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut request = ExecutionRequest {
-        profile: "python-default".into(),
-        code: "import pandas as pd\n".repeat(20),
-        ..Default::default()
-    };
+    let mut request = ExecutionRequest { profile: "python-default".into(), code: "import pandas as pd\n".repeat(20), ..Default::default() };
     request.files.insert("data.csv".into(), FileContent::Text("a,b\n1,2\n".repeat(100)));
     let start = Instant::now();
     let latencies: Vec<f64> = std::thread::scope(|s| {

@@ -59,9 +59,8 @@ pub fn verify_events(events: impl IntoIterator<Item = RawEvent>, checkpoints: &[
     let mut events = events.into_iter().peekable();
     let (mut expected_seq, mut prev) = match events.peek() {
         Some(first) if first.seq > 1 => {
-            let vouched = checkpoints.iter().any(|c| {
-                c["prunedThroughSeq"].as_i64() == Some(first.seq - 1) && c["prunedHash"].as_str() == Some(first.prev_hash.as_str())
-            });
+            let vouched =
+                checkpoints.iter().any(|c| c["prunedThroughSeq"].as_i64() == Some(first.seq - 1) && c["prunedHash"].as_str() == Some(first.prev_hash.as_str()));
             if vouched {
                 (first.seq, first.prev_hash.clone())
             } else {
@@ -81,8 +80,7 @@ pub fn verify_events(events: impl IntoIterator<Item = RawEvent>, checkpoints: &[
         if e.seq != expected_seq {
             return broken(if e.seq > expected_seq { "removed" } else { "reordered" });
         }
-        let recomputed =
-            event_hash(e.seq, &e.execution_id, &e.kind, e.at_ms, &e.caller, &e.profile, e.language.as_deref(), &e.status, &e.body, &e.prev_hash);
+        let recomputed = event_hash(e.seq, &e.execution_id, &e.kind, e.at_ms, &e.caller, &e.profile, e.language.as_deref(), &e.status, &e.body, &e.prev_hash);
         if recomputed != e.hash {
             return broken("changed");
         }

@@ -104,12 +104,7 @@ impl HeadFile {
     /// it does). Then the old mark stays, so `verify` keeps reporting what was removed.
     /// Returns whether the mark moved.
     /// Errors: [`AuditError::Head`], [`AuditError::HeadCorrupt`], or `still_there`'s.
-    pub fn advance(
-        &self,
-        lock: &HeadLock,
-        new: &HeadMark,
-        still_there: impl FnOnce(&HeadMark) -> Result<bool, AuditError>,
-    ) -> Result<bool, AuditError> {
+    pub fn advance(&self, lock: &HeadLock, new: &HeadMark, still_there: impl FnOnce(&HeadMark) -> Result<bool, AuditError>) -> Result<bool, AuditError> {
         if let Some(old) = self.read()? {
             if old.seq >= new.seq || !still_there(&old)? {
                 return Ok(false);

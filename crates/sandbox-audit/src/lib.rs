@@ -18,8 +18,8 @@ pub mod time;
 use serde::{Deserialize, Serialize};
 
 pub use chain::{event_hash, GENESIS};
-pub use recorder::{AuditLog, Owner, REFUSAL_CODE_MAX_BYTES, REFUSAL_MESSAGE_MAX_BYTES, REFUSAL_NAMES_MAX, REFUSAL_NAME_MAX_BYTES};
 pub use postgres_store::PostgresStore;
+pub use recorder::{AuditLog, Owner, REFUSAL_CODE_MAX_BYTES, REFUSAL_MESSAGE_MAX_BYTES, REFUSAL_NAMES_MAX, REFUSAL_NAME_MAX_BYTES};
 pub use sqlite::SqliteStore;
 pub use store::{open_store, AuditStore, Begin, Lease};
 

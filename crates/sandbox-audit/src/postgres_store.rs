@@ -15,7 +15,7 @@ use postgres::{Client, NoTls};
 use crate::chain::RawEvent;
 use crate::head::{HeadFile, HeadLock, HeadMark};
 use crate::sqlite::record_of;
-use crate::{event_hash, AuditError, Begin, Lease, AuditRecord, EventKind, ListFilter, NewEvent, Page, PruneReport, StoredEvent, VerifyReport, GENESIS};
+use crate::{event_hash, AuditError, AuditRecord, Begin, EventKind, Lease, ListFilter, NewEvent, Page, PruneReport, StoredEvent, VerifyReport, GENESIS};
 
 /// Advisory lock key held while appending (any constant; "sandbox audit").
 const APPEND_LOCK: i64 = 0x5a4e_4442_4155_4454;
@@ -27,7 +27,8 @@ fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-const MIGRATIONS: &[&str] = &[r"
+const MIGRATIONS: &[&str] = &[
+    r"
     CREATE TABLE audit_events (
         seq          BIGINT PRIMARY KEY,
         execution_id TEXT NOT NULL,
@@ -43,7 +44,8 @@ const MIGRATIONS: &[&str] = &[r"
     );
     CREATE INDEX audit_events_execution ON audit_events (execution_id);
     CREATE INDEX audit_events_kind_seq ON audit_events (kind, seq);
-", r"
+",
+    r"
     CREATE TABLE execution_leases (
         execution_id  TEXT PRIMARY KEY,
         node_id       TEXT NOT NULL,
@@ -52,7 +54,8 @@ const MIGRATIONS: &[&str] = &[r"
     );
     CREATE INDEX execution_leases_quota ON execution_leases (quota_key);
     CREATE INDEX execution_leases_expiry ON execution_leases (expires_at_ms);
-", r"
+",
+    r"
     CREATE TABLE kept_results (
         execution_id TEXT PRIMARY KEY,
         owner        TEXT NOT NULL,
@@ -62,7 +65,8 @@ const MIGRATIONS: &[&str] = &[r"
     );
     CREATE INDEX kept_results_owner ON kept_results (owner, kept_seq);
     CREATE INDEX kept_results_seq ON kept_results (kept_seq);
-"];
+",
+];
 
 /// The database's clock in ms since the Unix epoch (one clock for every node's leases).
 const DB_NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::BIGINT";
@@ -327,7 +331,9 @@ impl PostgresStore {
     fn reap_inner(&mut self) -> Result<Vec<String>, AuditError> {
         // Most calls find nothing: look before taking the head's and the database's locks.
         let any: bool = self.with(|c| {
-            c.query_one(&format!("SELECT EXISTS (SELECT 1 FROM execution_leases WHERE expires_at_ms <= {DB_NOW_MS})"), &[]).map_err(pg("reap")).map(|r| r.get(0))
+            c.query_one(&format!("SELECT EXISTS (SELECT 1 FROM execution_leases WHERE expires_at_ms <= {DB_NOW_MS})"), &[])
+                .map_err(pg("reap"))
+                .map(|r| r.get(0))
         })?;
         if !any {
             return Ok(Vec::new());
@@ -426,8 +432,7 @@ impl PostgresStore {
     fn verify_inner(&mut self) -> Result<VerifyReport, AuditError> {
         let rows = self.with(|c| c.query(&format!("SELECT {COLUMNS} FROM audit_events ORDER BY seq"), &[]).map_err(pg("verify")))?;
         let events: Vec<RawEvent> = rows.iter().map(raw).collect();
-        let checkpoints: Vec<serde_json::Value> =
-            events.iter().filter(|r| r.kind == "checkpoint").filter_map(|r| serde_json::from_str(&r.body).ok()).collect();
+        let checkpoints: Vec<serde_json::Value> = events.iter().filter(|r| r.kind == "checkpoint").filter_map(|r| serde_json::from_str(&r.body).ok()).collect();
         let first = events.first().map(|r| r.seq);
         let hashes: std::collections::HashMap<i64, String> = events.iter().map(|r| (r.seq, r.hash.clone())).collect();
         let report = crate::chain::verify_events(events, &checkpoints);
@@ -521,7 +526,8 @@ fn prune_in(c: &mut Client, before_ms: Option<i64>, keep_last: Option<u64>, now_
         let pruned_hash: String = tx.query_one("SELECT hash FROM audit_events WHERE seq = $1", &[&cut]).map_err(pg("prune"))?.get(0);
         let last_hash: String = tx.query_one("SELECT hash FROM audit_events WHERE seq = $1", &[&last]).map_err(pg("prune"))?.get(0);
         let events = one(&mut tx, "SELECT COUNT(*) FROM audit_events WHERE seq <= $1", &[&cut])?.unwrap_or(0);
-        let body = serde_json::json!({ "schemaVersion": crate::SCHEMA_VERSION, "prunedThroughSeq": cut, "prunedHash": pruned_hash, "prunedEvents": events }).to_string();
+        let body = serde_json::json!({ "schemaVersion": crate::SCHEMA_VERSION, "prunedThroughSeq": cut, "prunedHash": pruned_hash, "prunedEvents": events })
+            .to_string();
         let seq = last + 1;
         let id = format!("checkpoint-{seq}");
         let hash = event_hash(seq, &id, "checkpoint", now_ms, "retention", "", None, "checkpoint", &body, &last_hash);

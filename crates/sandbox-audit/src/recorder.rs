@@ -237,11 +237,8 @@ impl AuditLog {
             o.insert("stderr".into(), capped_text(&r.stderr, self.caps.output_max_bytes));
             o.shift_remove("stdoutBase64");
             o.shift_remove("stderrBase64");
-            let files: serde_json::Map<String, serde_json::Value> = r
-                .files
-                .iter()
-                .map(|(n, f)| (n.clone(), serde_json::json!({ "size": f.size, "sha256": f.sha256, "mimeType": f.mime_type })))
-                .collect();
+            let files: serde_json::Map<String, serde_json::Value> =
+                r.files.iter().map(|(n, f)| (n.clone(), serde_json::json!({ "size": f.size, "sha256": f.sha256, "mimeType": f.mime_type }))).collect();
             o.insert("files".into(), files.into());
             // The function harness's value, kept whole within the output cap; past it, the
             // serialized JSON's prefix with its full length and sha256 (`returnDataCapped`).
@@ -266,7 +263,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The lease thread: every third of a lease, [`tend`], until `stopped` says the log is gone.
-fn lease_loop(store: &Mutex<Box<dyn AuditStore>>, live: &Mutex<HashMap<String, Option<String>>>, node: &str, ttl_ms: u64, stopped: &std::sync::mpsc::Receiver<()>) {
+fn lease_loop(
+    store: &Mutex<Box<dyn AuditStore>>,
+    live: &Mutex<HashMap<String, Option<String>>>,
+    node: &str,
+    ttl_ms: u64,
+    stopped: &std::sync::mpsc::Receiver<()>,
+) {
     while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(Duration::from_millis(ttl_ms / 3)) {
         match tend(store, live, node, ttl_ms) {
             Ok(ids) if !ids.is_empty() => tracing::warn!(interrupted = ids.len(), "executions of a node that stopped renewing its leases marked interrupted"),
@@ -348,7 +351,10 @@ impl Recorder for AuditLog {
     fn rejected(&self, execution_id: &str, caller: &str, request: Option<&ExecutionRequest>, code: &str, message: &str) -> Result<(), RecordError> {
         let mut body = request.map_or_else(|| serde_json::json!({ "schemaVersion": SCHEMA_VERSION }), refusal_body);
         if let Some(o) = body.as_object_mut() {
-            o.insert("error".into(), serde_json::json!({ "type": truncated(code, REFUSAL_NAME_MAX_BYTES), "message": truncated(message, REFUSAL_MESSAGE_MAX_BYTES) }));
+            o.insert(
+                "error".into(),
+                serde_json::json!({ "type": truncated(code, REFUSAL_NAME_MAX_BYTES), "message": truncated(message, REFUSAL_MESSAGE_MAX_BYTES) }),
+            );
         }
         self.append(NewEvent {
             execution_id: execution_id.into(),

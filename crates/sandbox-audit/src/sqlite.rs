@@ -161,7 +161,8 @@ impl SqliteStore {
         let pruned_hash: String = tx.query_row("SELECT hash FROM audit_events WHERE seq = ?1", [cut], |r| r.get(0)).map_err(db("prune"))?;
         let last_hash: String = tx.query_row("SELECT hash FROM audit_events WHERE seq = ?1", [last], |r| r.get(0)).map_err(db("prune"))?;
         let events: i64 = tx.query_row("SELECT COUNT(*) FROM audit_events WHERE seq <= ?1", [cut], |r| r.get(0)).map_err(db("prune"))?;
-        let body = serde_json::json!({ "schemaVersion": crate::SCHEMA_VERSION, "prunedThroughSeq": cut, "prunedHash": pruned_hash, "prunedEvents": events }).to_string();
+        let body = serde_json::json!({ "schemaVersion": crate::SCHEMA_VERSION, "prunedThroughSeq": cut, "prunedHash": pruned_hash, "prunedEvents": events })
+            .to_string();
         let seq = last + 1;
         let id = format!("checkpoint-{seq}");
         let hash = event_hash(seq, &id, "checkpoint", now_ms, "retention", "", None, "checkpoint", &body, &last_hash);
@@ -289,8 +290,7 @@ impl SqliteStore {
             .map_err(db("verify"))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(db("verify"))?;
-        let checkpoints: Vec<serde_json::Value> =
-            rows.iter().filter(|r| r.kind == "checkpoint").filter_map(|r| serde_json::from_str(&r.body).ok()).collect();
+        let checkpoints: Vec<serde_json::Value> = rows.iter().filter(|r| r.kind == "checkpoint").filter_map(|r| serde_json::from_str(&r.body).ok()).collect();
         let first = rows.first().map(|r| r.seq);
         let hashes: std::collections::HashMap<i64, String> = rows.iter().map(|r| (r.seq, r.hash.clone())).collect();
         let report = crate::chain::verify_events(rows, &checkpoints);

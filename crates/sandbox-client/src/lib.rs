@@ -84,11 +84,7 @@ impl Client {
     /// Runs one execution, calling `on_output` with each stdout/stderr chunk as it arrives
     /// (server-sent events), and returns the result.
     /// Errors: as [`Client::execute`].
-    pub async fn execute_stream(
-        &self,
-        request: &ExecutionRequest,
-        mut on_output: impl FnMut(Stream, &str),
-    ) -> Result<ExecutionResult, ClientError> {
+    pub async fn execute_stream(&self, request: &ExecutionRequest, mut on_output: impl FnMut(Stream, &str)) -> Result<ExecutionResult, ClientError> {
         let resp = self.post("/v1/executions").header(reqwest::header::ACCEPT, "text/event-stream").json(request).send().await?;
         if !resp.status().is_success() {
             return Err(problem(resp).await);

@@ -92,11 +92,7 @@ pub fn admit(req: &ExecutionRequest, config: &Config) -> Result<Admitted, Reject
     let reject = |code, message: String, field: &str| Err(Rejection::new(code, message, Some(field.to_owned())));
     let Some(profile) = config.profiles.get(&req.profile) else {
         let known: Vec<&str> = config.profiles.keys().map(String::as_str).collect();
-        return reject(
-            ErrorCode::ProfileNotFound,
-            format!("no profile named {:?}; known profiles: {}", req.profile, known.join(", ")),
-            "profile",
-        );
+        return reject(ErrorCode::ProfileNotFound, format!("no profile named {:?}; known profiles: {}", req.profile, known.join(", ")), "profile");
     };
     let language = match &req.language {
         None => profile.language,
@@ -113,9 +109,7 @@ pub fn admit(req: &ExecutionRequest, config: &Config) -> Result<Admitted, Reject
         None => profile.harness,
         Some("script") => Harness::Script,
         Some("function") => Harness::Function,
-        Some(h) => {
-            return reject(ErrorCode::UnsupportedHarness, format!("unknown harness {h:?}; expected \"script\" or \"function\""), "harness")
-        }
+        Some(h) => return reject(ErrorCode::UnsupportedHarness, format!("unknown harness {h:?}; expected \"script\" or \"function\""), "harness"),
     };
     let input_json = match (&req.input, harness) {
         (None, _) => None,
@@ -196,11 +190,7 @@ pub fn admit(req: &ExecutionRequest, config: &Config) -> Result<Admitted, Reject
 
 fn admit_files(req: &ExecutionRequest, profile: &Profile) -> Result<Vec<InputFile>, Rejection> {
     if req.files.len() > MAX_INPUT_FILES {
-        return Err(Rejection::new(
-            ErrorCode::InputTooLarge,
-            format!("{} input files; at most {MAX_INPUT_FILES}", req.files.len()),
-            Some("files".into()),
-        ));
+        return Err(Rejection::new(ErrorCode::InputTooLarge, format!("{} input files; at most {MAX_INPUT_FILES}", req.files.len()), Some("files".into())));
     }
     let mut files = Vec::with_capacity(req.files.len());
     let mut total: u64 = 0;
@@ -244,9 +234,10 @@ fn admit_outputs(patterns: &[String]) -> Result<Option<GlobSet>, Rejection> {
     }
     let mut set = GlobSetBuilder::new();
     for (i, p) in patterns.iter().enumerate() {
-        let glob = GlobBuilder::new(p).literal_separator(true).build().map_err(|e| {
-            Rejection::new(ErrorCode::InvalidOutputPattern, format!("invalid glob {p:?}: {}", e.kind()), Some(format!("outputs[{i}]")))
-        })?;
+        let glob = GlobBuilder::new(p)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| Rejection::new(ErrorCode::InvalidOutputPattern, format!("invalid glob {p:?}: {}", e.kind()), Some(format!("outputs[{i}]"))))?;
         set.add(glob);
     }
     let set = set.build().map_err(|e| Rejection::new(ErrorCode::InvalidOutputPattern, e.to_string(), Some("outputs".into())))?;
@@ -256,9 +247,7 @@ fn admit_outputs(patterns: &[String]) -> Result<Option<GlobSet>, Rejection> {
 fn decode(content: &FileContent) -> Result<Vec<u8>, String> {
     match content {
         FileContent::Text(t) => Ok(t.as_bytes().to_vec()),
-        FileContent::Base64 { base64 } => base64::engine::general_purpose::STANDARD
-            .decode(base64.trim())
-            .map_err(|e| format!("invalid base64: {e}")),
+        FileContent::Base64 { base64 } => base64::engine::general_purpose::STANDARD.decode(base64.trim()).map_err(|e| format!("invalid base64: {e}")),
     }
 }
 

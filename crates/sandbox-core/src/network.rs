@@ -263,9 +263,10 @@ impl Allowlist {
             validate_name(name).map_err(|m| (format!("hosts.{name}"), m))?;
             let lower = name.to_ascii_lowercase();
             if !self.allow.iter().any(|r| r.matches_name(&lower)) {
-                return Err((format!("hosts.{name}"), format!(
-                        "no rule in `allow` names this host, so it could never be reached: add one such as \"{name}:PORT\" (`hosts` only answers DNS)"
-                    )));
+                return Err((
+                    format!("hosts.{name}"),
+                    format!("no rule in `allow` names this host, so it could never be reached: add one such as \"{name}:PORT\" (`hosts` only answers DNS)"),
+                ));
             }
         }
         Ok(())

@@ -247,10 +247,7 @@ impl Default for RuntimeConfig {
             uid_base: 1_900_000_000,
             python: "/usr/bin/python3".into(),
             node: "/usr/local/lib/sandbox/node/bin/node".into(),
-            system_dirs: ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"]
-                .iter()
-                .map(PathBuf::from)
-                .collect(),
+            system_dirs: ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"].iter().map(PathBuf::from).collect(),
             data_dir: None,
             environments_dir: None,
             uv: "/usr/local/lib/sandbox/uv/uv".into(),
@@ -354,14 +351,7 @@ pub struct Warm {
 
 impl Default for Warm {
     fn default() -> Self {
-        Self {
-            mode: WarmMode::Off,
-            max_forks: 10_000,
-            max_age_ms: 3_600_000,
-            template_memory_max_bytes: 1 << 30,
-            pool_size: 2,
-            pool_refill_interval_ms: 50,
-        }
+        Self { mode: WarmMode::Off, max_forks: 10_000, max_age_ms: 3_600_000, template_memory_max_bytes: 1 << 30, pool_size: 2, pool_refill_interval_ms: 50 }
     }
 }
 
@@ -429,12 +419,7 @@ pub struct Filesystem {
 
 impl Default for Filesystem {
     fn default() -> Self {
-        Self {
-            workspace_max_bytes: 64 << 20,
-            tmp_max_bytes: 64 << 20,
-            inputs_read_only: false,
-            mounts: Vec::new(),
-        }
+        Self { workspace_max_bytes: 64 << 20, tmp_max_bytes: 64 << 20, inputs_read_only: false, mounts: Vec::new() }
     }
 }
 
@@ -671,10 +656,7 @@ impl Config {
         if let Some(c) = &rt.cgroup_parent {
             let parts: Vec<&str> = c.split('/').filter(|p| !p.is_empty()).collect();
             if parts.is_empty() || parts.iter().any(|p| *p == "." || *p == "..") {
-                return Err(err(
-                    "runtime.cgroup_parent".into(),
-                    format!("{c:?} must name a cgroup below the hierarchy's root, without . or .."),
-                ));
+                return Err(err("runtime.cgroup_parent".into(), format!("{c:?} must name a cgroup below the hierarchy's root, without . or ..")));
             }
         }
         let svc = &self.service;
@@ -708,7 +690,8 @@ impl Config {
             }
             for (i, m) in e.preload.iter().enumerate() {
                 // A Python module, or one of the environment's npm packages by name.
-                let npm_package = e.npm.iter().any(|pin| pin.get(1..).and_then(|rest| rest.rsplit_once('@')).is_some_and(|(n, _)| format!("{}{n}", &pin[..1]) == *m));
+                let npm_package =
+                    e.npm.iter().any(|pin| pin.get(1..).and_then(|rest| rest.rsplit_once('@')).is_some_and(|(n, _)| format!("{}{n}", &pin[..1]) == *m));
                 if !is_module_name(m) && !npm_package {
                     return Err(err(at(&format!("preload[{i}]")), format!("{m:?} is neither a Python module name nor one of the environment's npm packages")));
                 }
@@ -759,8 +742,7 @@ impl Config {
                 }
                 check_range(p.warm.max_forks, 1, 1 << 40, "").map_err(|m| err(at("warm.max_forks"), m))?;
                 check_range(p.warm.max_age_ms, 1_000, 30 * 86_400_000, "ms").map_err(|m| err(at("warm.max_age_ms"), m))?;
-                check_range(p.warm.template_memory_max_bytes, 16 << 20, 1 << 40, "bytes")
-                    .map_err(|m| err(at("warm.template_memory_max_bytes"), m))?;
+                check_range(p.warm.template_memory_max_bytes, 16 << 20, 1 << 40, "bytes").map_err(|m| err(at("warm.template_memory_max_bytes"), m))?;
             }
             if p.warm.mode == WarmMode::Pool {
                 if !matches!(p.network, Network::None) {
@@ -800,8 +782,8 @@ fn validate_npm_pin(r: &str) -> Result<(), String> {
         _ => return Err(format!("{r:?} is not pinned; write name@version")),
     };
     let bare = name.strip_prefix('@').map_or(Some(name), |scoped| scoped.split_once('/').map(|(_, n)| n));
-    let name_ok = bare.is_some_and(|n| !n.is_empty())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.' | '@' | '/'));
+    let name_ok =
+        bare.is_some_and(|n| !n.is_empty()) && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_' | '.' | '@' | '/'));
     let mut parts = version.split(['-', '+']).next().unwrap_or("").split('.');
     let version_ok = (0..3).all(|_| parts.next().is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))) && parts.next().is_none();
     if !name_ok || !version_ok {
@@ -811,8 +793,25 @@ fn validate_npm_pin(r: &str) -> Result<(), String> {
 }
 
 /// Paths inside the sandbox that a [`Mount`] may not cover or sit under.
-pub const RESERVED_SANDBOX_PATHS: &[&str] =
-    &["/", "/proc", "/dev", "/etc", "/tmp", "/workspace", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/sys", "/run", "/code", "/node_modules"];
+pub const RESERVED_SANDBOX_PATHS: &[&str] = &[
+    "/",
+    "/proc",
+    "/dev",
+    "/etc",
+    "/tmp",
+    "/workspace",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/libx32",
+    "/sys",
+    "/run",
+    "/code",
+    "/node_modules",
+];
 
 /// Where a profile's environment is bound inside the sandbox (read-only); its Python packages
 /// are at `<ENV_MOUNT>/python` (on `PYTHONPATH`), its npm packages are also bound at `/node_modules`.

@@ -25,10 +25,7 @@ impl Language {
         match s.to_ascii_lowercase().as_str() {
             "python" | "py" | "python3" => Ok(Self::Python),
             "typescript" | "ts" => Ok(Self::Typescript),
-            _ => Err((
-                ErrorCode::UnsupportedLanguage,
-                format!("unknown language {s:?}; expected \"python\" or \"typescript\""),
-            )),
+            _ => Err((ErrorCode::UnsupportedLanguage, format!("unknown language {s:?}; expected \"python\" or \"typescript\""))),
         }
     }
 
@@ -452,12 +449,7 @@ impl ProfileInfo {
             files_max_count: p.output.files_max_count,
             files_max_bytes: p.output.files_max_bytes,
             network: p.network.mode().into(),
-            mounts: p
-                .filesystem
-                .mounts
-                .iter()
-                .map(|m| MountInfo { path: m.sandbox.display().to_string(), read_only: m.read_only })
-                .collect(),
+            mounts: p.filesystem.mounts.iter().map(|m| MountInfo { path: m.sandbox.display().to_string(), read_only: m.read_only }).collect(),
             environment: p.environment.clone(),
             libraries: Vec::new(),
             available: None,

@@ -41,13 +41,9 @@ struct Walk<'a> {
 /// `too_deep`, `count_cap`, `bytes_cap`, `entry_cap`, `unreadable`). `inputs` holds (name,
 /// sha256) of the injected files: an input left unchanged is not an output.
 /// Errors: an I/O error opening the workspace root itself.
-pub(crate) fn collect(
-    workspace: &Path,
-    inputs: &[(String, [u8; 32])],
-    a: &Admitted,
-) -> io::Result<(BTreeMap<String, OutputFile>, Vec<SkippedFile>)> {
-    let root = nix::fcntl::open(workspace, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())
-        .map_err(io::Error::from)?;
+pub(crate) fn collect(workspace: &Path, inputs: &[(String, [u8; 32])], a: &Admitted) -> io::Result<(BTreeMap<String, OutputFile>, Vec<SkippedFile>)> {
+    let root =
+        nix::fcntl::open(workspace, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()).map_err(io::Error::from)?;
     let mut w = Walk { a, inputs, files: BTreeMap::new(), skipped: Vec::new(), skipped_more: 0, total: 0, seen: 0 };
     w.dir(root, "", 0);
     if w.skipped_more > 0 {
@@ -143,7 +139,8 @@ impl Walk<'_> {
             return self.skip(name, "unreadable", Some(size));
         };
         match fstat(fd.as_fd()) {
-            Ok(now) if now.st_ino == listed.st_ino && now.st_dev == listed.st_dev && SFlag::from_bits_truncate(now.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG => {}
+            Ok(now)
+                if now.st_ino == listed.st_ino && now.st_dev == listed.st_dev && SFlag::from_bits_truncate(now.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG => {}
             _ => return self.skip(name, "changed_while_reading", Some(size)),
         }
         let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));

@@ -223,9 +223,11 @@ impl Environments {
         let mut out: Vec<PathBuf> = entries
             .filter_map(Result::ok)
             .filter(|e| {
-                e.file_name().to_str().and_then(|n| n.strip_prefix(name)).and_then(|rest| rest.strip_prefix('-')).is_some_and(|h| {
-                    h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit())
-                })
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_prefix(name))
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
             })
             .map(|e| e.path())
             .collect();
@@ -254,8 +256,11 @@ impl Environments {
         fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o755)).map_err(io("chmod", &self.dir))?;
         let lock_path = self.dir.join(format!(".lock-{name}"));
         let lock_file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(io("open", &lock_path))?;
-        let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| EnvError::Io { op: "flock", path: lock_path.clone(), source: e.into() })?;
+        let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| EnvError::Io {
+            op: "flock",
+            path: lock_path.clone(),
+            source: e.into(),
+        })?;
         let hash = Self::spec_hash(env, rt);
         let target = self.path_of(name, &hash);
         if let Some(path) = self.installed(name, env, rt) {

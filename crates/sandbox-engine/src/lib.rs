@@ -12,8 +12,8 @@ mod command;
 pub mod environment;
 pub mod pool;
 mod prepare;
-mod supervise;
 pub mod service;
+mod supervise;
 pub mod typescript;
 pub mod warm;
 
@@ -148,13 +148,7 @@ impl Engine {
     /// (tens of ms; a process is started): call it off the async threads.
     pub fn self_test(&self) -> Vec<sandbox_runtime::selftest::Step> {
         let tun = self.opts.config.profiles.values().any(|p| !matches!(p.network, sandbox_core::network::Network::None));
-        sandbox_runtime::selftest::run(
-            &self.opts.helper,
-            self.host.cgroup.as_ref(),
-            &self.opts.cgroup_parent,
-            self.opts.config.runtime.uid_base,
-            tun,
-        )
+        sandbox_runtime::selftest::run(&self.opts.helper, self.host.cgroup.as_ref(), &self.opts.cgroup_parent, self.opts.config.runtime.uid_base, tun)
     }
 
     /// Whether this node can run executions: every host check passes and the self-test does
@@ -466,19 +460,9 @@ impl Engine {
         }
     }
 
-    async fn run_admitted(
-        &self,
-        id: &str,
-        admitted: Admitted,
-        received: Instant,
-        output: Option<mpsc::UnboundedSender<Chunk>>,
-    ) -> ExecutionResult {
-        let mut result = ExecutionResult {
-            execution_id: id.to_owned(),
-            profile: admitted.profile_name.clone(),
-            language: Some(admitted.language),
-            ..Default::default()
-        };
+    async fn run_admitted(&self, id: &str, admitted: Admitted, received: Instant, output: Option<mpsc::UnboundedSender<Chunk>>) -> ExecutionResult {
+        let mut result =
+            ExecutionResult { execution_id: id.to_owned(), profile: admitted.profile_name.clone(), language: Some(admitted.language), ..Default::default() };
         let transpiled = match admitted.language {
             Language::Python => None,
             Language::Typescript => {
@@ -543,12 +527,8 @@ impl Engine {
                 return result;
             }
         };
-        result.enforcement = Some(Enforcement {
-            cgroup: layout.version().into(),
-            landlock_abi: 0,
-            seccomp: true,
-            network: admitted.profile.network.mode().into(),
-        });
+        result.enforcement =
+            Some(Enforcement { cgroup: layout.version().into(), landlock_abi: 0, seccomp: true, network: admitted.profile.network.mode().into() });
         let templates = self.templates.get();
         let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output, self.abort.subscribe(), templates, member).await;
         let collect_start = Instant::now();
@@ -600,9 +580,8 @@ pub fn landlock_abi(host: &HostReport) -> u32 {
 /// `landlock_min_abi`; `None` when the minimum is met.
 pub fn landlock_unmet(host: &HostReport, name: &str, p: &sandbox_core::Profile) -> Option<String> {
     let found = landlock_abi(host);
-    (found < p.landlock_min_abi).then(|| {
-        format!("landlock: this kernel offers ABI {found}, profile {name:?} needs ABI {} (landlock_min_abi)", p.landlock_min_abi)
-    })
+    (found < p.landlock_min_abi)
+        .then(|| format!("landlock: this kernel offers ABI {found}, profile {name:?} needs ABI {} (landlock_min_abi)", p.landlock_min_abi))
 }
 
 /// An execution whose `begin` was recorded; dropped before its `finish` was written (the future

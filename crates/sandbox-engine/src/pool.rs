@@ -286,10 +286,8 @@ impl Pools {
             let next = {
                 let state = self.state.lock().expect("pools lock");
                 let now = Instant::now();
-                let mut wanting: Vec<(&String, &Pool)> = state
-                    .iter()
-                    .filter(|(_, p)| p.ready.len() < p.size as usize && p.retry_at.is_none_or(|t| t <= now))
-                    .collect();
+                let mut wanting: Vec<(&String, &Pool)> =
+                    state.iter().filter(|(_, p)| p.ready.len() < p.size as usize && p.retry_at.is_none_or(|t| t <= now)).collect();
                 // The emptiest pool first.
                 wanting.sort_by_key(|(_, p)| p.ready.len());
                 match wanting.first() {
@@ -366,22 +364,14 @@ impl Pools {
     fn make(&self, profile_name: &str, preload: &[String]) -> Result<Member, String> {
         let profile = self.opts.config.profiles.get(profile_name).ok_or("profile vanished")?;
         let id = format!("pool-{}", uuid::Uuid::now_v7());
-        let prepared = Prepared::new_member(&self.opts, &self.layout, &id, profile, preload).map_err(|e| {
-            std::iter::successors(Some(&e as &dyn std::error::Error), |c| c.source()).map(ToString::to_string).collect::<Vec<_>>().join(": ")
-        })?;
+        let prepared = Prepared::new_member(&self.opts, &self.layout, &id, profile, preload)
+            .map_err(|e| std::iter::successors(Some(&e as &dyn std::error::Error), |c| c.source()).map(ToString::to_string).collect::<Vec<_>>().join(": "))?;
         let (side_read, side_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
         let (engine_end, helper_end) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
         let mut cmd = std::process::Command::new(&self.opts.helper);
-        cmd.arg0(HELPER_ARGV0)
-            .env_clear()
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        cmd.fd_mappings(vec![
-            FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD },
-            FdMapping { parent_fd: side_write, child_fd: RESULT_FD },
-        ])
-        .map_err(|e| format!("fd mapping: {e}"))?;
+        cmd.arg0(HELPER_ARGV0).env_clear().stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        cmd.fd_mappings(vec![FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD }, FdMapping { parent_fd: side_write, child_fd: RESULT_FD }])
+            .map_err(|e| format!("fd mapping: {e}"))?;
         let spawned = cmd.spawn();
         // Only the helper and init hold the helper's ends now: EOF means both have exited.
         drop(cmd);

@@ -13,12 +13,12 @@ use std::time::Duration;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::signal::Signal;
 use nix::unistd::{chown, Gid, Uid};
-use sandbox_core::wire::{OutputFile, SkippedFile};
 use sandbox_core::profile::ENV_MOUNT;
+use sandbox_core::wire::{OutputFile, SkippedFile};
 use sandbox_core::{Admitted, Language};
 
 use sandbox_runtime::cgroup::{self, Cgroup, Layout, Usage};
-use sandbox_runtime::spec::{BindMount, RootFile, Rlimits, SpawnSpec, SANDBOX_UID, UID_SLOTS};
+use sandbox_runtime::spec::{BindMount, Rlimits, RootFile, SpawnSpec, SANDBOX_UID, UID_SLOTS};
 
 use crate::command::{code_file, harness_source, program_command, CODE_DIR, INPUT_FILE};
 use crate::EngineOptions;
@@ -141,24 +141,30 @@ impl Prepared {
     /// read-only at `/code` holding the harness now and the code once an execution takes it.
     /// The program is the harness in `pool` mode, importing `preload`.
     /// Errors: [`PrepareError`]; whatever was made is undone by `Drop`.
-    pub(crate) fn new_member(opts: &EngineOptions, layout: &Layout, id: &str, profile: &sandbox_core::Profile, preload: &[String]) -> Result<Self, PrepareError> {
+    pub(crate) fn new_member(
+        opts: &EngineOptions,
+        layout: &Layout,
+        id: &str,
+        profile: &sandbox_core::Profile,
+        preload: &[String],
+    ) -> Result<Self, PrepareError> {
         let mut p = Self::create(opts, layout, id, profile)?;
         let code = p.dir.join("code");
         fs::DirBuilder::new().mode(0o755).create(&code).map_err(io_err("create", &code))?;
         // Room for the largest code (with its inline source map) and a function's input.
         let size = profile.limits.code_max_bytes.saturating_mul(4).saturating_add(MEMBER_INPUT_MAX_BYTES);
         let options = format!("size={size},mode=0755");
-        mount(Some("tmpfs"), &code, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(options.as_str()))
-            .map_err(|source| PrepareError::Mount { op: "mount", path: code.clone(), source })?;
+        mount(Some("tmpfs"), &code, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(options.as_str())).map_err(|source| PrepareError::Mount {
+            op: "mount",
+            path: code.clone(),
+            source,
+        })?;
         p.code_mounted = true;
         let (name, source) = harness_source(profile.language);
         write_ro(&code.join(name), source.as_bytes())?;
         let (argv, mut env) = crate::command::pool_command(profile, &opts.config.runtime);
         env.push(("SANDBOX_PRELOAD".into(), preload.join(",")));
-        let files = root_files(profile.language, p.uid.uid(), None)
-            .into_iter()
-            .filter(|f| !f.sandbox_path.starts_with(&format!("{CODE_DIR}/")))
-            .collect();
+        let files = root_files(profile.language, p.uid.uid(), None).into_iter().filter(|f| !f.sandbox_path.starts_with(&format!("{CODE_DIR}/"))).collect();
         let mut spec = p.spec_for(opts, profile, profile.language, files, argv, env)?;
         spec.mounts.insert(0, BindMount { host: code, sandbox_path: CODE_DIR.into(), read_only: true });
         p.spec = spec;
@@ -191,8 +197,7 @@ impl Prepared {
         // Owned by the container's root (host uid_base) and 0700: init can reach the mount points
         // below it, no other host user can reach the workspace while it runs.
         let base = Some(Uid::from_raw(rt.uid_base));
-        chown(&dir, base, Some(Gid::from_raw(rt.uid_base)))
-            .map_err(|e| PrepareError::Io { op: "chown", path: dir.clone(), source: e.into() })?;
+        chown(&dir, base, Some(Gid::from_raw(rt.uid_base))).map_err(|e| PrepareError::Io { op: "chown", path: dir.clone(), source: e.into() })?;
         // Who owns this execution: a later start sweeps it only once this process is gone.
         // Written aside and renamed, so a concurrent sweep never reads half a file.
         let (owner_tmp, owner) = (dir.join("owner.tmp"), dir.join("owner"));
@@ -221,11 +226,7 @@ impl Prepared {
         mount(Some("tmpfs"), &p.workspace, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(options.as_str()))
             .map_err(|source| PrepareError::Mount { op: "mount", path: p.workspace.clone(), source })?;
         p.workspace_mounted = true;
-        let limits = cgroup::Limits {
-            memory_max_bytes: profile.limits.memory_max_bytes,
-            cpu_max: profile.limits.cpu_max,
-            pids_max: profile.limits.pids_max,
-        };
+        let limits = cgroup::Limits { memory_max_bytes: profile.limits.memory_max_bytes, cpu_max: profile.limits.cpu_max, pids_max: profile.limits.pids_max };
         p.cgroup = Some(Arc::new(Cgroup::create(layout, &opts.cgroup_parent, id, limits)?));
         Ok(p)
     }
@@ -259,12 +260,11 @@ impl Prepared {
             tmp_bytes: fs_policy.tmp_max_bytes,
             mounts: runtime_mounts(opts, profile, language)?
                 .into_iter()
-                .chain(
-                    fs_policy
-                        .mounts
-                        .iter()
-                        .map(|m| BindMount { host: m.host.clone(), sandbox_path: m.sandbox.display().to_string(), read_only: m.read_only }),
-                )
+                .chain(fs_policy.mounts.iter().map(|m| BindMount {
+                    host: m.host.clone(),
+                    sandbox_path: m.sandbox.display().to_string(),
+                    read_only: m.read_only,
+                }))
                 .collect(),
             // The host's Python package directories: a run imports its environment's packages only.
             masked_dirs: match language {
@@ -302,8 +302,11 @@ impl Prepared {
         fs::DirBuilder::new().mode(0o755).create(&warm).map_err(io_err("create", &warm))?;
         let held: usize = self.spec.root_files.iter().map(|f| f.content.len()).sum();
         let options = format!("size={},mode=0755", (held as u64).saturating_add(1 << 20));
-        mount(Some("tmpfs"), &warm, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(options.as_str()))
-            .map_err(|source| PrepareError::Mount { op: "mount", path: warm.clone(), source })?;
+        mount(Some("tmpfs"), &warm, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(options.as_str())).map_err(|source| PrepareError::Mount {
+            op: "mount",
+            path: warm.clone(),
+            source,
+        })?;
         self.warm_mounted = true;
         let code = warm.join("code");
         let etc = warm.join("etc");
@@ -393,10 +396,7 @@ impl Prepared {
     }
 
     /// Reads the new or changed workspace files (see [`crate::collect`]).
-    pub(crate) fn collect_files(
-        &self,
-        a: &Admitted,
-    ) -> io::Result<(std::collections::BTreeMap<String, OutputFile>, Vec<SkippedFile>)> {
+    pub(crate) fn collect_files(&self, a: &Admitted) -> io::Result<(std::collections::BTreeMap<String, OutputFile>, Vec<SkippedFile>)> {
         crate::collect::collect(&self.workspace, &self.inputs, a)
     }
 
@@ -425,10 +425,7 @@ impl Prepared {
             self.code_mounted = false;
         }
         if self.workspace_mounted {
-            keep(
-                umount2(&self.workspace, MntFlags::MNT_DETACH)
-                    .map_err(|source| PrepareError::Mount { op: "unmount", path: self.workspace.clone(), source }),
-            );
+            keep(umount2(&self.workspace, MntFlags::MNT_DETACH).map_err(|source| PrepareError::Mount { op: "unmount", path: self.workspace.clone(), source }));
             self.workspace_mounted = false;
         }
         keep(fs::remove_dir_all(&self.dir).or_else(ignore_not_found).map_err(io_err("remove", &self.dir)));

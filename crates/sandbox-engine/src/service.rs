@@ -190,7 +190,15 @@ impl Service {
         match self.check(caller, &request) {
             Err(r) => Err(self.refuse(caller, Some(&request), r)),
             Ok(admitted) => match self.slots.place() {
-                Some(place) => Ok(Ticket { service: self.clone(), caller: caller.audit_name.clone(), quota: caller.quota.clone(), request: Arc::new(request), admitted, place, received }),
+                Some(place) => Ok(Ticket {
+                    service: self.clone(),
+                    caller: caller.audit_name.clone(),
+                    quota: caller.quota.clone(),
+                    request: Arc::new(request),
+                    admitted,
+                    place,
+                    received,
+                }),
                 None => {
                     let r = Refusal::new(ErrorCode::QueueFull, "every execution slot and queue place is taken; retry later", None);
                     Err(self.refuse(caller, Some(&request), Refusal { retry_after_s: Some(1), ..r }))
@@ -291,12 +299,7 @@ pub fn default_concurrency(config: &sandbox_core::Config) -> u32 {
         .flatten()
         .map_or(u64::MAX, |kib| kib * 1024);
     let largest = config.profiles.values().map(|p| p.limits.memory_max_bytes).max().unwrap_or(1).max(1);
-    let pooled: u64 = config
-        .profiles
-        .values()
-        .filter(|p| p.warm.mode == sandbox_core::profile::WarmMode::Pool)
-        .map(|p| u64::from(p.warm.pool_size))
-        .sum();
+    let pooled: u64 = config.profiles.values().filter(|p| p.warm.mode == sandbox_core::profile::WarmMode::Pool).map(|p| u64::from(p.warm.pool_size)).sum();
     let by_memory = usize::try_from((mem_total / largest).saturating_sub(pooled)).unwrap_or(usize::MAX);
     u32::try_from(cores.min(by_memory).max(1)).unwrap_or(1)
 }

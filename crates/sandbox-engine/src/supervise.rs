@@ -23,9 +23,9 @@ use crate::pool::MemberLaunch;
 use crate::warm::{Template, Templates};
 use tokio::sync::{mpsc, Notify};
 
-use sandbox_network::Network;
 use crate::prepare::Prepared;
 use crate::{ms, EngineOptions};
+use sandbox_network::Network;
 
 /// Which stream a chunk came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,16 +334,8 @@ async fn attempt(
 fn launch_cold(opts: &EngineOptions, _prepared: &Prepared, a: &Admitted, side_write: std::os::fd::OwnedFd) -> Result<Launched, String> {
     let (engine_end, helper_end) = std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
     let mut cmd = tokio::process::Command::new(&opts.helper);
-    cmd.arg0(HELPER_ARGV0)
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut fds = vec![
-        FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD },
-        FdMapping { parent_fd: side_write, child_fd: RESULT_FD },
-    ];
+    cmd.arg0(HELPER_ARGV0).env_clear().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let mut fds = vec![FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD }, FdMapping { parent_fd: side_write, child_fd: RESULT_FD }];
     // Allowlist profiles: a second socket on which the helper sends the sandbox's TUN device.
     let mut net_channel = None;
     if let sandbox_core::network::Network::Allowlist(allow) = &a.profile.network {
@@ -359,10 +351,7 @@ fn launch_cold(opts: &EngineOptions, _prepared: &Prepared, a: &Admitted, side_wr
     drop(cmd);
     let mut child = spawned.map_err(|e| format!("spawning the helper {}: {e}", opts.helper.display()))?;
     let network = net_channel.map(|(channel, allow)| Network::start(channel, allow, opts.config.network.upstream_dns));
-    let ctl = engine_end
-        .set_nonblocking(true)
-        .and_then(|()| tokio::net::UnixStream::from_std(engine_end))
-        .map_err(|e| format!("control socket: {e}"))?;
+    let ctl = engine_end.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(engine_end)).map_err(|e| format!("control socket: {e}"))?;
     let stdin = child.stdin.take().map(|p| Box::pin(p) as Pin<Box<dyn AsyncWrite + Send>>);
     let stdout = Box::pin(child.stdout.take().ok_or("no stdout pipe")?);
     let stderr = Box::pin(child.stderr.take().ok_or("no stderr pipe")?);
@@ -414,9 +403,7 @@ async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os:
         .spec
         .cgroup_join
         .iter()
-        .map(|f| {
-            std::fs::OpenOptions::new().write(true).open(f).map(std::os::fd::OwnedFd::from).map_err(|e| format!("open {}: {e}", f.display()))
-        })
+        .map(|f| std::fs::OpenOptions::new().write(true).open(f).map(std::os::fd::OwnedFd::from).map_err(|e| format!("open {}: {e}", f.display())))
         .collect::<Result<_, _>>()?;
     let spawned_at = Instant::now();
     let pidfd = tokio::task::spawn_blocking(move || {
@@ -431,10 +418,7 @@ async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os:
     .await
     .map_err(|e| format!("fork task: {e}"))??;
     let child = crate::warm::pidfd_pid(&pidfd).ok_or("the warm child ended at once")?;
-    let ctl = engine_end
-        .set_nonblocking(true)
-        .and_then(|()| tokio::net::UnixStream::from_std(engine_end))
-        .map_err(|e| format!("control socket: {e}"))?;
+    let ctl = engine_end.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(engine_end)).map_err(|e| format!("control socket: {e}"))?;
     let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin_w).map_err(|e| format!("stdin pipe: {e}"))?;
     let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_r).map_err(|e| format!("stdout pipe: {e}"))?;
     let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_r).map_err(|e| format!("stderr pipe: {e}"))?;
@@ -603,7 +587,11 @@ fn apply_side_channel(r: &mut ExecutionResult, a: &Admitted, side: &Captured) {
             }
         }
         Ok(SideReport::Returned(_)) => {}
-        Err(e) => fail(r, "HarnessProtocolError", format!("the harness side channel (fd 4) did not hold one JSON report ({e}); did the program write to fd 4 itself?")),
+        Err(e) => fail(
+            r,
+            "HarnessProtocolError",
+            format!("the harness side channel (fd 4) did not hold one JSON report ({e}); did the program write to fd 4 itself?"),
+        ),
     }
 }
 

@@ -160,7 +160,9 @@ impl TranspileError {
     /// 1-based column (in characters) of the (first) error.
     pub fn column(&self) -> Option<u32> {
         match self {
-            Self::Syntax { column, .. } | Self::TooDeep { column, .. } | Self::TooLarge { column, .. } | Self::Internal { column, .. } => u32::try_from(*column).ok(),
+            Self::Syntax { column, .. } | Self::TooDeep { column, .. } | Self::TooLarge { column, .. } | Self::Internal { column, .. } => {
+                u32::try_from(*column).ok()
+            }
         }
     }
 }
@@ -201,38 +203,24 @@ pub fn transpile(source: &str, file_name: &str) -> Result<String, TranspileError
 /// # Errors
 ///
 /// Same as [`transpile`].
-pub fn transpile_with_map(
-    source: &str,
-    file_name: &str,
-) -> Result<(String, Option<String>), TranspileError> {
+pub fn transpile_with_map(source: &str, file_name: &str) -> Result<(String, Option<String>), TranspileError> {
     run(source, file_name, true)
 }
 
 /// Runs the pipeline on a worker thread with a [`stack_size`] stack,
 /// converting a panic into [`TranspileError::Internal`].
-fn run(
-    source: &str,
-    file_name: &str,
-    with_map: bool,
-) -> Result<(String, Option<String>), TranspileError> {
+fn run(source: &str, file_name: &str, with_map: bool) -> Result<(String, Option<String>), TranspileError> {
     if source.len() > MAX_SOURCE_LEN {
         return Err(TranspileError::TooLarge {
             file: file_name.to_owned(),
             line: 1,
             column: 1,
-            message: format!(
-                "source is {} bytes; the limit is {MAX_SOURCE_LEN}",
-                source.len()
-            ),
+            message: format!("source is {} bytes; the limit is {MAX_SOURCE_LEN}", source.len()),
         });
     }
     check_nesting(source, file_name)?;
-    let internal = |message: String| TranspileError::Internal {
-        file: file_name.to_owned(),
-        line: 1,
-        column: 1,
-        message: format!("internal transpiler error: {message}"),
-    };
+    let internal =
+        |message: String| TranspileError::Internal { file: file_name.to_owned(), line: 1, column: 1, message: format!("internal transpiler error: {message}") };
     thread::scope(|scope| {
         let worker = thread::Builder::new()
             .name("ts-transpile".into())
@@ -251,11 +239,7 @@ fn run(
 }
 
 /// Parse → semantic → transform → codegen, all in one arena.
-fn pipeline(
-    source: &str,
-    file_name: &str,
-    with_map: bool,
-) -> Result<(String, Option<String>), TranspileError> {
+fn pipeline(source: &str, file_name: &str, with_map: bool) -> Result<(String, Option<String>), TranspileError> {
     let allocator = Allocator::default();
     let source_type = SourceType::ts().with_module(true);
     let parsed = Parser::new(&allocator, source, source_type).parse();
@@ -270,25 +254,14 @@ fn pipeline(
         .with_excess_capacity(2.0) // the transformer adds scopes and symbols
         .build(&program);
     if semantic.diagnostics.has_errors() {
-        return Err(syntax_error(
-            source,
-            file_name,
-            semantic.diagnostics.errors(),
-        ));
+        return Err(syntax_error(source, file_name, semantic.diagnostics.errors()));
     }
     let scoping = semantic.semantic.into_scoping();
 
     // TS only, no ES down-levelling; `Esm` makes `export =` and
     // `import x = require()` diagnostics instead of CommonJS output.
-    let options = TransformOptions {
-        env: EnvOptions {
-            module: Module::Esm,
-            ..EnvOptions::default()
-        },
-        ..TransformOptions::default()
-    };
-    let transformed = Transformer::new(&allocator, Path::new(file_name), &options)
-        .build_with_scoping(scoping, &mut program);
+    let options = TransformOptions { env: EnvOptions { module: Module::Esm, ..EnvOptions::default() }, ..TransformOptions::default() };
+    let transformed = Transformer::new(&allocator, Path::new(file_name), &options).build_with_scoping(scoping, &mut program);
     // Its warnings all mean output that cannot run as ESM (`export =`,
     // `import x = require()`, `export let` in a namespace, nested ambient
     // modules), so any diagnostic fails.
@@ -335,46 +308,21 @@ impl<'a> Visit<'a> for IndentCost {
 }
 
 /// Builds [`TranspileError::Syntax`] from oxc's diagnostics.
-fn syntax_error<'d>(
-    source: &str,
-    file_name: &str,
-    diags: impl IntoIterator<Item = &'d OxcDiagnostic>,
-) -> TranspileError {
+fn syntax_error<'d>(source: &str, file_name: &str, diags: impl IntoIterator<Item = &'d OxcDiagnostic>) -> TranspileError {
     let mut diagnostics: Vec<Diagnostic> = diags
         .into_iter()
         .map(|d| {
-            let offset = d
-                .labels
-                .iter()
-                .find(|l| l.primary())
-                .or_else(|| d.labels.first())
-                .map_or(0, |l| l.offset() as usize);
+            let offset = d.labels.iter().find(|l| l.primary()).or_else(|| d.labels.first()).map_or(0, |l| l.offset() as usize);
             let (line, column) = line_col(source, offset);
-            Diagnostic {
-                message: d.message.to_string(),
-                help: d.help.as_ref().map(Cow::to_string),
-                line,
-                column,
-            }
+            Diagnostic { message: d.message.to_string(), help: d.help.as_ref().map(Cow::to_string), line, column }
         })
         .collect();
     if diagnostics.is_empty() {
         // Only reachable if oxc flags failure without an error diagnostic.
-        diagnostics.push(Diagnostic {
-            message: "syntax error".into(),
-            help: None,
-            line: 1,
-            column: 1,
-        });
+        diagnostics.push(Diagnostic { message: "syntax error".into(), help: None, line: 1, column: 1 });
     }
     let first = &diagnostics[0];
-    TranspileError::Syntax {
-        file: file_name.to_owned(),
-        line: first.line,
-        column: first.column,
-        message: first.message.clone(),
-        diagnostics,
-    }
+    TranspileError::Syntax { file: file_name.to_owned(), line: first.line, column: first.column, message: first.message.clone(), diagnostics }
 }
 
 /// 1-based (line, column in chars) of byte `offset`, clamped to the source.
@@ -407,9 +355,7 @@ fn check_nesting(source: &str, file_name: &str) -> Result<(), TranspileError> {
                         file: file_name.to_owned(),
                         line,
                         column,
-                        message: format!(
-                            "brackets nested deeper than {MAX_NESTING} levels; refusing to transpile"
-                        ),
+                        message: format!("brackets nested deeper than {MAX_NESTING} levels; refusing to transpile"),
                     });
                 }
             }

@@ -180,10 +180,7 @@ impl Templates {
         }
         let layout = layout.ok_or("no usable cgroup layout")?;
         let lib = find_library(&opts.helper).ok_or_else(|| {
-            format!(
-                "{WARM_LIB} not found next to {} (or in its deps/): `cargo build -p sandbox-warm` builds it; warm profiles run cold",
-                opts.helper.display()
-            )
+            format!("{WARM_LIB} not found next to {} (or in its deps/): `cargo build -p sandbox-warm` builds it; warm profiles run cold", opts.helper.display())
         })?;
         Ok(Some(Arc::new(Self {
             opts,
@@ -439,11 +436,8 @@ impl Templates {
             let lib = lib_dir.join(WARM_LIB);
             std::fs::copy(&self.lib, &lib).map_err(|e| format!("copy {}: {e}", self.lib.display()))?;
             std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o444)).map_err(|e| e.to_string())?;
-            let limits = cgroup::Limits {
-                memory_max_bytes: profile.warm.template_memory_max_bytes,
-                cpu_max: profile.limits.cpu_max,
-                pids_max: profile.limits.pids_max,
-            };
+            let limits =
+                cgroup::Limits { memory_max_bytes: profile.warm.template_memory_max_bytes, cpu_max: profile.limits.cpu_max, pids_max: profile.limits.pids_max };
             let cg = Cgroup::create(&self.layout, &self.opts.cgroup_parent, &id, limits).map_err(|e| e.to_string())?;
             let spec = self.template_spec(&id, &profile, &root, &workspace, &lib_dir, &cg)?;
             let (t, ctl) = spawn(&spec, cg, dir.clone(), id.clone(), &profile, &self.opts.helper, self)?;
@@ -460,12 +454,7 @@ impl Templates {
 
     fn template_spec(&self, id: &str, profile: &Profile, root: &Path, workspace: &Path, lib_dir: &Path, cg: &Cgroup) -> Result<SpawnSpec, String> {
         let rt = &self.opts.config.runtime;
-        let preload = profile
-            .environment
-            .as_ref()
-            .and_then(|e| self.opts.config.environments.get(e))
-            .map(|e| e.preload.clone())
-            .unwrap_or_default();
+        let preload = profile.environment.as_ref().and_then(|e| self.opts.config.environments.get(e)).map(|e| e.preload.clone()).unwrap_or_default();
         let (argv, env) = template_command(profile, rt, &preload, &format!("{WARM_LIB_DIR}/{WARM_LIB}"));
         let mut files = root_files(Language::Python, sandbox_runtime::spec::SANDBOX_UID, None);
         files.push(sandbox_runtime::spec::RootFile {
@@ -510,7 +499,6 @@ impl Templates {
             landlock_min_abi: profile.landlock_min_abi,
         })
     }
-
 }
 
 impl Drop for Templates {
@@ -532,16 +520,9 @@ fn spawn(
     let (engine_ctl, helper_ctl) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
     let (engine_chan, template_chan) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
     let mut cmd = std::process::Command::new(helper);
-    cmd.arg0(HELPER_ARGV0)
-        .env_clear()
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    cmd.fd_mappings(vec![
-        FdMapping { parent_fd: helper_ctl.into(), child_fd: CONTROL_FD },
-        FdMapping { parent_fd: template_chan.into(), child_fd: RESULT_FD },
-    ])
-    .map_err(|e| format!("fd mapping: {e}"))?;
+    cmd.arg0(HELPER_ARGV0).env_clear().stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    cmd.fd_mappings(vec![FdMapping { parent_fd: helper_ctl.into(), child_fd: CONTROL_FD }, FdMapping { parent_fd: template_chan.into(), child_fd: RESULT_FD }])
+        .map_err(|e| format!("fd mapping: {e}"))?;
     let mut child = cmd.spawn().map_err(|e| format!("spawning the helper {}: {e}", helper.display()))?;
     drop(cmd);
     let stderr = child.stderr.take();

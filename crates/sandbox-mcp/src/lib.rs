@@ -20,10 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CacheScope, ContentBlock, Implementation,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, ResourceTemplate,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Resource, ResourceContents, ResourceTemplate, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler, ServiceExt as _};
@@ -83,8 +82,8 @@ impl McpServer {
     /// Errors: the transport failed or the client never completed a first exchange.
     pub async fn serve_stdio(mut self, principal: Principal, max_message_bytes: usize) -> Result<(), std::io::Error> {
         self.local = Some(principal);
-        let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(tokio::io::stdin(), tokio::io::stdout())
-            .with_max_line_length(max_message_bytes);
+        let transport =
+            rmcp::transport::async_rw::AsyncRwTransport::new_server(tokio::io::stdin(), tokio::io::stdout()).with_max_line_length(max_message_bytes);
         let running = self.serve(transport).await.map_err(std::io::Error::other)?;
         running.waiting().await.map_err(std::io::Error::other)?;
         Ok(())
@@ -166,7 +165,8 @@ impl McpServer {
     }
 
     async fn read(&self, principal: &Principal, uri: &str) -> Result<ReadResourceResult, McpError> {
-        let not_found = || McpError::resource_not_found(format!("no resource {uri:?} (results are kept for the latest {} executions)", store::KEEP_RESULTS), None);
+        let not_found =
+            || McpError::resource_not_found(format!("no resource {uri:?} (results are kept for the latest {} executions)", store::KEEP_RESULTS), None);
         let rest = uri.strip_prefix("sandbox://executions/").ok_or_else(not_found)?;
         let (id, what) = rest.split_once('/').ok_or_else(not_found)?;
         let (shared, owner, id) = (self.shared.clone(), principal.audit_name.clone(), id.to_owned());
@@ -200,9 +200,8 @@ impl McpServer {
 /// older name of `timeout`. Errors: the profile asked for (or none) and why the arguments are
 /// not a request.
 pub fn execute_request(args: Option<rmcp::model::JsonObject>) -> Result<ExecutionRequest, (String, Refusal)> {
-    let args: ExecuteArgs = serde_json::from_value(Value::Object(args.unwrap_or_default())).map_err(|e| {
-        (String::new(), Refusal::new(ErrorCode::InvalidRequest, format!("the arguments do not match the input schema: {e}"), None))
-    })?;
+    let args: ExecuteArgs = serde_json::from_value(Value::Object(args.unwrap_or_default()))
+        .map_err(|e| (String::new(), Refusal::new(ErrorCode::InvalidRequest, format!("the arguments do not match the input schema: {e}"), None)))?;
     let profile = args.profile.unwrap_or_default();
     let timeout = match (args.timeout, args.timeout_ms) {
         (Some(a), Some(b)) if a != b => {
@@ -280,9 +279,7 @@ pub fn tools(config: &sandbox_core::Config, principal: Option<&Principal>) -> Ve
     let execute = Tool::new(EXECUTE_TOOL, execute_description, Arc::new(input))
         .with_title("Execute code in a sandbox")
         .with_raw_output_schema(rmcp::handler::server::common::schema_for_output::<ExecuteOutput>())
-        .with_annotations(
-            ToolAnnotations::new().read_only(true).destructive(false).idempotent(false).open_world(false),
-        );
+        .with_annotations(ToolAnnotations::new().read_only(true).destructive(false).idempotent(false).open_world(false));
     let profiles = Tool::new(
         PROFILES_TOOL,
         "Lists the sandbox profiles you may pass as `profile` to sandbox_execute_code: language, libraries \
@@ -332,9 +329,7 @@ fn libraries(p: &ProfileInfo) -> String {
 /// `<name>@<version>` of the MCP client, restricted to printable ASCII and 64 bytes each, for
 /// the audit log's caller; `unknown` when the client did not say.
 fn client_label(info: Option<Implementation>) -> String {
-    let clean = |s: &str| -> String {
-        s.chars().filter(|c| c.is_ascii_graphic() && !matches!(c, '/' | '@')).take(64).collect()
-    };
+    let clean = |s: &str| -> String { s.chars().filter(|c| c.is_ascii_graphic() && !matches!(c, '/' | '@')).take(64).collect() };
     match info {
         Some(i) if !clean(&i.name).is_empty() => format!("{}@{}", clean(&i.name), clean(&i.version)),
         _ => "unknown".into(),
@@ -430,12 +425,17 @@ impl ServerHandler for McpServer {
         Ok(list)
     }
 
-    async fn list_resource_templates(&self, _request: Option<PaginatedRequestParams>, _ctx: RequestContext<RoleServer>) -> Result<ListResourceTemplatesResult, McpError> {
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
         let templates = vec![
             ResourceTemplate::new("sandbox://executions/{executionId}/files/{name}", "output file")
                 .with_description(format!("An output file of one of your latest {} executions", store::KEEP_RESULTS)),
-            ResourceTemplate::new("sandbox://executions/{executionId}/{stream}", "stdout, stderr or return data")
-                .with_description("The whole captured stdout or stderr, or the returnData (stream: stdout, stderr or return-data) of one of your latest executions"),
+            ResourceTemplate::new("sandbox://executions/{executionId}/{stream}", "stdout, stderr or return data").with_description(
+                "The whole captured stdout or stderr, or the returnData (stream: stdout, stderr or return-data) of one of your latest executions",
+            ),
         ];
         Ok(ListResourceTemplatesResult::with_all_items(templates))
     }

@@ -80,9 +80,7 @@ pub fn tool_result(result: &ExecutionResult) -> CallToolResult {
     // The exact bytes of non-UTF-8 streams are resources; they would double the size here.
     structured.shift_remove("stdoutBase64");
     structured.shift_remove("stderrBase64");
-    for (key, max, omitted_key) in
-        [("stdout", STRUCTURED_STDOUT_MAX, "stdoutOmittedBytes"), ("stderr", STRUCTURED_STDERR_MAX, "stderrOmittedBytes")]
-    {
+    for (key, max, omitted_key) in [("stdout", STRUCTURED_STDOUT_MAX, "stdoutOmittedBytes"), ("stderr", STRUCTURED_STDERR_MAX, "stderrOmittedBytes")] {
         if let Some(Value::String(s)) = structured.get(key) {
             let kept = prefix_within(s, max);
             if kept.len() < s.len() {
@@ -251,10 +249,9 @@ fn summary(result: &ExecutionResult, structured: &Map<String, Value>, inline: &[
     if result.status != Status::Rejected && !id.is_empty() {
         let _ = writeln!(t, "execution: {id}");
     }
-    for (name, text, truncated, omitted_key) in [
-        ("stdout", &result.stdout, result.stdout_truncated, "stdoutOmittedBytes"),
-        ("stderr", &result.stderr, result.stderr_truncated, "stderrOmittedBytes"),
-    ] {
+    for (name, text, truncated, omitted_key) in
+        [("stdout", &result.stdout, result.stdout_truncated, "stdoutOmittedBytes"), ("stderr", &result.stderr, result.stderr_truncated, "stderrOmittedBytes")]
+    {
         if text.is_empty() {
             continue;
         }
@@ -284,7 +281,11 @@ fn summary(result: &ExecutionResult, structured: &Map<String, Value>, inline: &[
         let _ = writeln!(t, "--- files ---");
         for (name, f) in &result.files {
             let how = if inline.contains(&name) {
-                if is_image(&f.mime_type) { "attached as an image" } else { "attached as an embedded resource" }
+                if is_image(&f.mime_type) {
+                    "attached as an image"
+                } else {
+                    "attached as an embedded resource"
+                }
             } else {
                 "not attached (size budget): a resource link, read it with resources/read"
             };

@@ -56,9 +56,7 @@ pub fn dns(data: &[u8]) {
 
 fn answer(query: &[u8], policy: &Policy, report: &Reporter) -> Option<Vec<u8>> {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    let rt = RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a current-thread runtime can be built")
-    });
+    let rt = RUNTIME.get_or_init(|| tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a current-thread runtime can be built"));
     let resolver = Resolver::with_lookup(None, |_| Ok(vec![IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))]));
     rt.block_on(resolver.answer(query, policy, report))
 }

@@ -229,4 +229,3 @@ fn write_packet(tun: &AsyncFd<OwnedFd>, p: &[u8]) {
         tracing::debug!(error = %e, "packet to the sandbox dropped");
     }
 }
-

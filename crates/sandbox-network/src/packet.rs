@@ -144,11 +144,19 @@ pub(crate) fn tcp_rst(from: IpAddr, to: IpAddr, from_port: u16, to_port: u16, se
     let written = match (from, to) {
         (IpAddr::V4(f), IpAddr::V4(t)) => {
             let b = PacketBuilder::ipv4(f.octets(), t.octets(), 64).tcp(from_port, to_port, seq, 0).rst();
-            if ack != 0 { b.ack(ack).write(&mut out, &[]) } else { b.write(&mut out, &[]) }
+            if ack != 0 {
+                b.ack(ack).write(&mut out, &[])
+            } else {
+                b.write(&mut out, &[])
+            }
         }
         (IpAddr::V6(f), IpAddr::V6(t)) => {
             let b = PacketBuilder::ipv6(f.octets(), t.octets(), 64).tcp(from_port, to_port, seq, 0).rst();
-            if ack != 0 { b.ack(ack).write(&mut out, &[]) } else { b.write(&mut out, &[]) }
+            if ack != 0 {
+                b.ack(ack).write(&mut out, &[])
+            } else {
+                b.write(&mut out, &[])
+            }
         }
         _ => return out,
     };

@@ -389,7 +389,6 @@ impl Device for Link {
         Some((Rx { buffer, len, spare: self.spare.clone() }, Tx(self)))
     }
 
-
     fn transmit(&mut self, _: smoltcp::time::Instant) -> Option<Tx<'_>> {
         Some(Tx(self))
     }

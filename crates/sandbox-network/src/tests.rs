@@ -12,10 +12,13 @@ use super::policy::Policy;
 use super::report::Reporter;
 
 fn policy() -> Policy {
-    Policy::new(&Allowlist {
-        allow: ["api.test:443", "*.cdn.test:443", "198.51.100.0/24:8000-8100", "10.9.0.7:80"].iter().map(|r| Rule::parse(r).unwrap()).collect(),
-        hosts: [("api.test".to_owned(), "10.9.0.5".parse().unwrap())].into(),
-    }, Vec::new())
+    Policy::new(
+        &Allowlist {
+            allow: ["api.test:443", "*.cdn.test:443", "198.51.100.0/24:8000-8100", "10.9.0.7:80"].iter().map(|r| Rule::parse(r).unwrap()).collect(),
+            hosts: [("api.test".to_owned(), "10.9.0.5".parse().unwrap())].into(),
+        },
+        Vec::new(),
+    )
 }
 
 fn syn(dst: Ipv4Addr, port: u16) -> Vec<u8> {
@@ -152,7 +155,18 @@ fn ips(s: &[&str]) -> Vec<IpAddr> {
 /// Issue 12, finding 2: the ranges `is_internal` used to miss, and the host's own addresses.
 #[test]
 fn finding_2_internal_ranges_include_benchmarking_ietf_and_the_host() {
-    for ip in ["198.18.0.1", "198.19.255.254", "192.0.0.8", "192.0.0.170", "169.254.169.254", "0.1.2.3", "255.255.255.255", "64:ff9b::a9fe:a9fe", "fd00:5b::1", "::ffff:10.0.0.1"] {
+    for ip in [
+        "198.18.0.1",
+        "198.19.255.254",
+        "192.0.0.8",
+        "192.0.0.170",
+        "169.254.169.254",
+        "0.1.2.3",
+        "255.255.255.255",
+        "64:ff9b::a9fe:a9fe",
+        "fd00:5b::1",
+        "::ffff:10.0.0.1",
+    ] {
         assert!(super::policy::is_internal(ip.parse().unwrap()), "{ip}");
     }
     for ip in ["198.20.0.1", "198.17.255.255", "192.0.1.1", "93.184.216.34", "2606:4700::1111"] {
@@ -188,7 +202,15 @@ fn finding_2_wide_rules_are_screened_of_internal_ranges_and_the_host() {
     assert_eq!(wide.screen(ips(&["93.184.216.34", "169.254.169.254", "203.0.114.7"]), false), ips(&["93.184.216.34"]));
     // Rules inside an internal range, or naming the host's address exactly, mean it.
     let narrow = Policy::new(&rules(&["192.168.0.0/16:80", "10.1.2.0/24:80", "203.0.114.7/32:80", "203.0.114.0/24:80", "10.0.0.0/7:80"]), host);
-    for (ip, want) in [("192.168.7.7", true), ("192.168.1.20", false), ("10.1.2.5", true), ("10.1.3.5", false), ("203.0.114.7", true), ("203.0.114.9", true), ("11.0.0.1", true)] {
+    for (ip, want) in [
+        ("192.168.7.7", true),
+        ("192.168.1.20", false),
+        ("10.1.2.5", true),
+        ("10.1.3.5", false),
+        ("203.0.114.7", true),
+        ("203.0.114.9", true),
+        ("11.0.0.1", true),
+    ] {
         assert_eq!(narrow.tcp_allowed(ip.parse().unwrap(), 80), want, "{ip}");
     }
 }

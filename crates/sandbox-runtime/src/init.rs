@@ -21,8 +21,7 @@ use crate::sys::{self, Forked};
 const CORE_LIMIT_BYTES: u64 = 1;
 
 /// Signals init handles: SIGCHLD to reap, the rest forwarded to every process of the sandbox.
-const FORWARDED: [Signal; 7] =
-    [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGALRM];
+const FORWARDED: [Signal; 7] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGALRM];
 
 pub(crate) fn init_main(spec: &SpawnSpec, go: OwnedFd, ctl: &UnixStream) -> ! {
     // Wait until the helper has written our id maps; EOF means it failed and we just leave.
@@ -142,10 +141,7 @@ fn reap(program: Pid) -> Option<(Option<i32>, Option<i32>)> {
 /// Processes of the namespace other than init, from /proc.
 fn count_others() -> u32 {
     let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
-    let n = dir
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_str().is_some_and(|n| n != "1" && n.bytes().all(|b| b.is_ascii_digit())))
-        .count();
+    let n = dir.filter_map(Result::ok).filter(|e| e.file_name().to_str().is_some_and(|n| n != "1" && n.bytes().all(|b| b.is_ascii_digit()))).count();
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
@@ -173,8 +169,7 @@ fn exec_program(spec: &SpawnSpec) -> Result<std::convert::Infallible, StepError>
         drop_privileges(spec)?;
     }
     let argv: Vec<CString> = step("argv", spec.argv.iter().map(|a| CString::new(a.as_str())).collect::<Result<_, _>>())?;
-    let env: Vec<CString> =
-        step("env", spec.env.iter().map(|(k, v)| CString::new(format!("{k}={v}"))).collect::<Result<_, _>>())?;
+    let env: Vec<CString> = step("env", spec.env.iter().map(|(k, v)| CString::new(format!("{k}={v}"))).collect::<Result<_, _>>())?;
     let err = nix::unistd::execve(&argv[0], &argv, &env).expect_err("execve returns only on failure");
     Err(("exec", format!("{}: {err}", spec.argv[0])))
 }

@@ -50,11 +50,7 @@ pub fn probe() -> HostReport {
         },
     });
     let max_userns = read_trim("/proc/sys/user/max_user_namespaces").and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-    checks.push(Check {
-        name: "user_namespaces",
-        ok: max_userns > 0,
-        detail: format!("user.max_user_namespaces = {max_userns}"),
-    });
+    checks.push(Check { name: "user_namespaces", ok: max_userns > 0, detail: format!("user.max_user_namespaces = {max_userns}") });
     let cgroup = Layout::detect();
     checks.push(match &cgroup {
         Ok(l) => Check { name: "cgroups", ok: true, detail: describe_layout(l) },
@@ -71,11 +67,7 @@ pub fn probe() -> HostReport {
     checks.push(landlock_check(landlock_abi));
     let filesystems = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
     let overlay = filesystems.lines().any(|l| l.trim_end().ends_with("overlay"));
-    checks.push(Check {
-        name: "overlayfs",
-        ok: true,
-        detail: if overlay { "available (not needed yet)".into() } else { "absent (not needed yet)".into() },
-    });
+    checks.push(Check { name: "overlayfs", ok: true, detail: if overlay { "available (not needed yet)".into() } else { "absent (not needed yet)".into() } });
     // Newer kernel features: reported, none required.
     let v2 = matches!(cgroup, Ok(Layout::V2 { .. }));
     checks.push(Check {
@@ -158,9 +150,9 @@ fn landlock_check(abi: u32) -> Check {
 /// A cgroup directory below the v2 root to look for per-cgroup files in (the root has neither
 /// `cgroup.kill` nor `memory.peak`): our own cgroup, else any child of the root.
 fn v2_cgroup_below_root(root: &Path) -> Option<std::path::PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok().and_then(|s| {
-        s.lines().find_map(|l| l.strip_prefix("0::")).map(|p| p.trim_start_matches('/').to_owned())
-    });
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("0::")).map(|p| p.trim_start_matches('/').to_owned()));
     if let Some(own) = own.filter(|p| !p.is_empty()) {
         return Some(root.join(own));
     }
@@ -191,12 +183,8 @@ fn read_trim(path: &str) -> Option<String> {
 fn describe_layout(layout: &Layout) -> String {
     match layout {
         Layout::V2 { root } => format!("v2 at {} with memory, cpu, pids", root.display()),
-        Layout::V1 { memory, cpu, cpuacct, pids } => format!(
-            "v1: memory at {}, cpu at {}, cpuacct at {}, pids at {}",
-            memory.display(),
-            cpu.display(),
-            cpuacct.display(),
-            pids.display()
-        ),
+        Layout::V1 { memory, cpu, cpuacct, pids } => {
+            format!("v1: memory at {}, cpu at {}, cpuacct at {}, pids at {}", memory.display(), cpu.display(), cpuacct.display(), pids.display())
+        }
     }
 }

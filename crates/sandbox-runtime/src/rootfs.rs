@@ -24,20 +24,8 @@ const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
 /// Docker's masked /proc paths (moby `oci/defaults.go`: acpi, asound, interrupts, kcore, keys,
 /// latency_stats, timer_list, timer_stats, sched_debug, scsi) plus sysrq-trigger and kallsyms:
 /// files are covered by /dev/null, directories by an empty read-only tmpfs.
-const PROC_MASKED: [&str; 12] = [
-    "acpi",
-    "asound",
-    "interrupts",
-    "kcore",
-    "keys",
-    "latency_stats",
-    "timer_list",
-    "timer_stats",
-    "sched_debug",
-    "scsi",
-    "sysrq-trigger",
-    "kallsyms",
-];
+const PROC_MASKED: [&str; 12] =
+    ["acpi", "asound", "interrupts", "kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug", "scsi", "sysrq-trigger", "kallsyms"];
 
 /// Builds the root and pivots into it. Runs as root of the container's user namespace.
 pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
@@ -109,11 +97,7 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
     step("pivot_root", root, nix::unistd::pivot_root(".", "."))?;
     step("umount_old_root", root, umount2(".", MntFlags::MNT_DETACH))?;
     step("chdir_root", root, nix::unistd::chdir("/"))?;
-    step(
-        "root_readonly",
-        Path::new("/"),
-        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | nosuid_nodev, None::<&str>),
-    )?;
+    step("root_readonly", Path::new("/"), mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | nosuid_nodev, None::<&str>))?;
     Ok(())
 }
 
@@ -122,11 +106,7 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
 pub(crate) fn mount_proc(proc_dir: &Path) -> Result<(), StepError> {
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     // hidepid=invisible: the program cannot even see pid 1 (root of the namespace).
-    step(
-        "proc",
-        proc_dir,
-        mount(Some("proc"), proc_dir, Some("proc"), nosuid_nodev | MsFlags::MS_NOEXEC, Some("hidepid=invisible")),
-    )?;
+    step("proc", proc_dir, mount(Some("proc"), proc_dir, Some("proc"), nosuid_nodev | MsFlags::MS_NOEXEC, Some("hidepid=invisible")))?;
     for name in PROC_MASKED {
         let target = proc_dir.join(name);
         if target.is_dir() {
@@ -186,9 +166,7 @@ fn build_dev(root: &Path, shm_bytes: u64) -> Result<(), StepError> {
         let host = PathBuf::from("/dev").join(name);
         step("dev_node", &target, mount(Some(&host), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>))?;
     }
-    for (link, to) in
-        [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")]
-    {
+    for (link, to) in [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")] {
         let path = dev.join(link);
         step("dev_link", &path, std::os::unix::fs::symlink(to, &path))?;
     }
@@ -279,13 +257,16 @@ fn remount_bind(target: &Path, flags: MsFlags) -> Result<(), StepError> {
     let current = step("statvfs", target, nix::sys::statvfs::statvfs(target))?;
     let locked = MsFlags::from_bits_truncate(
         libc::c_ulong::try_from(current.flags().bits()).unwrap_or(0)
-            & (MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_NOATIME | MsFlags::MS_NODIRATIME | MsFlags::MS_RELATIME).bits(),
+            & (MsFlags::MS_RDONLY
+                | MsFlags::MS_NOSUID
+                | MsFlags::MS_NODEV
+                | MsFlags::MS_NOEXEC
+                | MsFlags::MS_NOATIME
+                | MsFlags::MS_NODIRATIME
+                | MsFlags::MS_RELATIME)
+                .bits(),
     );
-    step(
-        "remount",
-        target,
-        mount(None::<&str>, target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags | locked, None::<&str>),
-    )
+    step("remount", target, mount(None::<&str>, target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags | locked, None::<&str>))
 }
 
 fn mkdir(root: &Path, path: &str) -> Result<PathBuf, StepError> {

@@ -112,14 +112,7 @@ fn fail(name: &str, detail: String) -> Step {
 fn spawn(helper: &Path, plan: &Plan) -> Vec<Step> {
     use std::os::unix::process::CommandExt;
     let arg = serde_json::to_string(plan).expect("a plan serializes");
-    let child = Command::new(helper)
-        .arg0(SELFTEST_ARGV0)
-        .arg(arg)
-        .env_clear()
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn();
+    let child = Command::new(helper).arg0(SELFTEST_ARGV0).arg(arg).env_clear().stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn();
     let mut child = match child {
         Ok(c) => c,
         Err(e) => return vec![fail("spawn", format!("{}: {e}", helper.display()))],
@@ -260,17 +253,13 @@ fn outer(plan: &Plan) -> Result<i32, StepError> {
 fn inner() -> Result<(), StepError> {
     let root = nix::unistd::Uid::from_raw(0);
     nix::unistd::setresuid(root, root, root).map_err(|e| ("uid_map", format!("setresuid(0) inside: {e}")))?;
-    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-        .map_err(|e| ("proc", format!("making / private: {e}")))?;
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>).map_err(|e| ("proc", format!("making / private: {e}")))?;
     crate::rootfs::mount_proc(Path::new("/proc")).map_err(|(_, e)| ("proc", e))?;
     report(&ok("proc", "mounted a fresh /proc of the new pid namespace".into()));
     nix::sys::prctl::set_no_new_privs().map_err(|e| ("landlock", format!("no_new_privs: {e}")))?;
     let spec = crate::spec::SpawnSpec { system_dirs: vec!["/".into()], ..Default::default() };
     let abi = crate::wall::restrict(&spec).map_err(|e| ("landlock", e))?;
-    report(&ok(
-        "landlock",
-        if abi == 0 { "absent: only profiles with landlock_min_abi = 0 run".into() } else { format!("restricted at ABI {abi}") },
-    ));
+    report(&ok("landlock", if abi == 0 { "absent: only profiles with landlock_min_abi = 0 run".into() } else { format!("restricted at ABI {abi}") }));
     crate::seccomp::install().map_err(|e| ("seccomp", e))?;
     report(&ok("seccomp", "the allowlist filter is loaded".into()));
     Ok(())

@@ -6,8 +6,7 @@
 //! profile demands more than the kernel offers is refused.
 
 use landlock::{
-    path_beneath_rules, Access, AccessFs, CompatLevel, Compatible, LandlockStatus, Ruleset, RulesetAttr, RulesetCreatedAttr,
-    RulesetStatus, Scope, ABI,
+    path_beneath_rules, Access, AccessFs, CompatLevel, Compatible, LandlockStatus, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
 use crate::spec::SpawnSpec;
@@ -62,12 +61,7 @@ pub(crate) fn restrict(spec: &SpawnSpec) -> Result<u32, String> {
     let abi = ABI::V10;
     let read = AccessFs::from_read(abi);
     let all = AccessFs::from_all(abi);
-    let mut read_paths: Vec<String> = spec
-        .system_dirs
-        .iter()
-        .filter(|d| d.exists())
-        .filter_map(|d| d.to_str().map(str::to_owned))
-        .collect();
+    let mut read_paths: Vec<String> = spec.system_dirs.iter().filter(|d| d.exists()).filter_map(|d| d.to_str().map(str::to_owned)).collect();
     read_paths.extend(["/etc".to_owned(), "/code".to_owned()]);
     let mut write_paths: Vec<String> = vec!["/workspace".into(), "/tmp".into(), "/dev/shm".into()];
     for m in &spec.mounts {
@@ -91,9 +85,7 @@ pub(crate) fn restrict(spec: &SpawnSpec) -> Result<u32, String> {
         .map_err(|e| e.to_string())?;
     let expected = ABI::from(i32::try_from(want).expect("an ABI up to ABI_NEWEST fits an i32"));
     let enforced_as_expected = match (&status.ruleset, &status.landlock) {
-        (RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced, LandlockStatus::Available { effective_abi, .. }) => {
-            *effective_abi == expected
-        }
+        (RulesetStatus::FullyEnforced | RulesetStatus::PartiallyEnforced, LandlockStatus::Available { effective_abi, .. }) => *effective_abi == expected,
         _ => false,
     };
     if !enforced_as_expected {

@@ -113,7 +113,11 @@ impl Default for Metrics {
         registry.register("warm_pool_ready", "Pre-started sandboxes waiting in the profile's pool (its depth)", pool_ready.clone());
         registry.register("warm_pool_size", "The profile's configured pool size", pool_size.clone());
         registry.register("warm_pool_hits", "Executions that ran in a pooled sandbox, since start", pool_hits.clone());
-        registry.register("warm_pool_misses", "Executions of pool profiles that started cold (empty pool, or a request it cannot serve), since start", pool_misses.clone());
+        registry.register(
+            "warm_pool_misses",
+            "Executions of pool profiles that started cold (empty pool, or a request it cannot serve), since start",
+            pool_misses.clone(),
+        );
         registry.register("warm_pool_started", "Pooled sandboxes started, since start", pool_started.clone());
         registry.register("warm_pool_discarded", "Pooled sandboxes destroyed unused (too old, dead, shutdown), since start", pool_discarded.clone());
         Self {
@@ -160,7 +164,13 @@ impl Metrics {
 
     /// The text exposition, with the gauges set from `in_flight`, `queued` and the warm
     /// templates' and pools' state.
-    pub fn render(&self, in_flight: u32, queued: u32, templates: Option<&sandbox_engine::warm::Templates>, pools: Option<&sandbox_engine::pool::Pools>) -> String {
+    pub fn render(
+        &self,
+        in_flight: u32,
+        queued: u32,
+        templates: Option<&sandbox_engine::warm::Templates>,
+        pools: Option<&sandbox_engine::pool::Pools>,
+    ) -> String {
         self.in_flight.set(i64::from(in_flight));
         self.queued.set(i64::from(queued));
         if let Some(t) = templates {

@@ -17,10 +17,10 @@ use axum::extract::ConnectInfo;
 use axum::http::Extensions;
 use axum::response::Response;
 use governor::clock::Clock;
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use sandbox_core::wire::Problem;
 pub use sandbox_engine::service::Charge;
 use sandbox_engine::service::{Audit, Refusal};
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 use crate::AppState;
 
@@ -66,9 +66,8 @@ pub struct Refusals {
 impl Refusals {
     /// `per_minute` refusals per address sustained, after a burst of `burst` (0 for either: no limit).
     pub fn new(per_minute: u32, burst: u32) -> Self {
-        let limiter = NonZeroU32::new(per_minute)
-            .zip(NonZeroU32::new(burst))
-            .map(|(rate, burst)| RateLimiter::keyed(Quota::per_minute(rate).allow_burst(burst)));
+        let limiter =
+            NonZeroU32::new(per_minute).zip(NonZeroU32::new(burst)).map(|(rate, burst)| RateLimiter::keyed(Quota::per_minute(rate).allow_burst(burst)));
         Self { limiter, unrecorded: AtomicU64::new(0) }
     }
 

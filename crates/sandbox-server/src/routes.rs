@@ -13,8 +13,8 @@ use futures_util::stream::{self, Stream, StreamExt};
 use sandbox_core::wire::{ExecutionResult, Problem, ProfileInfo, ProfileList};
 use sandbox_core::{ErrorCode, ExecutionRequest, Status};
 use sandbox_engine::{Chunk, Refusal, StreamKind, Ticket};
-use tokio_util::task::AbortOnDropHandle;
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::task::AbortOnDropHandle;
 use utoipa::OpenApi;
 
 use crate::auth::Caller;
@@ -271,9 +271,7 @@ fn parse_query(query: &str) -> Result<sandbox_audit::ListFilter, BadParam> {
     let mut seen: Vec<&str> = Vec::new();
     let mut f = sandbox_audit::ListFilter { limit: 50, ..Default::default() };
     let int = |name: &str, v: &str| -> Result<i64, BadParam> { v.parse::<i64>().map_err(|_| bad(name, format!("{name}={v:?} is not an integer"))) };
-    let time = |name: &str, v: &str| -> Result<i64, BadParam> {
-        sandbox_audit::time::parse_rfc3339_ms(v).map_err(|e| bad(name, format!("{name}={v:?}: {e}")))
-    };
+    let time = |name: &str, v: &str| -> Result<i64, BadParam> { sandbox_audit::time::parse_rfc3339_ms(v).map_err(|e| bad(name, format!("{name}={v:?}: {e}"))) };
     for (name, v) in &pairs {
         let Some(known) = QUERY_PARAMS.iter().find(|k| **k == name.as_str()) else {
             return Err(bad(name, format!("unknown query parameter {name:?}; known: {}", QUERY_PARAMS.join(", "))));
@@ -316,7 +314,11 @@ fn parse_query(query: &str) -> Result<sandbox_audit::ListFilter, BadParam> {
 /// caller's own (anonymous callers: those of `anonymous`).
 #[utoipa::path(get, path = "/v1/executions", params(ExecutionQuery),
     responses((status = 200, description = "A page: { records: [...], nextCursor? }"), (status = 400, body = Problem, description = "A query parameter unknown, repeated or malformed; `field` names it"), (status = 401, body = Problem), (status = 403, body = Problem), (status = 421, body = Problem), (status = 429, body = Problem)))]
-async fn list_executions(State(state): State<AppState>, Extension(who): Extension<Caller>, axum::extract::RawQuery(query): axum::extract::RawQuery) -> Response {
+async fn list_executions(
+    State(state): State<AppState>,
+    Extension(who): Extension<Caller>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
     let Some(audit) = &state.audit else { return fail(&state, ErrorCode::NotFound, "this service keeps no audit log", None) };
     let mut filter = match parse_query(query.as_deref().unwrap_or("")) {
         Ok(f) => f,
@@ -425,7 +427,12 @@ async fn readyz(State(state): State<AppState>) -> Response {
 /// Prometheus metrics, text exposition format.
 #[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain"), (status = 403, body = Problem), (status = 421, body = Problem)))]
 async fn metrics(State(state): State<AppState>) -> Response {
-    let body = state.metrics.render(state.service.in_flight(), state.service.queued(), state.engine.templates().map(AsRef::as_ref), state.engine.pools().map(AsRef::as_ref));
+    let body = state.metrics.render(
+        state.service.in_flight(),
+        state.service.queued(),
+        state.engine.templates().map(AsRef::as_ref),
+        state.engine.pools().map(AsRef::as_ref),
+    );
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()
 }
 

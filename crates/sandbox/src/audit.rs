@@ -219,17 +219,8 @@ pub fn run(data_dir: &Path, config: &sandbox_core::Config, command: AuditCommand
                 },
                 None => (None, None),
             };
-            let page = store.list(&ListFilter {
-                profile,
-                status,
-                language,
-                caller,
-                caller_prefix,
-                since_ms: since,
-                until_ms: until,
-                before_seq: cursor,
-                limit,
-            })?;
+            let page =
+                store.list(&ListFilter { profile, status, language, caller, caller_prefix, since_ms: since, until_ms: until, before_seq: cursor, limit })?;
             if json {
                 writeln!(out, "{}", serde_json::to_string_pretty(&json_with_times(&page)?)?)?;
             } else {

@@ -28,9 +28,7 @@ fn search_path() -> Vec<PathBuf> {
     if let Some(p) = std::env::var_os("SANDBOX_CONFIG") {
         paths.push(PathBuf::from(p));
     }
-    let config_home = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
+    let config_home = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
     if let Some(c) = config_home {
         paths.push(c.join("sandbox/config.toml"));
     }

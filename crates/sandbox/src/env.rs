@@ -132,8 +132,7 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
                     Some((_, m)) => ("installed", format!("{}MiB", m.bytes >> 20)),
                     None => ("not installed", "-".into()),
                 };
-                let users: Vec<&str> =
-                    config.profiles.iter().filter(|(_, p)| p.environment.as_deref() == Some(name)).map(|(n, _)| n.as_str()).collect();
+                let users: Vec<&str> = config.profiles.iter().filter(|(_, p)| p.environment.as_deref() == Some(name)).map(|(n, _)| n.as_str()).collect();
                 t.add_row(vec![name.clone(), state.to_owned(), size, Environments::spec_hash(env, &config.runtime), users.join(", ")]);
                 stale.extend(st.stale.into_iter().map(|s| (name.clone(), s)));
             }
@@ -225,7 +224,10 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
     if !manifest.npm_installed.is_empty() {
         let names: Vec<String> = env.npm.iter().filter_map(|p| p.rfind('@').map(|at| p[..at].to_owned())).collect();
         let names = serde_json::to_string(&names)?;
-        checks.push((Language::Typescript, format!("for (const p of {names}) {{ const m = await import(p); console.log(p, Object.keys(m).length, 'exports'); }}\n")));
+        checks.push((
+            Language::Typescript,
+            format!("for (const p of {names}) {{ const m = await import(p); console.log(p, Object.keys(m).length, 'exports'); }}\n"),
+        ));
     }
     let mut config = config;
     for (language, _) in &checks {

@@ -111,9 +111,7 @@ fn main() -> ExitCode {
         _ => "warn",
     };
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)))
         .with_writer(std::io::stderr)
         // Colours only for a person watching: a redirected log gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -121,9 +119,7 @@ fn main() -> ExitCode {
     match dispatch(cli) {
         Ok(code) => code,
         // A reader that went away (`| head`) ends the output, not in an error.
-        Err(e) if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) => {
-            ExitCode::SUCCESS
-        }
+        Err(e) if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) => ExitCode::SUCCESS,
         Err(e) => {
             errln!("sandbox: error: {e:#}");
             ExitCode::from(2)

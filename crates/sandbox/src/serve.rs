@@ -54,9 +54,7 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     let drain_delay = Duration::from_millis(config.service.drain_delay_ms);
     let addr: SocketAddr = config.service.listen.parse().with_context(|| format!("--listen {:?} is not IP:PORT", config.service.listen))?;
     if !addr.ip().is_loopback() && config.service.api_keys.is_empty() && !args.insecure_no_auth {
-        anyhow::bail!(
-            "refusing to listen on {addr} without API keys: add [[service.api_keys]] to the config, or pass --insecure-no-auth"
-        );
+        anyhow::bail!("refusing to listen on {addr} without API keys: add [[service.api_keys]] to the config, or pass --insecure-no-auth");
     }
     // Issue 12, finding 5: a local user delegated the sandboxes' host ids could own their
     // processes and workspaces.

@@ -54,18 +54,14 @@ fn files_outputs_env() {
     let both = ExecutionRequest { files: [("a".into(), text("1")), ("a/b".into(), text("2"))].into(), ..req("python-default", "1") };
     check(both, Some((ErrorCode::InvalidFileName, "files[\"a/b\"]")));
     // Not neighbours in name order ("a.txt" sorts between them), and deeper: still refused.
-    let apart = ExecutionRequest {
-        files: [("a".into(), text("1")), ("a.txt".into(), text("2")), ("a/b".into(), text("3"))].into(),
-        ..req("python-default", "1")
-    };
+    let apart =
+        ExecutionRequest { files: [("a".into(), text("1")), ("a.txt".into(), text("2")), ("a/b".into(), text("3"))].into(), ..req("python-default", "1") };
     check(apart, Some((ErrorCode::InvalidFileName, "files[\"a/b\"]")));
     let deep = ExecutionRequest { files: [("x/y".into(), text("1")), ("x/y/z/w".into(), text("2"))].into(), ..req("python-default", "1") };
     check(deep, Some((ErrorCode::InvalidFileName, "files[\"x/y/z/w\"]")));
     // Its allowed twin: siblings and a shared directory are fine.
-    let fine = ExecutionRequest {
-        files: [("a.txt".into(), text("1")), ("a/b".into(), text("2")), ("a/c".into(), text("3"))].into(),
-        ..req("python-default", "1")
-    };
+    let fine =
+        ExecutionRequest { files: [("a.txt".into(), text("1")), ("a/b".into(), text("2")), ("a/c".into(), text("3"))].into(), ..req("python-default", "1") };
     check(fine, None);
     check(ExecutionRequest { outputs: vec!["*.png".into(), "results/**".into()], ..req("python-default", "1") }, None);
     check(ExecutionRequest { outputs: vec!["[".into()], ..req("python-default", "1") }, Some((ErrorCode::InvalidOutputPattern, "outputs[0]")));

@@ -25,8 +25,16 @@ fn bad_configs_name_file_field_and_reason() {
     check("[profiles.p]\nlanguage = \"python\"\n[profiles.p.limits]\ncpu_max = 0.0\n", "profiles.p.limits.cpu_max", "outside");
     check("[profiles.p]\nlanguage = \"python\"\n[profiles.p.limits]\ntimeout_ms = 10\ntimeout_max_ms = 5\n", "profiles.p.limits.timeout_ms", "outside");
     check("[profiles.p]\nlanguage = \"python\"\n[profiles.p.limits]\npids_max = \"many\"\n", "profiles.p.limits.pids_max", "invalid type");
-    check("[profiles.p]\nlanguage = \"python\"\n[[profiles.p.filesystem.mounts]]\nhost = \"/srv\"\nsandbox = \"/etc/x\"\n", "profiles.p.filesystem.mounts[0]", "reserved");
-    check("[profiles.p]\nlanguage = \"python\"\n[[profiles.p.filesystem.mounts]]\nhost = \"srv\"\nsandbox = \"/data\"\n", "profiles.p.filesystem.mounts[0]", "not absolute");
+    check(
+        "[profiles.p]\nlanguage = \"python\"\n[[profiles.p.filesystem.mounts]]\nhost = \"/srv\"\nsandbox = \"/etc/x\"\n",
+        "profiles.p.filesystem.mounts[0]",
+        "reserved",
+    );
+    check(
+        "[profiles.p]\nlanguage = \"python\"\n[[profiles.p.filesystem.mounts]]\nhost = \"srv\"\nsandbox = \"/data\"\n",
+        "profiles.p.filesystem.mounts[0]",
+        "not absolute",
+    );
     check("[profiles.p]\nlanguage = \"python\"\n[profiles.p.env]\n\"A-B\" = \"x\"\n", "profiles.p.env.A-B", "invalid variable name");
     check("[runtime]\nuid_base = 0\n", "runtime.uid_base", "host root");
     check("[profiles.\"a b\"]\nlanguage = \"python\"\n", "profiles.a b", "letters");

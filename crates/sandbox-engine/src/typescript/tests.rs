@@ -9,31 +9,17 @@ use super::*;
 fn run_node(ts: &str) -> String {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let js = transpile(ts, "test.ts").unwrap_or_else(|e| panic!("{e}"));
-    let path = std::env::temp_dir().join(format!(
-        "tsc-scratch-{}-{}.mjs",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    let path = std::env::temp_dir().join(format!("tsc-scratch-{}-{}.mjs", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
     std::fs::write(&path, &js).unwrap();
     let out = Command::new("node").arg(&path).output().expect("node runs");
     std::fs::remove_file(&path).ok();
-    assert!(
-        out.status.success(),
-        "node failed: {}\n--- js ---\n{js}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "node failed: {}\n--- js ---\n{js}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
 
 fn syntax(result: Result<String, TranspileError>) -> (usize, usize, String, Vec<Diagnostic>) {
     match result {
-        Err(TranspileError::Syntax {
-            line,
-            column,
-            message,
-            diagnostics,
-            ..
-        }) => (line, column, message, diagnostics),
+        Err(TranspileError::Syntax { line, column, message, diagnostics, .. }) => (line, column, message, diagnostics),
         other => panic!("expected a syntax error, got {other:?}"),
     }
 }
@@ -58,10 +44,7 @@ console.log((s as unknown as string)!.length, b.value);
 "#;
     assert_eq!(run_node(ts), "2 23\n");
     let js = transpile(ts, "t.ts").unwrap();
-    assert!(
-        !js.contains("interface") && !js.contains("satisfies"),
-        "{js}"
-    );
+    assert!(!js.contains("interface") && !js.contains("satisfies"), "{js}");
 }
 
 #[test]
@@ -111,10 +94,7 @@ const text: string = await readFile(new URL(import.meta.url), "utf8");
 console.log(typeof text, text.length > 0);
 "#;
     let js = transpile(ts, "t.ts").unwrap();
-    assert!(
-        js.contains(r#"import { readFile } from "node:fs/promises";"#),
-        "{js}"
-    );
+    assert!(js.contains(r#"import { readFile } from "node:fs/promises";"#), "{js}");
     assert_eq!(run_node(ts), "string true\n");
 }
 
@@ -170,13 +150,8 @@ fn garbage_is_an_error_not_a_panic() {
     let garbage = String::from_utf8_lossy(&bytes);
     let (_, _, _, diagnostics) = syntax(transpile(&garbage, "bin.ts"));
     assert!(!diagnostics.is_empty());
-    for src in [
-        "\0", "}", "<<<>>>", "class { ", "enum", "@", "`${", "/*", "a?.b!.c<",
-    ] {
-        assert!(
-            transpile(src, "g.ts").is_err(),
-            "{src:?} should not transpile"
-        );
+    for src in ["\0", "}", "<<<>>>", "class { ", "enum", "@", "`${", "/*", "a?.b!.c<"] {
+        assert!(transpile(src, "g.ts").is_err(), "{src:?} should not transpile");
     }
 }
 
@@ -184,34 +159,16 @@ fn garbage_is_an_error_not_a_panic() {
 fn deep_brackets_are_rejected() {
     let src = format!("const x = {}1{};", "(".repeat(10_000), ")".repeat(10_000));
     let err = transpile(&src, "deep.ts").unwrap_err();
-    assert!(
-        matches!(
-            err,
-            TranspileError::TooDeep {
-                line: 1,
-                column: 1011,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, TranspileError::TooDeep { line: 1, column: 1011, .. }), "{err}");
     assert!(err.to_string().starts_with("deep.ts:1:1011: "), "{err}");
 
-    let ok = format!(
-        "const x = {}1{};",
-        "[".repeat(MAX_NESTING),
-        "]".repeat(MAX_NESTING)
-    );
+    let ok = format!("const x = {}1{};", "[".repeat(MAX_NESTING), "]".repeat(MAX_NESTING));
     transpile(&ok, "ok.ts").unwrap();
 }
 
 #[test]
 fn deep_chains_without_brackets_fit_the_stack() {
-    for src in [
-        format!("const x = {}1;", "!".repeat(100_000)),
-        format!("const x = a{};", ".b".repeat(50_000)),
-        format!("{}1;", "if (a) ".repeat(20_000)),
-    ] {
+    for src in [format!("const x = {}1;", "!".repeat(100_000)), format!("const x = a{};", ".b".repeat(50_000)), format!("{}1;", "if (a) ".repeat(20_000))] {
         transpile(&src, "chain.ts").unwrap();
     }
 }
@@ -225,14 +182,10 @@ fn oversized_input_is_rejected() {
 
 #[test]
 fn source_map() {
-    let (code, map) =
-        transpile_with_map("const x: number = 1;\nconsole.log(x);\n", "m.ts").unwrap();
+    let (code, map) = transpile_with_map("const x: number = 1;\nconsole.log(x);\n", "m.ts").unwrap();
     assert!(code.starts_with("const x = 1;"), "{code}");
     let map = map.expect("a source map");
-    assert!(
-        map.contains(r#""sources":["m.ts"]"#) && map.contains("mappings"),
-        "{map}"
-    );
+    assert!(map.contains(r#""sources":["m.ts"]"#) && map.contains("mappings"), "{map}");
 }
 
 #[test]
@@ -240,32 +193,18 @@ fn pathological_nesting_is_printed_flat() {
     // Indented, these would print ~100 MB (nested `if`s get braces) and
     // ~40 MB (dotted namespaces become nested IIFEs).
     let ifs = format!("{}console.log('deep');", "if (true) ".repeat(10_000));
-    let ns = format!(
-        "namespace {} {{ export const x = 1; }}",
-        vec!["A"; 3_000].join(".")
-    );
+    let ns = format!("namespace {} {{ export const x = 1; }}", vec!["A"; 3_000].join("."));
     for src in [ifs, ns] {
         let js = transpile(&src, "flat.ts").unwrap();
-        assert!(
-            js.len() < 100 * src.len() && !js.contains('\t'),
-            "{} bytes",
-            js.len()
-        );
+        assert!(js.len() < 100 * src.len() && !js.contains('\t'), "{} bytes", js.len());
     }
     // V8 itself overflows on ~2 000 nested `if`s, so run a shallower one.
-    assert_eq!(
-        run_node(&format!("{}console.log('deep');", "if (true) ".repeat(500))),
-        "deep\n"
-    );
+    assert_eq!(run_node(&format!("{}console.log('deep');", "if (true) ".repeat(500))), "deep\n");
 }
 
 #[test]
 fn normal_code_is_indented() {
-    let js = transpile(
-        "function f(a: number) {\n  if (a) {\n    return 1;\n  }\n}",
-        "i.ts",
-    )
-    .unwrap();
+    let js = transpile("function f(a: number) {\n  if (a) {\n    return 1;\n  }\n}", "i.ts").unwrap();
     assert!(js.contains("\n\tif (a) {\n\t\treturn 1;\n\t}\n"), "{js}");
 }
 
@@ -279,7 +218,6 @@ fn commonjs_only_syntax_is_an_error() {
 
 #[test]
 fn unsupported_namespace_exports_are_an_error() {
-    let (line, column, message, _) =
-        syntax(transpile("namespace N {\n  export let x = 1;\n}", "ns.ts"));
+    let (line, column, message, _) = syntax(transpile("namespace N {\n  export let x = 1;\n}", "ns.ts"));
     assert_eq!((line, column), (2, 14), "{message}");
 }

@@ -114,8 +114,7 @@ impl Layout {
     /// legacy mount (hybrid hosts), else v2 when a cgroup2 mount offers memory, cpu and pids.
     /// Errors: [`CgroupError::Unavailable`] saying what is missing.
     pub fn detect() -> Result<Self, CgroupError> {
-        let info = fs::read_to_string("/proc/self/mountinfo")
-            .map_err(|source| CgroupError::Read { path: "/proc/self/mountinfo".into(), source })?;
+        let info = fs::read_to_string("/proc/self/mountinfo").map_err(|source| CgroupError::Read { path: "/proc/self/mountinfo".into(), source })?;
         Self::from_mountinfo(&info, |root| fs::read_to_string(root.join("cgroup.controllers")).ok())
     }
 
@@ -143,9 +142,7 @@ impl Layout {
             }
         }
         if v1.contains_key("memory") {
-            let get = |c: &str| {
-                v1.get(c).cloned().ok_or_else(|| CgroupError::Unavailable(format!("the v1 {c} controller is not mounted")))
-            };
+            let get = |c: &str| v1.get(c).cloned().ok_or_else(|| CgroupError::Unavailable(format!("the v1 {c} controller is not mounted")));
             return Ok(Self::V1 { memory: get("memory")?, cpu: get("cpu")?, cpuacct: get("cpuacct")?, pids: get("pids")? });
         }
         for root in v2_roots {
@@ -209,12 +206,9 @@ impl Cgroup {
             }
             match layout {
                 Layout::V2 { .. } => v2::set_limits(&cg.dirs[0], limits),
-                Layout::V1 { memory, cpu, pids, .. } => v1::set_limits(
-                    &memory.join(parent).join(name),
-                    &cpu.join(parent).join(name),
-                    &pids.join(parent).join(name),
-                    limits,
-                ),
+                Layout::V1 { memory, cpu, pids, .. } => {
+                    v1::set_limits(&memory.join(parent).join(name), &cpu.join(parent).join(name), &pids.join(parent).join(name), limits)
+                }
             }
         })();
         if let Err(e) = made {

@@ -44,10 +44,7 @@ pub fn place(layout: &Layout, configured: Option<&str>, self_cgroup: &str) -> Re
         return Ok(Placement { parent, detail });
     }
     let Layout::V2 { root } = layout else {
-        return Ok(Placement {
-            parent: EXECUTIONS.into(),
-            detail: format!("v1: executions under /{EXECUTIONS} of each controller's hierarchy"),
-        });
+        return Ok(Placement { parent: EXECUTIONS.into(), detail: format!("v1: executions under /{EXECUTIONS} of each controller's hierarchy") });
     };
     let own = self_cgroup.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or("/").trim().trim_matches('/');
     let base = match own.rsplit_once('/') {
@@ -60,15 +57,15 @@ pub fn place(layout: &Layout, configured: Option<&str>, self_cgroup: &str) -> Re
     // like any other cgroup it may not hold processes while its children have controllers.
     let is_real_root = !base_dir.join("cgroup.type").exists();
     if is_real_root {
-        return Ok(Placement {
-            parent: EXECUTIONS.into(),
-            detail: format!("the service runs in the root cgroup: executions under /{EXECUTIONS}"),
-        });
+        return Ok(Placement { parent: EXECUTIONS.into(), detail: format!("the service runs in the root cgroup: executions under /{EXECUTIONS}") });
     }
     vacate(&base_dir)?;
     let parent = if base.is_empty() { EXECUTIONS.to_owned() } else { format!("{base}/{EXECUTIONS}") };
     Ok(Placement {
-        detail: format!("executions under the service's own cgroup: /{parent} (the service's processes in /{base}{}{SERVICE_LEAF})", if base.is_empty() { "" } else { "/" }),
+        detail: format!(
+            "executions under the service's own cgroup: /{parent} (the service's processes in /{base}{}{SERVICE_LEAF})",
+            if base.is_empty() { "" } else { "/" }
+        ),
         parent,
     })
 }
@@ -84,9 +81,9 @@ fn vacate(dir: &Path) -> Result<(), CgroupError> {
         let procs = super::read(&procs_file)?;
         if !procs.trim().is_empty() {
             if !leaf.exists() {
-                fs::create_dir(&leaf).or_else(|e| if e.kind() == io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) }).map_err(
-                    |source| CgroupError::Dir { op: "create", path: leaf.clone(), source },
-                )?;
+                fs::create_dir(&leaf)
+                    .or_else(|e| if e.kind() == io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })
+                    .map_err(|source| CgroupError::Dir { op: "create", path: leaf.clone(), source })?;
             }
             for pid in procs.split_whitespace() {
                 match fs::write(leaf.join("cgroup.procs"), pid) {

@@ -135,7 +135,12 @@ fn executions_go_under_the_services_own_cgroup_never_at_the_root() {
     assert_eq!(fs::read_to_string(root.path().join(unit).join("sandbox-service/cgroup.procs")).unwrap(), "42");
     assert_eq!(fs::read_to_string(root.path().join(unit).join("cgroup.subtree_control")).unwrap(), "+memory +cpu +pids");
     // Started again from inside the leaf: the same place, no deeper nesting.
-    check_place(&[unit, "system.slice/sandbox.service/sandbox-service"], None, "0::/system.slice/sandbox.service/sandbox-service\n", "system.slice/sandbox.service/sandbox");
+    check_place(
+        &[unit, "system.slice/sandbox.service/sandbox-service"],
+        None,
+        "0::/system.slice/sandbox.service/sandbox-service\n",
+        "system.slice/sandbox.service/sandbox",
+    );
     // A container with its own cgroup namespace sees its cgroup as "/": not the real root.
     let ns = fake_v2(&[]);
     fs::write(ns.path().join("cgroup.type"), "domain\n").unwrap();

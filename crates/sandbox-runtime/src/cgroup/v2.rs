@@ -10,8 +10,7 @@ use super::{cpu_quota_us, keyed, read, write, CgroupError, Limits, Usage, CPU_PE
 /// delegated subtree may not own its ancestors' files).
 pub(super) fn prepare_parent(root: &Path, parent: &Path) -> Result<(), CgroupError> {
     if !parent.exists() {
-        std::fs::create_dir_all(parent)
-            .map_err(|source| CgroupError::Dir { op: "create", path: parent.to_owned(), source })?;
+        std::fs::create_dir_all(parent).map_err(|source| CgroupError::Dir { op: "create", path: parent.to_owned(), source })?;
     }
     let below = parent.strip_prefix(root).unwrap_or(Path::new(""));
     let mut dir = root.to_owned();
@@ -28,8 +27,7 @@ pub(super) fn prepare_parent(root: &Path, parent: &Path) -> Result<(), CgroupErr
 pub(super) fn enable_controllers(dir: &Path) -> Result<(), CgroupError> {
     let file = dir.join("cgroup.subtree_control");
     let current = std::fs::read_to_string(&file).unwrap_or_default();
-    let missing: Vec<&str> =
-        ["memory", "cpu", "pids"].into_iter().filter(|c| !current.split_whitespace().any(|x| x == *c)).collect();
+    let missing: Vec<&str> = ["memory", "cpu", "pids"].into_iter().filter(|c| !current.split_whitespace().any(|x| x == *c)).collect();
     if !missing.is_empty() {
         let value = missing.iter().map(|c| format!("+{c}")).collect::<Vec<_>>().join(" ");
         write(&file, &value)?;

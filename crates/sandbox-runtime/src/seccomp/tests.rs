@@ -20,9 +20,25 @@ fn never_allowed() {
     // clone3 must stay ENOSYS (libc then uses clone, whose flags are checked); personality goes
     // through its value list; the rest are newer than this review or never needed.
     for name in [
-        "clone3", "personality", "listmount", "statmount", "mseal", "open_tree_attr", "file_setattr", "file_getattr",
-        "lsm_get_self_attr", "lsm_set_self_attr", "lsm_list_modules", "setxattrat", "memfd_secret", "modify_ldt",
-        "get_mempolicy", "set_mempolicy", "mbind", "move_pages", "migrate_pages",
+        "clone3",
+        "personality",
+        "listmount",
+        "statmount",
+        "mseal",
+        "open_tree_attr",
+        "file_setattr",
+        "file_getattr",
+        "lsm_get_self_attr",
+        "lsm_set_self_attr",
+        "lsm_list_modules",
+        "setxattrat",
+        "memfd_secret",
+        "modify_ldt",
+        "get_mempolicy",
+        "set_mempolicy",
+        "mbind",
+        "move_pages",
+        "migrate_pages",
     ] {
         assert!(!ALLOWED.contains(&name), "{name} is allowed");
     }

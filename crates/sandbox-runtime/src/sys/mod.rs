@@ -29,9 +29,7 @@ pub fn clone_namespaces(flags: CloneFlags) -> io::Result<Forked> {
     // SAFETY: with a null stack pointer clone behaves as fork: both processes return here with
     // valid, separate copies of the address space. The helper is single-threaded (it was just
     // exec'd and starts no threads), so no other thread's lock can be left held in the child.
-    let ret = unsafe {
-        libc::syscall(libc::SYS_clone, raw, std::ptr::null_mut::<libc::c_void>(), 0usize, 0usize, 0usize)
-    };
+    let ret = unsafe { libc::syscall(libc::SYS_clone, raw, std::ptr::null_mut::<libc::c_void>(), 0usize, 0usize, 0usize) };
     match ret {
         -1 => Err(io::Error::last_os_error()),
         0 => Ok(Forked::Child),
@@ -72,12 +70,7 @@ pub fn clone_into_cgroup(flags: CloneFlags, cgroup: std::os::fd::BorrowedFd<'_>)
     use std::os::fd::AsRawFd;
     let ns = u64::try_from(flags.bits()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let fd = u64::try_from(cgroup.as_raw_fd()).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-    let args = CloneArgs {
-        flags: ns | CLONE_INTO_CGROUP,
-        exit_signal: u64::try_from(libc::SIGCHLD).unwrap_or(17),
-        cgroup: fd,
-        ..CloneArgs::default()
-    };
+    let args = CloneArgs { flags: ns | CLONE_INTO_CGROUP, exit_signal: u64::try_from(libc::SIGCHLD).unwrap_or(17), cgroup: fd, ..CloneArgs::default() };
     // SAFETY: `args` is a valid, fully initialised clone_args of the size passed, alive for the
     // call. With a zero stack clone3 behaves as fork: both processes return here with separate
     // copies of the address space; the helper is single-threaded, so no other thread's lock
@@ -202,9 +195,7 @@ pub fn loopback_up() -> io::Result<()> {
 pub fn landlock_abi() -> u32 {
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
     // SAFETY: with a null attribute pointer and size 0 and the VERSION flag, the call only returns a number.
-    let v = unsafe {
-        libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<libc::c_void>(), 0usize, LANDLOCK_CREATE_RULESET_VERSION)
-    };
+    let v = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<libc::c_void>(), 0usize, LANDLOCK_CREATE_RULESET_VERSION) };
     u32::try_from(v).unwrap_or(0)
 }
 
@@ -295,9 +286,7 @@ pub fn move_mount_to(tree: std::os::fd::BorrowedFd<'_>, target: &std::path::Path
     let empty = c"";
     // SAFETY: both paths are valid NUL-terminated strings that outlive the call; `tree` is a
     // descriptor we borrow for its duration.
-    let r = unsafe {
-        libc::syscall(libc::SYS_move_mount, tree.as_raw_fd(), empty.as_ptr(), libc::AT_FDCWD, c.as_ptr(), MOVE_MOUNT_F_EMPTY_PATH)
-    };
+    let r = unsafe { libc::syscall(libc::SYS_move_mount, tree.as_raw_fd(), empty.as_ptr(), libc::AT_FDCWD, c.as_ptr(), MOVE_MOUNT_F_EMPTY_PATH) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -326,12 +315,7 @@ pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Ve
     use std::os::fd::AsRawFd;
     let mut iov = [std::io::IoSliceMut::new(buf)];
     let mut space = nix::cmsg_space!([std::os::fd::RawFd; 16]);
-    let msg = nix::sys::socket::recvmsg::<()>(
-        sock.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        nix::sys::socket::MsgFlags::MSG_CMSG_CLOEXEC,
-    )?;
+    let msg = nix::sys::socket::recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), nix::sys::socket::MsgFlags::MSG_CMSG_CLOEXEC)?;
     let mut fds = Vec::new();
     for cmsg in msg.cmsgs()? {
         if let nix::sys::socket::ControlMessageOwned::ScmRights(raw) = cmsg {

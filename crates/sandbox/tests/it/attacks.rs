@@ -183,10 +183,7 @@ fn workspace_is_unreachable_for_other_host_users_while_running() {
         .find(|p| p.starts_with(env().data.to_str().unwrap()) && p.ends_with("/workspace") && Path::new(p).join("secret.txt").exists())
         .unwrap()
         .to_owned();
-    let probe = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat", &format!("{ws}/secret.txt")])
-        .output()
-        .unwrap();
+    let probe = Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat", &format!("{ws}/secret.txt")]).output().unwrap();
     assert!(!probe.status.success(), "nobody read the workspace: {probe:?}");
     assert!(String::from_utf8_lossy(&probe.stderr).contains("Permission denied"), "{probe:?}");
     child.wait().unwrap();
@@ -265,10 +262,7 @@ fn netlink_sockets_are_limited_to_netlink_route() {
     let host = on_host_unprivileged(code);
     assert_eq!(host, ["0 ok", "9 ok", "15 ok", "4 ok", "16 ok", "high-half ok"], "the kernel's own answers");
     let inside = attempt(code);
-    assert_eq!(
-        inside,
-        ["0 ok", "9 EPROTONOSUPPORT", "15 EPROTONOSUPPORT", "4 EPROTONOSUPPORT", "16 EPROTONOSUPPORT", "high-half EPROTONOSUPPORT"]
-    );
+    assert_eq!(inside, ["0 ok", "9 EPROTONOSUPPORT", "15 EPROTONOSUPPORT", "4 EPROTONOSUPPORT", "16 EPROTONOSUPPORT", "high-half EPROTONOSUPPORT"]);
     // NETLINK_ROUTE works end to end: the interface list (if_nameindex) and an RTM_GETADDR dump.
     let lines = attempt(GET_ADDRESSES);
     assert_eq!(lines, ["[(1, 'lo')]", "['127.0.0.1']"]);
@@ -356,7 +350,12 @@ fn crashes_never_reach_a_piped_core_pattern() {
 
     // The control: the same pipe on the host, with the limit the sandbox used to set (0).
     let out = Command::new("/usr/bin/python3")
-        .args(["-c", &format!("import ctypes, os, resource\nctypes.CDLL(None).prctl(15, b'{host}', 0, 0, 0)\nresource.setrlimit(resource.RLIMIT_CORE, (0, 0))\nos.abort()")])
+        .args([
+            "-c",
+            &format!(
+                "import ctypes, os, resource\nctypes.CDLL(None).prctl(15, b'{host}', 0, 0, 0)\nresource.setrlimit(resource.RLIMIT_CORE, (0, 0))\nos.abort()"
+            ),
+        ])
         .output()
         .unwrap();
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&out.status), Some(6));
@@ -388,13 +387,10 @@ fn inotify_instances_are_charged_to_the_sandbox_not_host_root() {
     let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances").unwrap().trim().parse().unwrap();
     assert!(max < 200, "max_user_instances {max} is not below the 200 attempts, so the test proves nothing");
     // A host root process holding 16 instances until its stdin closes.
-    let holder_code = "import ctypes, sys\nlibc = ctypes.CDLL(None)\nfds = [libc.inotify_init1(0) for _ in range(16)]\nprint(min(fds) >= 0, flush=True)\nsys.stdin.read()";
-    let mut holder = Command::new("/usr/bin/python3")
-        .args(["-c", holder_code])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let holder_code =
+        "import ctypes, sys\nlibc = ctypes.CDLL(None)\nfds = [libc.inotify_init1(0) for _ in range(16)]\nprint(min(fds) >= 0, flush=True)\nsys.stdin.read()";
+    let mut holder =
+        Command::new("/usr/bin/python3").args(["-c", holder_code]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
     let mut ready = [0u8; 5];
     std::io::Read::read_exact(holder.stdout.as_mut().unwrap(), &mut ready).unwrap();
     assert_eq!(&ready, b"True\n", "host root could not hold 16 inotify instances");
@@ -539,7 +535,13 @@ fn proc_paths_docker_masks_are_empty() {
     for line in lines {
         let (name, rest) = line.split_once(' ').unwrap();
         let host = Path::new("/proc").join(name);
-        let want = if !host.exists() { "absent" } else if host.is_dir() { "dir 0" } else { "file 0" };
+        let want = if !host.exists() {
+            "absent"
+        } else if host.is_dir() {
+            "dir 0"
+        } else {
+            "file 0"
+        };
         assert_eq!(rest, want, "/proc/{name}");
     }
 }

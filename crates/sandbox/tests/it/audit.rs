@@ -85,7 +85,9 @@ fn each_outcome_is_recorded_with_its_fields() {
 
 #[test]
 fn auth_failures_and_server_refusals_are_recorded() {
-    let s = Server::start("[[service.api_keys]]\nname = \"a\"\nsha256 = \"31a65195ae16798d1e0d6d435b997168cc1cc4175b7f8a46c1484ed962f7c041\"\nprofiles = [\"python-default\"]\n");
+    let s = Server::start(
+        "[[service.api_keys]]\nname = \"a\"\nsha256 = \"31a65195ae16798d1e0d6d435b997168cc1cc4175b7f8a46c1484ed962f7c041\"\nprofiles = [\"python-default\"]\n",
+    );
     let http = reqwest::blocking::Client::new();
     let body = serde_json::json!({"profile": "python-default", "code": "print(1)"});
     let r = http.post(format!("{}/v1/executions", s.url)).bearer_auth("wrong").json(&body).send().unwrap();
@@ -101,10 +103,7 @@ fn auth_failures_and_server_refusals_are_recorded() {
         .iter()
         .map(|r| (r["caller"].as_str().unwrap().into(), r["status"].as_str().unwrap().into(), r["request"]["error"]["type"].as_str().unwrap_or("").into()))
         .collect();
-    assert_eq!(
-        got,
-        [("key:a".into(), "rejected".into(), "forbidden_profile".into()), ("unauthenticated".into(), "rejected".into(), "unauthorized".into())]
-    );
+    assert_eq!(got, [("key:a".into(), "rejected".into(), "forbidden_profile".into()), ("unauthenticated".into(), "rejected".into(), "unauthorized".into())]);
 }
 
 #[test]
@@ -257,7 +256,12 @@ fn query_api_refuses_unknown_and_malformed_parameters_by_name() {
                 [[service.api_keys]]\nname = \"auditor\"\nsha256 = \"8f8d178249f7491637671709aac7e001c228d082a50338b28484fc7d5408cf81\"\nroles = [\"audit\"]\n";
     let s = Server::start(keys);
     let http = reqwest::blocking::Client::new();
-    let r = http.post(format!("{}/v1/executions", s.url)).bearer_auth("test-key-all").json(&serde_json::json!({"profile": "python-default", "code": "print(1)"})).send().unwrap();
+    let r = http
+        .post(format!("{}/v1/executions", s.url))
+        .bearer_auth("test-key-all")
+        .json(&serde_json::json!({"profile": "python-default", "code": "print(1)"}))
+        .send()
+        .unwrap();
     assert_eq!(r.status(), 200);
     let get = |key: &str, q: &str| -> (u16, String, Value) {
         let r = http.get(format!("{}/v1/executions{q}", s.url)).bearer_auth(key).send().unwrap();

@@ -102,7 +102,11 @@ fn profiles_list_and_show() {
     // Issue 17, item 7: every field with its unit, as the README says.
     let out = sandbox(&["profiles", "show", "python-default"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    let field = |key: &str| text.lines().find_map(|l| l.trim_start().strip_prefix(key).filter(|v| v.starts_with(' ')).map(str::trim)).unwrap_or_else(|| panic!("no {key} in {text}"));
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|l| l.trim_start().strip_prefix(key).filter(|v| v.starts_with(' ')).map(str::trim))
+            .unwrap_or_else(|| panic!("no {key} in {text}"))
+    };
     assert_eq!(field("limits.memory_max_bytes"), "536870912 bytes (512 MiB)");
     assert_eq!(field("limits.timeout_ms"), "30000 ms (30s)");
     assert_eq!(field("limits.timeout_max_ms"), "300000 ms (5min)");
@@ -123,10 +127,8 @@ fn profiles_list_and_show() {
 #[test]
 fn tables_keep_their_columns_with_long_values() {
     let long = "a-profile-with-a-name-longer-than-the-old-column-of-twenty-four";
-    let config = scratch_file(
-        "long.toml",
-        format!("[profiles.{long}]\nlanguage = \"python\"\ndescription = \"{}\"\n", "words ".repeat(40).trim_end()).as_bytes(),
-    );
+    let config =
+        scratch_file("long.toml", format!("[profiles.{long}]\nlanguage = \"python\"\ndescription = \"{}\"\n", "words ".repeat(40).trim_end()).as_bytes());
     let out = Command::new(bin()).arg("--config").arg(&config).args(["profiles", "list"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
@@ -149,7 +151,9 @@ fn doctor_reports_host_features_and_runnable_profiles() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let names: Vec<&str> = v["checks"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-    for want in ["user_namespaces", "cgroups", "seccomp", "core_pattern", "landlock", "overlayfs", "clone3", "pidfd_open", "close_range", "cgroup.kill", "memory.peak"] {
+    for want in
+        ["user_namespaces", "cgroups", "seccomp", "core_pattern", "landlock", "overlayfs", "clone3", "pidfd_open", "close_range", "cgroup.kill", "memory.peak"]
+    {
         assert!(names.contains(&want), "{names:?}");
     }
     let core = v["checks"].as_array().unwrap().iter().find(|c| c["name"] == "core_pattern").unwrap();
@@ -256,10 +260,7 @@ fn a_data_directory_no_sandbox_can_reach_is_refused_with_the_fix() {
 #[test]
 fn doctor_exits_1_when_a_built_in_profile_cannot_run() {
     let cfg = scratch_file("no-node.toml", format!("{}node = \"/nonexistent/node\"\n", runtime_toml()).as_bytes());
-    let out = Command::new(bin())
-        .args(["--config", cfg.to_str().unwrap(), "--data-dir", env().data.to_str().unwrap(), "doctor"])
-        .output()
-        .unwrap();
+    let out = Command::new(bin()).args(["--config", cfg.to_str().unwrap(), "--data-dir", env().data.to_str().unwrap(), "doctor"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.lines().any(|l| l.contains("[FAIL] typescript-default") && l.contains("/nonexistent/node")), "{text}");
@@ -282,14 +283,9 @@ fn with_closed_pipe(args: &[&str], close_stderr: bool) -> Output {
 #[test]
 fn output_into_a_closed_pipe_ends_quietly() {
     // Issue 17, item 7: `sandbox profiles list | head -1` panicked (exit 101 with a backtrace).
-    for args in [
-        &["profiles", "list"][..],
-        &["profiles", "show", "python-default"],
-        &["openapi"],
-        &["env", "list"],
-        &["--help"],
-        &["run", "-c", "print('x' * 100000)"],
-    ] {
+    for args in
+        [&["profiles", "list"][..], &["profiles", "show", "python-default"], &["openapi"], &["env", "list"], &["--help"], &["run", "-c", "print('x' * 100000)"]]
+    {
         let out = with_closed_pipe(args, false);
         assert_eq!((out.status.code(), String::from_utf8_lossy(&out.stderr).as_ref()), (Some(0), ""), "{args:?}: {out:?}");
     }

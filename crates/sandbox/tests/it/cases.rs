@@ -99,10 +99,7 @@ fn profile(c: &Case) -> &'static str {
 fn exec_with(c: &Case, code: &str, files: &[(String, Vec<u8>)], host_env: &[(&str, &str)]) -> Run {
     let timeout = format!("{}ms", c.timeout.as_millis());
     // Host-side names are neutral: the case's names may be hostile (C25).
-    let specs: Vec<String> = files
-        .iter()
-        .map(|(name, bytes)| format!("{name}={}", scratch_file("input", bytes).display()))
-        .collect();
+    let specs: Vec<String> = files.iter().map(|(name, bytes)| format!("{name}={}", scratch_file("input", bytes).display())).collect();
     let mut args = vec!["run", "--json", "--profile", profile(c), "-c", code, "--timeout", &timeout];
     for s in &specs {
         args.extend(["--file", s.as_str()]);
@@ -112,14 +109,8 @@ fn exec_with(c: &Case, code: &str, files: &[(String, Vec<u8>)], host_env: &[(&st
     let start = Instant::now();
     let out = cmd.output().expect("sandbox runs");
     let elapsed = start.elapsed();
-    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{}: not JSON ({e}): {}\nstderr: {}",
-            c.id,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let json: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{}: not JSON ({e}): {}\nstderr: {}", c.id, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
     let r = Run { json, status: out.status.code().unwrap_or(-1), elapsed, stderr: String::from_utf8_lossy(&out.stderr).into_owned() };
     let id = r.json["executionId"].as_str().unwrap_or_else(|| panic!("{}: no executionId\n{}", c.id, short(&r)));
     assert_gone(id);
@@ -237,11 +228,8 @@ fn files_are(r: &Run, want: &[(&str, &[u8])]) {
 
 fn sha256_hex(bytes: &[u8]) -> String {
     use std::io::Write as _;
-    let mut child = Command::new("sha256sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("sha256sum (coreutils) runs");
+    let mut child =
+        Command::new("sha256sum").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("sha256sum (coreutils) runs");
     child.stdin.take().expect("piped").write_all(bytes).expect("write to sha256sum");
     let out = child.wait_with_output().expect("sha256sum ends");
     String::from_utf8(out.stdout).expect("hex").split_whitespace().next().expect("a digest").to_owned()
@@ -371,7 +359,9 @@ fn c38_dns_exfiltration(c: &Case) {
     ensure!(&r, !seen.iter().any(|q| q.contains("exfil-canary")), "the upstream resolver saw {seen:?}");
     let denied = |v: &Value| {
         v["blocked"].as_array().is_some_and(|b| {
-            b.iter().any(|e| e["protocol"] == "dns" && e["reason"] == "name_not_allowed" && e["host"].as_str().is_some_and(|h| h.ends_with(".exfil-canary.invalid")))
+            b.iter().any(|e| {
+                e["protocol"] == "dns" && e["reason"] == "name_not_allowed" && e["host"].as_str().is_some_and(|h| h.ends_with(".exfil-canary.invalid"))
+            })
         })
     };
     ensure!(&r, denied(&r.json["network"]), "the denied lookup is not in the result");
@@ -637,8 +627,7 @@ fn c27_symlinks_not_collected(c: &Case) {
         .as_array()
         .map(|a| a.iter().map(|s| (s["name"].as_str().unwrap_or("").to_owned(), s["reason"].as_str().unwrap_or("").to_owned())).collect())
         .unwrap_or_default();
-    let want: BTreeSet<(String, String)> =
-        ["out/cfg", "out/rel.txt", "out/report.txt"].iter().map(|n| ((*n).to_owned(), "symlink".to_owned())).collect();
+    let want: BTreeSet<(String, String)> = ["out/cfg", "out/rel.txt", "out/report.txt"].iter().map(|n| ((*n).to_owned(), "symlink".to_owned())).collect();
     ensure!(&r, skipped == want, "skippedFiles {skipped:?}, expected the three symlinks");
     let text = r.json.to_string();
     ensure!(&r, !text.contains("cm9vdDp4OjA6") && !text.contains("root:x:0:0"), "bytes of a passwd file in the result");
@@ -751,13 +740,28 @@ fn c34_environment_allowlist(c: &Case) {
     status(&r, "ok");
     exited(&r, 0);
     let allowed = [
-        "PATH", "HOME", "TMPDIR", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
-        "PYTHONPATH", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "MPLBACKEND", "MPLCONFIGDIR",
-        "XDG_CONFIG_HOME", "XDG_CACHE_HOME",
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LC_ALL",
+        "TZ",
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONPATH",
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "MPLBACKEND",
+        "MPLCONFIGDIR",
+        "XDG_CONFIG_HOME",
+        "XDG_CACHE_HOME",
     ];
     let keys_line = r.stdout().lines().find_map(|l| l.strip_prefix("env keys: ")).unwrap_or("");
-    let keys: Vec<&str> =
-        keys_line.trim_start_matches('[').trim_end_matches(']').split(", ").map(|k| k.trim_matches('\'')).filter(|k| !k.is_empty()).collect();
+    let keys: Vec<&str> = keys_line.trim_start_matches('[').trim_end_matches(']').split(", ").map(|k| k.trim_matches('\'')).filter(|k| !k.is_empty()).collect();
     ensure!(&r, keys.contains(&"PATH") && keys.contains(&"HOME"), "env keys line missing or unparsed: {keys_line:?}");
     let extra: Vec<&&str> = keys.iter().filter(|k| !allowed.contains(k)).collect();
     ensure!(&r, extra.is_empty(), "variables outside the documented allowlist: {extra:?}");

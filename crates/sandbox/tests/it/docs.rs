@@ -136,7 +136,13 @@ fn check_http(b: &Block, scratch: &Path) {
         let command = line.split(" # ").next().unwrap().trim().replace("localhost:8080", &addr).replace("127.0.0.1:8080", &addr);
         let out = Command::new("bash").args(["-c", &format!("{prelude}{command}")]).output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{}: `{command}` exited {:?}\nstdout: {stdout}\nstderr: {}", b.at, out.status.code(), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}: `{command}` exited {:?}\nstdout: {stdout}\nstderr: {}",
+            b.at,
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert!(!stdout.contains("\"status\":\"rejected\"") && !stdout.contains("\"type\":\"https://"), "{}: `{command}` was refused: {stdout}", b.at);
         if command.starts_with("curl") {
             assert!(stdout.contains("\"status\":\"ok\""), "{}: `{command}` did not run to ok: {stdout}", b.at);

@@ -107,7 +107,11 @@ fn http_and_mcp_refuse_alike() {
             json!({"profile": "python-default", "language": "python", "code": "print(1)", "timeout_ms": 10_000_000}),
             "timeout_too_large",
         ),
-        (json!({"profile": "python-default", "language": "python", "code": "  "}), json!({"profile": "python-default", "language": "python", "code": "  "}), "empty_code"),
+        (
+            json!({"profile": "python-default", "language": "python", "code": "  "}),
+            json!({"profile": "python-default", "language": "python", "code": "  "}),
+            "empty_code",
+        ),
         (
             json!({"profile": "python-default", "language": "python", "code": "print(1)", "files": {"../x": "x"}}),
             json!({"profile": "python-default", "language": "python", "code": "print(1)", "files": {"../x": "x"}}),

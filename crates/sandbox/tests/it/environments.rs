@@ -59,7 +59,8 @@ fn a_fresh_install_shows_progress_a_second_is_a_no_op_and_a_missing_one_names_th
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("every package imports inside the sandbox"), "{}", text(&out.stderr));
     // A changed file is found.
-    let dir = std::fs::read_dir(&envs).unwrap().filter_map(Result::ok).find(|e| e.file_name().to_string_lossy().starts_with("typescript-analysis-")).unwrap().path();
+    let dir =
+        std::fs::read_dir(&envs).unwrap().filter_map(Result::ok).find(|e| e.file_name().to_string_lossy().starts_with("typescript-analysis-")).unwrap().path();
     let victim = dir.join("node/node_modules/lodash/sum.js");
     let mut content = std::fs::read(&victim).unwrap();
     content.extend_from_slice(b"\n// changed\n");
@@ -318,7 +319,12 @@ fn an_install_step_that_runs_package_code_runs_in_a_sandbox() {
     assert!(out.status.success(), "the install succeeds with the hook contained: {err}");
     assert!(err.contains("font cache built in a sandbox"), "{err}");
     assert!(!marker.exists(), "the package wrote a host file at install time: {err}");
-    let installed = std::fs::read_dir(dir.join("environments")).unwrap().filter_map(Result::ok).find(|e| e.file_name().to_string_lossy().starts_with("hooked-")).unwrap().path();
+    let installed = std::fs::read_dir(dir.join("environments"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with("hooked-"))
+        .unwrap()
+        .path();
     let report: Value = serde_json::from_slice(&std::fs::read(installed.join("mplconfig/fontlist-v0.0.1.json")).unwrap()).unwrap();
     assert!(report["wrote"].as_str().is_some_and(|w| w.ends_with("Error")), "the write failed inside: {report}");
     assert!(report["shadow"].as_str().is_some_and(|s| s.ends_with("Error")), "/etc/shadow unreadable inside: {report}");
@@ -375,7 +381,8 @@ fn a_python_lock_with_an_altered_hash_fails_the_install_naming_the_package() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("idna==3.20 does not match its hash in the uv lock"), "{err}");
     assert!(spec(&config).contains("not installed"));
-    let left: Vec<_> = std::fs::read_dir(dir.join("environments")).unwrap().filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    let left: Vec<_> =
+        std::fs::read_dir(dir.join("environments")).unwrap().filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     assert!(!left.iter().any(|n| n.starts_with(".build-") || n.starts_with(".python-lock")), "{left:?}");
     std::fs::remove_dir_all(dir).unwrap();
 }

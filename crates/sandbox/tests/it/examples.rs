@@ -42,7 +42,13 @@ fn on_host(script: &Path, args: &[&str]) -> (String, PathBuf) {
     let out = Command::new("/usr/bin/python3")
         .arg("-I")
         .arg("-c")
-        .arg(format!("import sys; sys.path.insert(0, {:?}); sys.argv = [{:?}] + {:?}; exec(open({:?}).read())", host_site().display().to_string(), script.display().to_string(), args, script.display().to_string()))
+        .arg(format!(
+            "import sys; sys.path.insert(0, {:?}); sys.argv = [{:?}] + {:?}; exec(open({:?}).read())",
+            host_site().display().to_string(),
+            script.display().to_string(),
+            args,
+            script.display().to_string()
+        ))
         .current_dir(&dir)
         .env("MPLBACKEND", "Agg")
         .env("MPLCONFIGDIR", dir.join(".mpl"))

@@ -162,7 +162,11 @@ fn sys_exit_and_process_exit_keep_their_codes() {
 #[test]
 fn input_needs_the_function_harness_and_valid_json() {
     let r = run("python-default", "print(1)", &["--input", "{}"]);
-    assert_eq!((r.status(), r.json["error"]["type"].as_str(), r.json["error"]["field"].as_str()), ("rejected", Some("invalid_request"), Some("input")), "{r:?}");
+    assert_eq!(
+        (r.status(), r.json["error"]["type"].as_str(), r.json["error"]["field"].as_str()),
+        ("rejected", Some("invalid_request"), Some("input")),
+        "{r:?}"
+    );
     let out = sandbox(&["run", "--harness", "function", "--input", "{nope", "-c", "def main(i): pass"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("--input"), "{out:?}");

@@ -140,7 +140,8 @@ fn round_trips_python_and_typescript_with_files() {
         assert_eq!((r.status.as_str(), r.stdout.as_str(), r.exit_code), ("ok", "42\n", Some(0)));
         let r = c.execute(&req("typescript-default", "const x: number = 6*7; console.log(x)")).await.unwrap();
         assert_eq!(r.stdout, "42\n");
-        let mut with_files = req("python-default", "d = open('in.bin','rb').read()\nopen('out.bin','wb').write(bytes(reversed(d)))\nprint(open('t.txt').read())");
+        let mut with_files =
+            req("python-default", "d = open('in.bin','rb').read()\nopen('out.bin','wb').write(bytes(reversed(d)))\nprint(open('t.txt').read())");
         with_files.files.insert("in.bin".into(), FileContent::Base64 { base64: "AAEC/w==".into() });
         with_files.files.insert("t.txt".into(), FileContent::Text("héllo".into()));
         let r = c.execute(&with_files).await.unwrap();
@@ -308,8 +309,7 @@ fn health_ready_metrics_and_openapi() {
         assert!(line.starts_with("unavailable "), "{ready}");
     }
     let served: Value = get("/openapi.json").json().unwrap();
-    let committed: Value =
-        serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/openapi.json")).unwrap()).unwrap();
+    let committed: Value = serde_json::from_str(&std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/openapi.json")).unwrap()).unwrap();
     assert_eq!(served, committed, "docs/openapi.json is stale: regenerate with `sandbox openapi > docs/openapi.json`");
     assert!(served["paths"]["/v1/executions"]["post"].is_object());
     let m = get("/metrics").text().unwrap();
@@ -391,7 +391,9 @@ fn a_stalled_audit_write_stalls_neither_health_probes_nor_streams() {
 
 #[test]
 fn readyz_and_profiles_name_what_cannot_run() {
-    let s = Server::start("[profiles.py-gone-mount]\nlanguage = \"python\"\n[[profiles.py-gone-mount.filesystem.mounts]]\nhost = \"/nonexistent/dataset\"\nsandbox = \"/data\"\n");
+    let s = Server::start(
+        "[profiles.py-gone-mount]\nlanguage = \"python\"\n[[profiles.py-gone-mount.filesystem.mounts]]\nhost = \"/nonexistent/dataset\"\nsandbox = \"/data\"\n",
+    );
     let ready = reqwest::blocking::get(format!("{}/readyz", s.url)).unwrap();
     assert_eq!(ready.status(), 200, "the node still serves its other profiles");
     let text = ready.text().unwrap();

@@ -71,7 +71,10 @@ fn assert_problem(r: reqwest::blocking::Response, status: u16, code: &str) -> re
 fn unauthenticated_large_body_is_refused_before_buffering() {
     let s = Server::start(KEYS);
     let head = |key: &str, len: usize| {
-        format!("POST /v1/executions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAuthorization: Bearer {key}\r\nContent-Length: {len}", authority(&s))
+        format!(
+            "POST /v1/executions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAuthorization: Bearer {key}\r\nContent-Length: {len}",
+            authority(&s)
+        )
     };
     // 128 MiB announced, 1 KiB sent: the answer comes at once, without waiting for the rest.
     let t = Instant::now();
@@ -115,7 +118,12 @@ fn refusal_audit_record_is_bounded() {
     let r = http.post(format!("{}/v1/executions", s.url)).bearer_auth(KEY_PY).json(&attack).send().unwrap();
     assert_problem(r, 403, "forbidden_profile");
     // And an unknown profile whose name is 100 KB long.
-    let r = http.post(format!("{}/v1/executions", s.url)).bearer_auth(KEY_ALL).json(&serde_json::json!({"profile": "p".repeat(100_000), "code": "1"})).send().unwrap();
+    let r = http
+        .post(format!("{}/v1/executions", s.url))
+        .bearer_auth(KEY_ALL)
+        .json(&serde_json::json!({"profile": "p".repeat(100_000), "code": "1"}))
+        .send()
+        .unwrap();
     assert_problem(r, 404, "profile_not_found");
     let db = rusqlite::Connection::open(s.data.join("audit.db")).unwrap();
     let sizes: Vec<i64> = db
@@ -213,7 +221,11 @@ fn dns_rebinding_host_is_refused_on_v1() {
     }
     // An operator's name for the service is allowed with --allowed-host.
     let named = Server::start_with("", &["--allowed-host", "sandbox.test"]);
-    let r = http.get(format!("{}/v1/profiles", named.url)).header("host", format!("sandbox.test:{}", authority(&named).rsplit(':').next().unwrap())).send().unwrap();
+    let r = http
+        .get(format!("{}/v1/profiles", named.url))
+        .header("host", format!("sandbox.test:{}", authority(&named).rsplit(':').next().unwrap()))
+        .send()
+        .unwrap();
     assert_eq!(r.status(), 200);
 }
 
@@ -224,14 +236,21 @@ fn cross_origin_request_is_refused() {
     // A page on another site posts a "simple" request (no CORS preflight) to the loopback
     // service, and tries to read the audit log.
     let run = r#"{"profile": "python-default", "code": "print(1)"}"#;
-    let r = http.post(format!("{}/v1/executions", s.url)).header("origin", "https://evil.example").header("content-type", "text/plain").body(run).send().unwrap();
+    let r =
+        http.post(format!("{}/v1/executions", s.url)).header("origin", "https://evil.example").header("content-type", "text/plain").body(run).send().unwrap();
     assert_problem(r, 403, "origin_not_allowed");
     let r = http.get(format!("{}/v1/executions", s.url)).header("origin", "https://evil.example").send().unwrap();
     assert_problem(r, 403, "origin_not_allowed");
     let r = http.get(format!("{}/v1/executions", s.url)).header("origin", "null").send().unwrap();
     assert_problem(r, 403, "origin_not_allowed");
     // The twins: an allowed origin, and a client that is no browser page (no Origin).
-    let r = http.post(format!("{}/v1/executions", s.url)).header("origin", "http://app.test:3000").header("content-type", "application/json").body(run).send().unwrap();
+    let r = http
+        .post(format!("{}/v1/executions", s.url))
+        .header("origin", "http://app.test:3000")
+        .header("content-type", "application/json")
+        .body(run)
+        .send()
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(http.get(format!("{}/v1/executions", s.url)).send().unwrap().status(), 200);
 }
@@ -244,7 +263,14 @@ fn anonymous_caller_reads_only_anonymous_records() {
     assert_eq!(r.status(), 200);
     // A local user's CLI run shares the data directory (and so the audit log).
     let config = s.data.parent().unwrap().join("config.toml");
-    let out = Command::new(bin()).arg("--config").arg(&config).arg("--data-dir").arg(&s.data).args(["run", "--json", "--profile", "python-default", "-c", "print('theirs')"]).output().unwrap();
+    let out = Command::new(bin())
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&s.data)
+        .args(["run", "--json", "--profile", "python-default", "-c", "print('theirs')"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{out:?}");
     let theirs = serde_json::from_slice::<Value>(&out.stdout).unwrap()["executionId"].as_str().unwrap().to_owned();
     let page: Value = http.get(format!("{}/v1/executions?limit=100", s.url)).send().unwrap().json().unwrap();

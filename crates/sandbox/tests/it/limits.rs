@@ -70,10 +70,7 @@ fn filling_the_disk_gives_enospc_in_the_sandbox_only() {
 fn printing_a_gigabyte_is_truncated_and_memory_stays_bounded() {
     // The py-flood profile discards past 1 MiB and lets the program run on.
     let code = "import sys\nline = b'x' * 1023 + b'\\n'\nw = sys.stdout.buffer\nfor _ in range(1 << 20):\n    w.write(line)\nprint('done', file=sys.stderr)";
-    let mut child = sandbox(&["run", "--json", "--profile", "py-flood", "-c", code])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = sandbox(&["run", "--json", "--profile", "py-flood", "-c", code]).stdout(std::process::Stdio::piped()).spawn().unwrap();
     let pid = child.id();
     let mut stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {

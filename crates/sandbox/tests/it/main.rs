@@ -16,10 +16,10 @@ mod http;
 mod http_attacks;
 mod limits;
 mod mcp;
+mod network;
 mod placement;
 mod pool;
 mod selftest;
-mod network;
 mod timeouts;
 mod warm;
 
@@ -233,9 +233,8 @@ pub fn run(profile: &str, code: &str, args: &[&str]) -> Run {
     let start = Instant::now();
     let out: Output = sandbox(&all).output().expect("sandbox runs");
     let elapsed = start.elapsed();
-    let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("not JSON ({e}): {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-    });
+    let json = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
     let run = Run { json, status: out.status.code().unwrap_or(-1), elapsed, stderr: String::from_utf8_lossy(&out.stderr).into_owned() };
     if warm_mode() && !run.stderr.contains("cannot start warm") && !matches!(run.status(), "rejected" | "?") && run.json["timing"].is_object() {
         assert_eq!(run.json["timing"]["warm"], true, "SANDBOX_TEST_WARM=1 but the execution started cold: {run:?}");

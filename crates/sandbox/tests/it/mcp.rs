@@ -4,7 +4,6 @@
 
 use std::io::Read;
 
-
 const JSON_AND_SSE: &str = "application/json, text/event-stream";
 
 #[test]
@@ -21,10 +20,18 @@ fn shutdown_ends_open_mcp_sessions() {
     let body = r.text().unwrap();
     assert!(body.contains(r#""protocolVersion":"2025-11-25""#) && body.contains(r#""name":"sandbox""#), "{body}");
     let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let r = http.post(&url).header("accept", JSON_AND_SSE).header("mcp-session-id", &session).header("mcp-protocol-version", "2025-11-25").json(&initialized).send().unwrap();
+    let r = http
+        .post(&url)
+        .header("accept", JSON_AND_SSE)
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&initialized)
+        .send()
+        .unwrap();
     assert_eq!(r.status(), 202);
     // The session's standalone event stream stays open, as clients keep it.
-    let mut stream = http.get(&url).header("accept", "text/event-stream").header("mcp-session-id", &session).header("mcp-protocol-version", "2025-11-25").send().unwrap();
+    let mut stream =
+        http.get(&url).header("accept", "text/event-stream").header("mcp-session-id", &session).header("mcp-protocol-version", "2025-11-25").send().unwrap();
     assert_eq!(stream.status(), 200);
     // SIGTERM: the server exits (it would wait on the open stream forever otherwise), and the
     // stream ends with it.

@@ -348,7 +348,11 @@ console.log(JSON.stringify({ plain, byIp, tls, other }));
         &["--env", "NODE_EXTRA_CA_CERTS=/workspace/ca.pem"],
     );
     let out = output_json(&r);
-    assert_eq!((out["plain"].as_str(), out["byIp"].as_str(), out["tls"].as_u64()), (Some("hello from 198.18.2.2"), Some("hello from 198.18.2.2"), Some(200)), "{r:?}");
+    assert_eq!(
+        (out["plain"].as_str(), out["byIp"].as_str(), out["tls"].as_u64()),
+        (Some("hello from 198.18.2.2"), Some("hello from 198.18.2.2"), Some(200)),
+        "{r:?}"
+    );
     assert_eq!(out["other"], "ECONNREFUSED", "{r:?}");
     assert_blocked(&r, "198.18.2.3", Some(8080), "tcp", "not_allowed");
     // Issue 17, item 8: refused attempts name no host the program may not have used; the address
@@ -470,7 +474,11 @@ print(json.dumps(res))
     }
     let random_label = out["random_label"].as_str().unwrap();
     for name in ["evil.test", &format!("{random_label}.api.test"), "66616b652d7365637265742d31323334.exfil-canary.invalid"] {
-        assert!(blocked(&r).iter().any(|b| b["host"] == name && b["protocol"] == "dns" && b["reason"] == "name_not_allowed"), "{name} not reported: {:#}", r.json["network"]);
+        assert!(
+            blocked(&r).iter().any(|b| b["host"] == name && b["protocol"] == "dns" && b["reason"] == "name_not_allowed"),
+            "{name} not reported: {:#}",
+            r.json["network"]
+        );
     }
     assert!(blocked(&r).iter().any(|b| b["host"] == "rebind.test" && b["reason"] == "internal_address"), "{:#}", r.json["network"]);
     // Only allowed names, and only those not in the profile's hosts, reached the upstream server.
@@ -592,7 +600,13 @@ print(json.dumps({"conns": len(socks), "sent": sent}))
     let out = output_json(&r);
     assert_eq!(out["conns"], 256, "{r:?}");
     let growth = peak.saturating_sub(idle_peak);
-    eprintln!("finding 2: service peak RSS {} MiB, idle allowlist run {} MiB, growth {} MiB; the sandbox wrote {} MiB", peak >> 20, idle_peak >> 20, growth >> 20, out["sent"].as_u64().unwrap_or(0) >> 20);
+    eprintln!(
+        "finding 2: service peak RSS {} MiB, idle allowlist run {} MiB, growth {} MiB; the sandbox wrote {} MiB",
+        peak >> 20,
+        idle_peak >> 20,
+        growth >> 20,
+        out["sent"].as_u64().unwrap_or(0) >> 20
+    );
     assert!(idle_peak > 0 && peak > 0, "no RSS samples");
     assert!(growth < 40 << 20, "the service grew by {} MiB under 256 writers to a silent endpoint", growth >> 20);
     // Every connection is reported.

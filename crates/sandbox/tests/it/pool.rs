@@ -126,7 +126,10 @@ server.close();
     wait_pool(&s, "ts-pool", 1);
     let r = pooled(
         &s,
-        &req("ts-pool", r#"import { readdirSync } from "node:fs"; console.log(readdirSync("/workspace").length, readdirSync("/tmp").filter((f) => f.endsWith(".tmp")).length, (globalThis as any).leftover ?? "none");"#),
+        &req(
+            "ts-pool",
+            r#"import { readdirSync } from "node:fs"; console.log(readdirSync("/workspace").length, readdirSync("/tmp").filter((f) => f.endsWith(".tmp")).length, (globalThis as any).leftover ?? "none");"#,
+        ),
     );
     assert_eq!(r.stdout, "0 0 none\n", "{r:?}");
 }
@@ -151,11 +154,7 @@ export default async function (input: { n: number }) {
     r.files = BTreeMap::from([("data/in.txt".to_owned(), FileContent::Text("from a file".into()))]);
     let out = pooled(&s, &r);
     assert_eq!(out.status.as_str(), "ok", "{out:?}");
-    assert_eq!(
-        out.return_data,
-        Some(serde_json::json!({"n": 42, "file": "from a file", "env": "hello", "stdin": "line one\nline two\n"})),
-        "{out:?}"
-    );
+    assert_eq!(out.return_data, Some(serde_json::json!({"n": 42, "file": "from a file", "env": "hello", "stdin": "line one\nline two\n"})), "{out:?}");
     wait_pool(&s, "ts-pool", 1);
     let out = pooled(&s, &req("ts-pool", "const x: number = 1;\n\nthrow new RangeError(`bad ${x}`);\n"));
     let e = out.error.clone().unwrap();
@@ -195,7 +194,11 @@ fn a_burst_past_the_pool_runs_cold_and_the_pool_never_overfills() {
     for r in results {
         let r = r.unwrap();
         assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "ok\n"), "{r:?}");
-        if r.timing.warm { warm += 1 } else { cold += 1 }
+        if r.timing.warm {
+            warm += 1
+        } else {
+            cold += 1
+        }
     }
     assert!(warm >= 1 && cold >= 1 && warm + cold == n, "warm {warm}, cold {cold}");
     let deadline = Instant::now() + Duration::from_secs(5);

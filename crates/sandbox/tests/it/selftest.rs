@@ -32,7 +32,15 @@ fn config() -> PathBuf {
 fn doctor(wrapper: &[&str]) -> (Value, i32) {
     let config = config();
     let mut argv: Vec<String> = wrapper.iter().map(|s| (*s).to_owned()).collect();
-    argv.extend([bin().to_owned(), "--config".into(), config.display().to_string(), "--data-dir".into(), env().data.display().to_string(), "doctor".into(), "--json".into()]);
+    argv.extend([
+        bin().to_owned(),
+        "--config".into(),
+        config.display().to_string(),
+        "--data-dir".into(),
+        env().data.display().to_string(),
+        "doctor".into(),
+        "--json".into(),
+    ]);
     let out = Command::new(&argv[0]).args(&argv[1..]).env_remove("SANDBOX_LOG").output().unwrap();
     let v: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));

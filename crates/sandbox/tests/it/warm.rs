@@ -196,9 +196,7 @@ fn what_a_child_changes_in_its_modules_is_gone_for_the_next() {
 fn warm_children_draw_fresh_randomness() {
     let s = warm_server();
     let code = "import random, uuid, secrets, numpy\nprint(random.random(), numpy.random.random(), uuid.uuid4(), secrets.token_hex(8))";
-    let draws: Vec<Vec<String>> = (0..3)
-        .map(|_| warm(&s, &req("py-analysis-warm", code)).stdout.split_whitespace().map(str::to_owned).collect())
-        .collect();
+    let draws: Vec<Vec<String>> = (0..3).map(|_| warm(&s, &req("py-analysis-warm", code)).stdout.split_whitespace().map(str::to_owned).collect()).collect();
     for column in 0..4 {
         let values: std::collections::BTreeSet<&String> = draws.iter().map(|d| &d[column]).collect();
         assert_eq!(values.len(), 3, "column {column} repeats across children: {draws:?}");
