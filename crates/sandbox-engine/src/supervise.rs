@@ -365,6 +365,20 @@ fn launch_pooled(
     [stdin, stdout, stderr]: [std::os::fd::OwnedFd; 3],
     landlock_abi: u32,
 ) -> Result<Launched, String> {
+    let mut l = async_ends(ctl, stdin, stdout, stderr, Instant::now())?;
+    l.pooled = Some((helper, landlock_abi));
+    Ok(l)
+}
+
+/// The engine's ends of a started sandbox (control socket, stdin, stdout, stderr) made async:
+/// a [`Launched`] with no helper, warm child or network yet.
+fn async_ends(
+    ctl: std::os::unix::net::UnixStream,
+    stdin: std::os::fd::OwnedFd,
+    stdout: std::os::fd::OwnedFd,
+    stderr: std::os::fd::OwnedFd,
+    spawned_at: Instant,
+) -> Result<Launched, String> {
     let ctl = ctl.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(ctl)).map_err(|e| format!("control socket: {e}"))?;
     let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).map_err(|e| format!("stdin pipe: {e}"))?;
     let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).map_err(|e| format!("stdout pipe: {e}"))?;
@@ -376,9 +390,9 @@ fn launch_pooled(
         stderr: Box::pin(stderr),
         helper: None,
         warm_child: None,
-        pooled: Some((helper, landlock_abi)),
+        pooled: None,
         network: None,
-        spawned_at: Instant::now(),
+        spawned_at,
     })
 }
 
@@ -418,21 +432,9 @@ async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os:
     .await
     .map_err(|e| format!("fork task: {e}"))??;
     let child = crate::warm::pidfd_pid(&pidfd).ok_or("the warm child ended at once")?;
-    let ctl = engine_end.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(engine_end)).map_err(|e| format!("control socket: {e}"))?;
-    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin_w).map_err(|e| format!("stdin pipe: {e}"))?;
-    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_r).map_err(|e| format!("stdout pipe: {e}"))?;
-    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_r).map_err(|e| format!("stderr pipe: {e}"))?;
-    Ok(Launched {
-        ctl,
-        stdin: Some(Box::pin(stdin)),
-        stdout: Box::pin(stdout),
-        stderr: Box::pin(stderr),
-        helper: None,
-        warm_child: Some(child),
-        pooled: None,
-        network: None,
-        spawned_at,
-    })
+    let mut l = async_ends(engine_end, stdin_w, stdout_r, stderr_r, spawned_at)?;
+    l.warm_child = Some(child);
+    Ok(l)
 }
 
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {

@@ -295,3 +295,21 @@ pub fn slack(bound: Duration) -> Duration {
     let factor = std::env::var("SANDBOX_TEST_TIME_FACTOR").ok().and_then(|f| f.parse::<u32>().ok()).unwrap_or(1).max(1);
     bound * factor
 }
+
+/// Host pids below `root` whose command line contains `needle`.
+pub fn processes_below(root: u32, needle: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_string()];
+    while let Some(pid) = stack.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+        for t in tasks.filter_map(Result::ok) {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            stack.extend(kids.split_whitespace().map(str::to_owned));
+        }
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if cmdline.contains(needle) {
+            out.push(pid.parse().unwrap());
+        }
+    }
+    out
+}

@@ -213,24 +213,6 @@ fn a_burst_past_the_pool_runs_cold_and_the_pool_never_overfills() {
     assert_eq!(total("sandbox_warm_pool_hits"), warm, "{m}");
 }
 
-/// Host pids below `root` whose command line contains `needle`.
-fn processes_below(root: u32, needle: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_string()];
-    while let Some(pid) = stack.pop() {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
-        for t in tasks.filter_map(Result::ok) {
-            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-            stack.extend(kids.split_whitespace().map(str::to_owned));
-        }
-        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if cmdline.contains(needle) {
-            out.push(pid.parse().unwrap());
-        }
-    }
-    out
-}
-
 #[test]
 fn sigterm_leaves_nothing_of_the_pool_behind() {
     let mut s = pool_server();

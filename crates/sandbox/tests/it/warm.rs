@@ -259,20 +259,7 @@ fn a_template_is_replaced_after_its_fork_limit() {
 
 /// Host pids of the template interpreters below `root` (a server's pid).
 fn templates_below(root: u32) -> Vec<i32> {
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_string()];
-    while let Some(pid) = stack.pop() {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
-        for t in tasks.filter_map(Result::ok) {
-            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-            stack.extend(kids.split_whitespace().map(str::to_owned));
-        }
-        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if cmdline.contains("_sandbox_template.py") {
-            out.push(pid.parse().unwrap());
-        }
-    }
-    out
+    processes_below(root, "_sandbox_template.py")
 }
 
 #[test]
