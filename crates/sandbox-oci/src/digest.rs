@@ -9,6 +9,9 @@ use sha2::{Digest as _, Sha256};
 
 use crate::ImportError;
 
+#[cfg(test)]
+mod tests;
+
 /// A `sha256:` content address: the algorithm and 64 lowercase hex digits, nothing else
 /// (OCI image-spec descriptor.md, "Digests" and "SHA-256"). Only [`Digest::parse`] makes one, so
 /// a `Digest` is always safe to use as a file name under `blobs/sha256/`.
