@@ -216,6 +216,15 @@ pub enum ImportError {
         /// The limit in bytes.
         limit: u64,
     },
+    /// One entry's tar headers (GNU long names, PAX records) are larger than the importer
+    /// buffers (1 MiB): an honest image's never are.
+    #[error("layer {layer}: an entry's tar headers are over {limit} bytes")]
+    HeaderTooLarge {
+        /// The layer's digest.
+        layer: Digest,
+        /// The limit in bytes.
+        limit: u64,
+    },
     /// A layer is not a readable (compressed) tar stream.
     #[error("layer {layer}: malformed tar stream")]
     Tar {

@@ -13,6 +13,7 @@ use rustix::fs::{FileType, Mode, OFlags};
 use serde::Deserialize;
 
 use crate::digest::Verifying;
+use crate::window::{Gauge, Window, HEADER_BYTES};
 use crate::{Digest, ImportError, ImportOptions};
 
 /// Media types (image-spec media-types.md; the Docker names `skopeo` and `podman` may keep).
@@ -96,10 +97,23 @@ impl Source {
         }
         let file = open_regular(path).map_err(source)?.ok_or_else(|| source(io::Error::other("neither a directory nor a regular file")))?;
         let mut members = HashMap::new();
-        let mut archive = tar::Archive::new(&file);
-        for (count, entry) in archive.entries_with_seek().map_err(source)?.enumerate() {
-            let entry = entry.map_err(source)?;
-            if count as u64 >= opts.max_entries {
+        let gauge = Gauge::new(u64::MAX);
+        let mut archive = tar::Archive::new(Window::new(&file, &gauge));
+        let mut entries = archive.entries_with_seek().map_err(source)?;
+        let (mut count, mut previous_size) = (0, 0);
+        loop {
+            // An entry's headers are read into memory: HEADER_BYTES each at most.
+            gauge.window_for_headers(previous_size, u64::MAX);
+            let next = entries.next();
+            gauge.set_limit(u64::MAX);
+            let Some(entry) = next else { break };
+            let entry = entry.map_err(|e| match gauge.hit() {
+                Some(_) => ImportError::Layout { reason: format!("an archive entry's tar headers are over {HEADER_BYTES} bytes") },
+                None => source(e),
+            })?;
+            previous_size = entry.size();
+            count += 1;
+            if count > opts.max_entries {
                 return Err(ImportError::Layout { reason: format!("the archive has more than {} entries", opts.max_entries) });
             }
             let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();

@@ -52,7 +52,9 @@
 //!   capabilities are applied (PAX `SCHILY.xattr.*` records are ignored).
 //! - Limits ([`ImportOptions`]): entries, file content bytes, and the uncompressed tar stream
 //!   (content bytes plus 4096 per allowed entry), so a decompression bomb is refused
-//!   ([`ImportError::TooManyBytes`]) rather than filling the disk.
+//!   ([`ImportError::TooManyBytes`]) rather than filling the disk. The tar reader holds an
+//!   entry's long names and PAX records in memory: 1 MiB of them per entry at most
+//!   ([`ImportError::HeaderTooLarge`]), so a bomb cannot fill memory either.
 //!
 //! # Symbolic links
 //!
@@ -82,6 +84,7 @@ mod digest;
 mod error;
 mod layout;
 mod unpack;
+mod window;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -238,16 +241,16 @@ pub fn import(source: &Path, dest: &Path, opts: &ImportOptions) -> Result<Image,
     prefix.push(".");
     let temp = tempfile::Builder::new().prefix(&prefix).tempdir_in(&parent).map_err(|source| ImportError::Destination { path: parent.clone(), source })?;
     let dest_error = |source: std::io::Error| ImportError::Destination { path: temp.path().to_owned(), source };
+    // The tree stays 0700 (tempfile's mode) until it is complete.
     let root = rustix::fs::open(temp.path(), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| dest_error(e.into()))?;
-    rustix::fs::fchmod(&root, Mode::from_raw_mode(0o755)).map_err(|e| dest_error(e.into()))?;
-
-    let mut unpacker = unpack::Unpacker::new(root, opts);
+    let mut unpacker = unpack::Unpacker::new(rustix::io::dup(&root).map_err(|e| dest_error(e.into()))?, opts);
     for layer in &selected.manifest.layers {
         unpacker.apply(&source, layer)?;
     }
     let (unpacked_bytes, entries) = (unpacker.bytes, unpacker.entries);
     drop(unpacker);
+    rustix::fs::fchmod(&root, Mode::from_raw_mode(0o755)).map_err(|e| dest_error(e.into()))?;
 
     let parent_fd = rustix::fs::open(&parent, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(|e| dest_error(e.into()))?;
     let temp_name = temp.path().file_name().expect("a temporary directory has a name").to_owned();

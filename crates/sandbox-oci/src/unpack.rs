@@ -13,6 +13,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, Timespec, Timestamps};
 use rustix::io::Errno;
 
 use crate::layout::{Descriptor, Source};
+use crate::window::{Gauge, Window, HEADER_BYTES};
 use crate::{Digest, ImportError, ImportOptions};
 
 /// Layer media types (image-spec media-types.md, layer.md "Distributable Format"; the
@@ -72,13 +73,12 @@ impl<'o> Unpacker<'o> {
         };
         let mut blob = source.blob(layer)?;
         let left = self.stream_limit().saturating_sub(self.stream);
-        let (result, read) = {
+        let gauge = Gauge::new(left);
+        let result = {
             let decoded: Box<dyn Read + '_> = if gzip { Box::new(MultiGzDecoder::new(&mut blob)) } else { Box::new(&mut blob) };
-            let mut counted = Counted { inner: decoded, left, read: 0 };
-            let result = self.apply_tar(&layer.digest, &mut counted);
-            (result, counted.read)
+            self.apply_tar(&layer.digest, &mut Window::new(decoded, &gauge), &gauge, left)
         };
-        self.stream += read;
+        self.stream += gauge.pos();
         match result {
             Ok(()) => blob.finish(),
             Err(stop) => {
@@ -86,24 +86,34 @@ impl<'o> Unpacker<'o> {
                     return Err(ImportError::SizeMismatch { digest: layer.digest.clone(), declared: layer.size });
                 }
                 blob.finish()?;
-                Err(match stop {
-                    Stop::Refused(e) => e,
-                    Stop::Stream(_) if read >= left => {
+                Err(match (stop, gauge.hit()) {
+                    (Stop::Refused(e), _) => e,
+                    (Stop::Stream(_), Some(limit)) if limit < left => ImportError::HeaderTooLarge { layer: layer.digest.clone(), limit: HEADER_BYTES },
+                    (Stop::Stream(_), Some(_)) => {
                         ImportError::TooManyBytes { layer: layer.digest.clone(), path: String::new(), limit: self.opts.max_unpacked_bytes }
                     }
-                    Stop::Stream(source) => ImportError::Tar { layer: layer.digest.clone(), source },
+                    (Stop::Stream(source), None) => ImportError::Tar { layer: layer.digest.clone(), source },
                 })
             }
         }
     }
 
-    fn apply_tar(&mut self, layer: &Digest, stream: &mut dyn Read) -> Result<(), Stop> {
+    /// Applies the entries of one uncompressed tar stream; `gauge` counts it, within `left`
+    /// bytes overall and [`HEADER_BYTES`] for each entry's headers.
+    fn apply_tar(&mut self, layer: &Digest, stream: &mut dyn Read, gauge: &Gauge, left: u64) -> Result<(), Stop> {
         let mut archive = tar::Archive::new(stream);
         // Paths this layer wrote, and their parents: whiteouts and opaque markers remove only
         // what lower layers left (layer.md, "Whiteouts").
         let mut written: HashSet<Vec<u8>> = HashSet::new();
-        for entry in archive.entries().map_err(Stop::Stream)? {
+        let mut entries = archive.entries().map_err(Stop::Stream)?;
+        let mut previous_size = 0;
+        loop {
+            gauge.window_for_headers(previous_size, left);
+            let next = entries.next();
+            gauge.set_limit(left);
+            let Some(entry) = next else { break };
             let mut entry = entry.map_err(Stop::Stream)?;
+            previous_size = entry.size();
             self.entries += 1;
             if self.entries > self.opts.max_entries {
                 return Err(Stop::Refused(ImportError::TooManyEntries { layer: layer.clone(), limit: self.opts.max_entries }));
@@ -407,25 +417,6 @@ fn children(dir: &OwnedFd) -> io::Result<Vec<Vec<u8>>> {
         }
     }
     Ok(names)
-}
-
-/// Counts the uncompressed stream and stops it at `left` bytes.
-struct Counted<R> {
-    inner: R,
-    left: u64,
-    read: u64,
-}
-
-impl<R: Read> Read for Counted<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.read >= self.left {
-            return Err(io::Error::other("uncompressed layer stream over the limit"));
-        }
-        let cap = usize::try_from(self.left - self.read).unwrap_or(usize::MAX).min(buf.len());
-        let n = self.inner.read(&mut buf[..cap])?;
-        self.read += n as u64;
-        Ok(n)
-    }
 }
 
 #[cfg(test)]

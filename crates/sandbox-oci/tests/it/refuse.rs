@@ -232,3 +232,36 @@ fn an_existing_destination_is_never_replaced() {
     let err = sandbox_oci::import(&scratch.layout(), &scratch.dest(), &ImportOptions::default()).expect_err("exists");
     assert!(matches!(err, ImportError::DestinationExists { .. }), "{err:?}");
 }
+
+#[test]
+fn a_bomb_in_the_tar_headers_is_refused_before_it_fills_memory() {
+    // A GNU long name record of 4 MiB (the tar reader would buffer it whole), then its entry.
+    let tar = |name_bytes: usize| {
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut long = tar::Header::new_gnu();
+        long.as_gnu_mut().expect("gnu").name[..13].copy_from_slice(b"././@LongLink");
+        long.set_entry_type(tar::EntryType::GNULongName);
+        long.set_size(name_bytes as u64);
+        long.set_cksum();
+        builder.append(&long, &vec![b'a'; name_bytes][..]).expect("tar");
+        let mut file = tar::Header::new_gnu();
+        file.set_size(1);
+        file.set_mode(0o644);
+        builder.append_data(&mut file, "short", &b"x"[..]).expect("tar");
+        builder.into_inner().expect("tar")
+    };
+    let err = refused(&[Layer::gzip_tar(tar(4 << 20))]);
+    assert!(matches!(err, ImportError::HeaderTooLarge { limit, .. } if limit == 1 << 20), "{err:?}");
+    // The accepted twin: a long name of honest length (GNU long name records, as tar writes
+    // them for paths over 100 bytes).
+    let long_path = format!("{}/file", "directory-name".repeat(15));
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut file = tar::Header::new_gnu();
+    file.set_size(1);
+    file.set_mode(0o644);
+    builder.append_data(&mut file, &long_path, &b"x"[..]).expect("tar");
+    let scratch = Scratch::default();
+    Writer::single(&scratch.layout(), &[Layer::gzip_tar(builder.into_inner().expect("tar"))]);
+    scratch.import(&scratch.layout(), &ImportOptions::default()).expect("a long name");
+    assert_eq!(fs::read(scratch.dest().join(&long_path)).expect("the long-named file"), b"x");
+}

@@ -40,7 +40,11 @@ impl Layer {
     }
 
     pub fn gzip(entries: &[E<'_>]) -> Self {
-        let tar = tar_of(entries);
+        Self::gzip_tar(tar_of(entries))
+    }
+
+    /// A gzip layer of a tar stream built by hand.
+    pub fn gzip_tar(tar: Vec<u8>) -> Self {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         gz.write_all(&tar).expect("gzip into memory");
         Self { media_type: LAYER_GZIP, diff_id: digest(&tar), bytes: gz.finish().expect("gzip into memory") }
