@@ -4,6 +4,7 @@
 
 mod import;
 mod refuse;
+mod umoci;
 mod writer;
 
 use std::collections::BTreeMap;
