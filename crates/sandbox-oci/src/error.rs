@@ -179,7 +179,8 @@ pub enum ImportError {
         /// The link's target.
         target: String,
     },
-    /// A character or block device node: an image has no business creating devices.
+    /// A character or block device node: an image has no business creating devices (unless
+    /// [`crate::ImportOptions::skip_device_nodes`] leaves them out).
     #[error("layer {layer}: entry {path:?} is a device node")]
     DeviceNode {
         /// The layer's digest.

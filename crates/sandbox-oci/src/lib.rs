@@ -43,7 +43,8 @@
 //!   link of a lower layer keeps its content.
 //! - Hard links must name a regular file already unpacked (this layer or a lower one) by a
 //!   path inside the root, found without following symbolic links ([`ImportError::HardLink`]).
-//! - Character and block devices are refused ([`ImportError::DeviceNode`]); FIFOs are made;
+//! - Character and block devices are refused ([`ImportError::DeviceNode`]), or left out with
+//!   [`ImportOptions::skip_device_nodes`]; FIFOs are made;
 //!   sparse files and other tar types are refused ([`ImportError::UnsupportedEntry`]).
 //! - Ownership and modes: everything is owned by the importing user (root), never chowned to
 //!   the image's uids; setuid and setgid bits are dropped, the rest of the mode (sticky bit
@@ -120,6 +121,11 @@ pub struct ImportOptions {
     pub max_path_depth: usize,
     /// Bytes of `index.json`, `oci-layout`, an index, manifest or config. Default 4 MiB.
     pub max_json_bytes: u64,
+    /// Leave out character and block devices instead of refusing the image
+    /// ([`ImportError::DeviceNode`]); counted in [`Image::devices_skipped`]. Default `false`.
+    /// Images made from a root filesystem tarball (`mmdebstrap`, then `podman import`) carry
+    /// `/dev/null`, `/dev/console`, ...; a sandbox mounts its own minimal `/dev` over them anyway.
+    pub skip_device_nodes: bool,
 }
 
 impl Default for ImportOptions {
@@ -132,6 +138,7 @@ impl Default for ImportOptions {
             max_path_bytes: 4096,
             max_path_depth: 256,
             max_json_bytes: 4 << 20,
+            skip_device_nodes: false,
         }
     }
 }
@@ -182,6 +189,8 @@ pub struct Image {
     pub unpacked_bytes: u64,
     /// Tar entries read, over all layers.
     pub entries: u64,
+    /// Device nodes left out ([`ImportOptions::skip_device_nodes`]).
+    pub devices_skipped: u64,
 }
 
 /// The execution parameters of an image config (config.md, "Properties", `config`), as the
@@ -248,7 +257,7 @@ pub fn import(source: &Path, dest: &Path, opts: &ImportOptions) -> Result<Image,
     for layer in &selected.manifest.layers {
         unpacker.apply(&source, layer)?;
     }
-    let (unpacked_bytes, entries) = (unpacker.bytes, unpacker.entries);
+    let (unpacked_bytes, entries, devices_skipped) = (unpacker.bytes, unpacker.entries, unpacker.devices_skipped);
     drop(unpacker);
     rustix::fs::fchmod(&root, Mode::from_raw_mode(0o755)).map_err(|e| dest_error(e.into()))?;
 
@@ -272,6 +281,7 @@ pub fn import(source: &Path, dest: &Path, opts: &ImportOptions) -> Result<Image,
         config_json: selected.config_bytes,
         unpacked_bytes,
         entries,
+        devices_skipped,
     })
 }
 

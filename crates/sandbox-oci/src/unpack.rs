@@ -41,6 +41,8 @@ pub(crate) struct Unpacker<'o> {
     pub entries: u64,
     /// File content bytes written so far, all layers.
     pub bytes: u64,
+    /// Device nodes left out ([`ImportOptions::skip_device_nodes`]).
+    pub devices_skipped: u64,
     /// Uncompressed tar bytes read so far, all layers.
     stream: u64,
 }
@@ -53,7 +55,7 @@ enum Stop {
 
 impl<'o> Unpacker<'o> {
     pub(crate) fn new(root: OwnedFd, opts: &'o ImportOptions) -> Self {
-        Self { root, opts, entries: 0, bytes: 0, stream: 0 }
+        Self { root, opts, entries: 0, bytes: 0, devices_skipped: 0, stream: 0 }
     }
 
     fn stream_limit(&self) -> u64 {
@@ -148,6 +150,10 @@ impl<'o> Unpacker<'o> {
                 tar::EntryType::Link => {
                     let target = entry.link_name_bytes().map(|t| t.into_owned()).unwrap_or_default();
                     self.hard_link(&at, &parent_fd, name, &target)?;
+                }
+                tar::EntryType::Char | tar::EntryType::Block if self.opts.skip_device_nodes => {
+                    self.devices_skipped += 1;
+                    continue;
                 }
                 tar::EntryType::Char | tar::EntryType::Block => {
                     return Err(Stop::Refused(ImportError::DeviceNode { layer: layer.clone(), path: at.shown }));

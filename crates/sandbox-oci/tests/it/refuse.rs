@@ -175,11 +175,17 @@ fn hard_links_must_name_a_regular_file_inside_the_root() {
 }
 
 #[test]
-fn device_nodes_are_refused() {
+fn device_nodes_are_refused_or_left_out_when_asked() {
     for entry in [E::Char("dev/null"), E::Block("dev/sda")] {
         let err = refused(&[Layer::gzip(&[entry])]);
         assert!(matches!(&err, ImportError::DeviceNode { path, .. } if path.starts_with("dev/")), "{err:?}");
     }
+    let scratch = Scratch::default();
+    Writer::single(&scratch.layout(), &[Layer::gzip(&[E::Dir("dev/", 0o755), E::Char("dev/null"), E::Block("dev/sda"), E::File("etc/x", 0o644, b"x")])]);
+    let opts = ImportOptions { skip_device_nodes: true, ..ImportOptions::default() };
+    let image = scratch.import(&scratch.layout(), &opts).expect("devices left out");
+    assert_eq!(image.devices_skipped, 2);
+    assert_eq!(fs::read_dir(scratch.dest().join("dev")).expect("dev").count(), 0);
 }
 
 #[test]
