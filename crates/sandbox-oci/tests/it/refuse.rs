@@ -271,3 +271,35 @@ fn a_bomb_in_the_tar_headers_is_refused_before_it_fills_memory() {
     scratch.import(&scratch.layout(), &ImportOptions::default()).expect("a long name");
     assert_eq!(fs::read(scratch.dest().join(&long_path)).expect("the long-named file"), b"x");
 }
+
+#[test]
+fn an_archive_holding_a_name_twice_or_a_layout_of_another_version_is_refused() {
+    // Which of two `index.json` would count is exactly the ambiguity an attacker wants.
+    let scratch = Scratch::default();
+    let (writer, _) = Writer::single(&scratch.layout(), &small());
+    let tar = scratch.dir.path().join("layout.tar");
+    let members = |extra: bool| {
+        let mut b = tar::Builder::new(Vec::new());
+        for name in ["oci-layout", "index.json"] {
+            b.append_path_with_name(writer.dir.join(name), name).expect("append");
+        }
+        if extra {
+            b.append_path_with_name(writer.dir.join("index.json"), "./index.json").expect("append");
+        }
+        for blob in fs::read_dir(writer.dir.join("blobs/sha256")).expect("blobs") {
+            let blob = blob.expect("blob");
+            b.append_path_with_name(blob.path(), format!("blobs/sha256/{}", blob.file_name().to_string_lossy())).expect("append");
+        }
+        b.into_inner().expect("tar")
+    };
+    fs::write(&tar, members(false)).expect("archive");
+    scratch.import(&tar, &ImportOptions::default()).expect("the twin without a duplicate");
+    fs::remove_dir_all(scratch.dest()).expect("clean");
+    fs::write(&tar, members(true)).expect("archive");
+    let err = scratch.import(&tar, &ImportOptions::default()).expect_err("duplicate");
+    assert!(matches!(&err, ImportError::Layout { reason } if reason.contains("twice")), "{err:?}");
+
+    fs::write(writer.dir.join("oci-layout"), br#"{"imageLayoutVersion":"2.0.0"}"#).expect("version");
+    let err = scratch.import(&writer.dir, &ImportOptions::default()).expect_err("version");
+    assert!(matches!(&err, ImportError::Layout { reason } if reason.contains("2.0.0")), "{err:?}");
+}
