@@ -6,10 +6,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, Read};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{FileType, Mode, OFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use serde::Deserialize;
 
 use crate::digest::Verifying;
@@ -81,9 +82,10 @@ pub(crate) struct ConfigJson {
 /// A file of the layout, open for reading, and its length in bytes.
 type Member<'a> = (Box<dyn Read + 'a>, u64);
 
-/// Where the layout's files are: a directory, or the byte ranges of an uncompressed tar.
+/// Where the layout's files are: a directory (its path and descriptor), or the byte ranges of
+/// an uncompressed tar.
 pub(crate) enum Source {
-    Dir(PathBuf),
+    Dir(PathBuf, OwnedFd),
     Archive { path: PathBuf, file: File, members: HashMap<String, (u64, u64)> },
 }
 
@@ -93,7 +95,8 @@ impl Source {
         let source = |source| ImportError::Source { path: path.to_owned(), source };
         let meta = std::fs::metadata(path).map_err(source)?;
         if meta.is_dir() {
-            return Ok(Self::Dir(path.to_owned()));
+            let dir = rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(|e| source(e.into()))?;
+            return Ok(Self::Dir(path.to_owned(), dir));
         }
         let file = open_regular(path).map_err(source)?.ok_or_else(|| source(io::Error::other("neither a directory nor a regular file")))?;
         let mut members = HashMap::new();
@@ -139,18 +142,14 @@ impl Source {
     /// length; `None` if absent or not a regular file.
     fn member(&self, name: &str) -> Result<Option<Member<'_>>, ImportError> {
         match self {
-            Self::Dir(dir) => {
-                let path = dir.join(name);
-                match open_regular(&path) {
-                    Ok(Some(file)) => {
-                        let len = file.metadata().map_err(|source| ImportError::Source { path: path.clone(), source })?.len();
-                        Ok(Some((Box::new(file), len)))
-                    }
-                    Ok(None) => Ok(None),
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-                    Err(source) => Err(ImportError::Source { path, source }),
+            Self::Dir(path, dir) => match open_member(dir, name) {
+                Ok(Some(file)) => {
+                    let len = file.metadata().map_err(|source| ImportError::Source { path: path.join(name), source })?.len();
+                    Ok(Some((Box::new(file), len)))
                 }
-            }
+                Ok(None) => Ok(None),
+                Err(source) => Err(ImportError::Source { path: path.join(name), source }),
+            },
             Self::Archive { file, members, .. } => {
                 Ok(members.get(name).map(|&(start, len)| (Box::new(RangeReader { file, pos: start, end: start + len }) as Box<dyn Read>, len)))
             }
@@ -159,7 +158,7 @@ impl Source {
 
     fn describe(&self) -> &Path {
         match self {
-            Self::Dir(path) | Self::Archive { path, .. } => path,
+            Self::Dir(path, _) | Self::Archive { path, .. } => path,
         }
     }
 
@@ -279,10 +278,41 @@ fn check_media_type(what: &str, found: Option<&str>, allowed: &[&str]) -> Result
     }
 }
 
-/// Opens `path` for reading if it is a regular file (`O_NONBLOCK`, so a FIFO planted in the
-/// layout cannot hang the import); `None` if it is something else.
+/// Opens the archive at `path` (the caller's path: links followed) if it is a regular file
+/// (`O_NONBLOCK`, so a FIFO cannot hang the import); `None` if it is something else.
 fn open_regular(path: &Path) -> io::Result<Option<File>> {
     let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY, Mode::empty())?;
+    if FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) != FileType::RegularFile {
+        return Ok(None);
+    }
+    Ok(Some(File::from(fd)))
+}
+
+/// Opens `name` (`/`-separated) below the layout directory `dir` without following a
+/// symbolic link anywhere, if it is a regular file; `None` if it is absent or anything else
+/// (a link to `/dev/watchdog` planted as a blob is never opened).
+fn open_member(dir: &OwnedFd, name: &str) -> io::Result<Option<File>> {
+    let absent = |e: rustix::io::Errno| matches!(e, rustix::io::Errno::NOENT | rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR);
+    let (parents, file) = name.rsplit_once('/').map_or(("", name), |(p, f)| (p, f));
+    let mut here = rustix::io::dup(dir)?;
+    for comp in parents.split('/').filter(|c| !c.is_empty()) {
+        here = match rustix::fs::openat(&here, comp, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(e) if absent(e) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+    }
+    match rustix::fs::statat(&here, file, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => {}
+        Ok(_) => return Ok(None),
+        Err(e) if absent(e) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let fd = match rustix::fs::openat(&here, file, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(e) if absent(e) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
     if FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) != FileType::RegularFile {
         return Ok(None);
     }

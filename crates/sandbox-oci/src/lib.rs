@@ -19,6 +19,8 @@
 //! unpacker does see bytes of a tampered layer, but nothing of it survives: any failure removes
 //! the temporary directory, and only a fully verified tree is renamed to the destination.
 //! `index.json` and `oci-layout` have no digest; they only choose which digests to trust.
+//! Inside a layout directory, no symbolic link is followed and only regular files are opened
+//! (a blob that is a link, a FIFO or a device counts as missing).
 //!
 //! # Unpacking (layer.md, "Applying Changesets")
 //!
@@ -232,7 +234,8 @@ fn null_as_default<'de, D: serde::Deserializer<'de>, T: Default + Deserialize<'d
 /// Imports the image at `source` (a layout directory or an oci-archive file) into `dest`, a
 /// directory that must not exist yet; its parent must. On success `dest` holds the merged
 /// root filesystem (0755, owned by the caller) and the returned [`Image`] describes it; on any
-/// error nothing is left at `dest` or beside it.
+/// error nothing is left at `dest` or beside it. The tree is built in `.<dest name>.<random>`
+/// beside `dest`: if the process dies mid-import, that directory is what a sweep removes.
 ///
 /// Errors: [`ImportError`]: the variant says what was refused, naming the blob digest, or the
 /// layer digest and entry path.

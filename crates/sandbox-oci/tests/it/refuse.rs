@@ -108,9 +108,27 @@ fn a_missing_blob_is_refused() {
     let layers = small();
     let (writer, _) = Writer::single(&scratch.layout(), &layers);
     let digest = crate::writer::digest(&layers[1].bytes);
-    fs::remove_file(writer.blob_path(&digest)).expect("remove");
+    let path = writer.blob_path(&digest);
+    let stored = scratch.dir.path().join("stored-blob");
+    fs::rename(&path, &stored).expect("move the blob away");
     let err = scratch.import(&scratch.layout(), &ImportOptions::default()).expect_err("missing");
     assert!(matches!(&err, ImportError::MissingBlob { digest: d } if d.as_str() == digest), "{err:?}");
+    // A symbolic link to the right content is not followed either (a link could as well name
+    // a device whose opening has effects), nor a link on the way to it.
+    std::os::unix::fs::symlink(&stored, &path).expect("symlink");
+    let err = scratch.import(&scratch.layout(), &ImportOptions::default()).expect_err("a link");
+    assert!(matches!(&err, ImportError::MissingBlob { .. }), "{err:?}");
+    fs::remove_file(&path).expect("rm link");
+    fs::copy(&stored, &path).expect("the blob back");
+    let blobs = writer.dir.join("blobs");
+    fs::rename(&blobs, scratch.dir.path().join("real-blobs")).expect("move blobs");
+    std::os::unix::fs::symlink(scratch.dir.path().join("real-blobs"), &blobs).expect("symlink");
+    let err = scratch.import(&scratch.layout(), &ImportOptions::default()).expect_err("a link on the way");
+    assert!(matches!(&err, ImportError::MissingBlob { .. }), "{err:?}");
+    // The accepted twin: the real directory back.
+    fs::remove_file(&blobs).expect("rm link");
+    fs::rename(scratch.dir.path().join("real-blobs"), &blobs).expect("blobs back");
+    scratch.import(&scratch.layout(), &ImportOptions::default()).expect("all blobs there");
 }
 
 #[test]
