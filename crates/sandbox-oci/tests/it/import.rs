@@ -11,7 +11,7 @@ use crate::{inode, tree, Node, Scratch};
 /// Three layers: whiteouts (a file, a directory), an opaque directory, overwrites (file by
 /// file, file by directory), symbolic links (absolute and relative), hard links (same layer,
 /// lower layer), a FIFO, setuid bits; the third layer is an uncompressed tar.
-fn three_layers() -> Vec<Layer> {
+pub fn three_layers() -> Vec<Layer> {
     vec![
         Layer::gzip(&[
             E::Dir("etc/", 0o755),

@@ -3,6 +3,7 @@
 //! the merged tree walked and compared entry by entry; each refusal asserts its variant.
 
 mod import;
+mod mutate;
 mod refuse;
 mod umoci;
 mod writer;
@@ -66,6 +67,12 @@ impl Default for Scratch {
 }
 
 impl Scratch {
+    /// On tmpfs (`/dev/shm`) when there is one: for tests that import hundreds of times.
+    pub fn in_memory() -> Self {
+        let shm = Path::new("/dev/shm");
+        let dir = if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() };
+        Self { dir: dir.expect("tempdir") }
+    }
     pub fn layout(&self) -> PathBuf {
         self.dir.path().join("layout")
     }

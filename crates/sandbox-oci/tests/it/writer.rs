@@ -39,6 +39,11 @@ impl Layer {
         Self { media_type: LAYER_TAR, diff_id: digest(&bytes), bytes }
     }
 
+    /// An uncompressed layer of a tar stream built by hand.
+    pub fn raw_tar(bytes: Vec<u8>) -> Self {
+        Self { media_type: LAYER_TAR, diff_id: digest(&bytes), bytes }
+    }
+
     pub fn gzip(entries: &[E<'_>]) -> Self {
         Self::gzip_tar(tar_of(entries))
     }
