@@ -1,4 +1,4 @@
-//! Imports an OCI image layout or oci-archive into a new directory and prints the `Image`
+//! Imports an OCI image layout or oci-archive into a new directory and prints the `Imported`
 //! as JSON: `cargo run -p sandbox-oci --example import -- [--skip-device-nodes] SOURCE DEST [REFERENCE]`.
 //! For trying real images by hand (`podman save --format oci-archive -o img.tar IMAGE`).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -21,9 +21,9 @@ fn main() -> ExitCode {
     let opts = ImportOptions { reference: rest.first().cloned(), skip_device_nodes, ..ImportOptions::default() };
     let started = std::time::Instant::now();
     match import(Path::new(source), Path::new(dest), &opts) {
-        Ok(mut image) => {
-            image.config_json.clear(); // printed as the fields above it
-            println!("{}", serde_json::to_string_pretty(&image).expect("an Image serializes"));
+        Ok(mut imported) => {
+            imported.image.config_json.clear(); // printed as the fields above it
+            println!("{}", serde_json::to_string_pretty(&imported).expect("an Imported serializes"));
             eprintln!("imported in {:.2?}", started.elapsed());
             ExitCode::SUCCESS
         }

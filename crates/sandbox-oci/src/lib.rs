@@ -75,11 +75,17 @@
 //!
 //! ```no_run
 //! use std::path::Path;
-//! use sandbox_oci::{import, ImportOptions};
+//! use sandbox_oci::{import, inspect, ImportOptions};
 //!
 //! let opts = ImportOptions { reference: Some("python-3.13".into()), ..ImportOptions::default() };
-//! let image = import(Path::new("/srv/images/python.oci.tar"), Path::new("/var/lib/sandbox/bases/new"), &opts)?;
-//! println!("{} unpacked ({} bytes), PATH={:?}", image.manifest_digest, image.unpacked_bytes, image.config.env_var("PATH"));
+//! let source = Path::new("/srv/images/python.oci.tar");
+//! // The content address first: an image already imported need not be unpacked again.
+//! let image = inspect(source, &opts)?;
+//! let dest = Path::new("/var/lib/sandbox/bases").join(image.manifest_digest.hex());
+//! if !dest.exists() {
+//!     let imported = import(source, &dest, &opts)?;
+//!     println!("{} bytes unpacked, PATH={:?}", imported.unpacked_bytes, imported.image.config.env_var("PATH"));
+//! }
 //! # Ok::<(), sandbox_oci::ImportError>(())
 //! ```
 
@@ -124,7 +130,7 @@ pub struct ImportOptions {
     /// Bytes of `index.json`, `oci-layout`, an index, manifest or config. Default 4 MiB.
     pub max_json_bytes: u64,
     /// Leave out character and block devices instead of refusing the image
-    /// ([`ImportError::DeviceNode`]); counted in [`Image::devices_skipped`]. Default `false`.
+    /// ([`ImportError::DeviceNode`]); counted in [`Imported::devices_skipped`]. Default `false`.
     /// Images made from a root filesystem tarball (`mmdebstrap`, then `podman import`) carry
     /// `/dev/null`, `/dev/console`, ...; a sandbox mounts its own minimal `/dev` over them anyway.
     pub skip_device_nodes: bool,
@@ -169,7 +175,8 @@ impl Platform {
     }
 }
 
-/// An imported image: what the engine keys, records and runs it by. Nothing in it was run.
+/// An image as its verified manifest and config describe it: what the engine keys, records
+/// and runs it by. Nothing in it was run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Image {
     /// The image manifest's digest: the content address to key the base by (it pins the
@@ -187,6 +194,13 @@ pub struct Image {
     pub config: ImageConfig,
     /// The config blob as verified, for whoever needs more of it.
     pub config_json: Vec<u8>,
+}
+
+/// What [`import`] made: the image, and what unpacking it took.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Imported {
+    /// The image imported.
+    pub image: Image,
     /// Bytes of file content written, over all layers (including files later layers removed).
     pub unpacked_bytes: u64,
     /// Tar entries read, over all layers.
@@ -231,15 +245,27 @@ fn null_as_default<'de, D: serde::Deserializer<'de>, T: Default + Deserialize<'d
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
+/// Reads and verifies what describes the image at `source` (a layout directory or an
+/// oci-archive file): `index.json`, the chosen manifest and its config, not the layers. Cheap:
+/// tells the content address ([`Image::manifest_digest`]) before anything is unpacked, so a
+/// caller can find the base already imported.
+///
+/// Errors: [`ImportError`], as [`import`] before it unpacks.
+pub fn inspect(source: &Path, opts: &ImportOptions) -> Result<Image, ImportError> {
+    let source = layout::Source::open(source, opts)?;
+    Ok(describe(layout::select(&source, opts)?))
+}
+
 /// Imports the image at `source` (a layout directory or an oci-archive file) into `dest`, a
 /// directory that must not exist yet; its parent must. On success `dest` holds the merged
-/// root filesystem (0755, owned by the caller) and the returned [`Image`] describes it; on any
-/// error nothing is left at `dest` or beside it. The tree is built in `.<dest name>.<random>`
-/// beside `dest`: if the process dies mid-import, that directory is what a sweep removes.
+/// root filesystem (0755, owned by the caller) and the returned [`Imported`] describes it; on
+/// any error nothing is left at `dest` or beside it. The tree is built in
+/// `.<dest name>.<random>` beside `dest`: if the process dies mid-import, that directory is
+/// what a sweep removes. Blocking (file I/O and hashing: seconds for a few hundred MB).
 ///
 /// Errors: [`ImportError`]: the variant says what was refused, naming the blob digest, or the
 /// layer digest and entry path.
-pub fn import(source: &Path, dest: &Path, opts: &ImportOptions) -> Result<Image, ImportError> {
+pub fn import(source: &Path, dest: &Path, opts: &ImportOptions) -> Result<Imported, ImportError> {
     let exists = |path: &Path| path.symlink_metadata().is_ok();
     if exists(dest) {
         return Err(ImportError::DestinationExists { path: dest.to_owned() });
@@ -272,20 +298,19 @@ pub fn import(source: &Path, dest: &Path, opts: &ImportOptions) -> Result<Image,
     })?;
     // Renamed: the directory is `dest` now; nothing is left to clean up.
     let _ = temp.keep();
+    Ok(Imported { image: describe(selected), unpacked_bytes, entries, devices_skipped })
+}
 
-    let config = selected.config.config.unwrap_or_default();
-    Ok(Image {
+fn describe(selected: layout::Selected) -> Image {
+    Image {
+        layers: selected.manifest.layers.iter().map(|l| l.digest.clone()).collect(),
         manifest_digest: selected.manifest_digest,
         config_digest: selected.config_digest,
-        layers: selected.manifest.layers.iter().map(|l| l.digest.clone()).collect(),
         os: selected.config.os,
         architecture: selected.config.architecture,
-        config,
+        config: selected.config.config.unwrap_or_default(),
         config_json: selected.config_bytes,
-        unpacked_bytes,
-        entries,
-        devices_skipped,
-    })
+    }
 }
 
 /// `dest`'s parent directory (which must exist) and last component.

@@ -94,7 +94,9 @@ fn expected() -> BTreeMap<String, Node> {
 
 #[track_caller]
 fn check_merged(scratch: &Scratch, source: &std::path::Path, manifest: &str, layers: &[Layer]) {
-    let image = scratch.import(source, &ImportOptions::default()).expect("import");
+    let imported = scratch.import(source, &ImportOptions::default()).expect("import");
+    assert_eq!(sandbox_oci::inspect(source, &ImportOptions::default()).expect("inspect"), imported.image, "inspect describes what import imports");
+    let image = &imported.image;
     let dest = scratch.dest();
     assert_eq!(tree(&dest), expected());
     assert_eq!(inode(&dest.join("data/hard")), inode(&dest.join("data/linked")));
@@ -118,8 +120,8 @@ fn check_merged(scratch: &Scratch, source: &std::path::Path, manifest: &str, lay
     assert!(image.config.labels.is_empty());
     let contents = ["root:x:0:0::/root:/bin/sh\n", "root:*:1::::::\n", "old", "deep", "#!/bin/sh\n", "#!/bin/sh\n", "v1", "shared", "a file first", "cache"];
     let contents2 = ["new", "v2", "now a directory", "mine"];
-    assert_eq!(image.unpacked_bytes, contents.iter().chain(&contents2).map(|c| c.len() as u64).sum::<u64>());
-    assert_eq!(image.entries, 16 + 13 + 5);
+    assert_eq!(imported.unpacked_bytes, contents.iter().chain(&contents2).map(|c| c.len() as u64).sum::<u64>());
+    assert_eq!(imported.entries, 16 + 13 + 5);
     assert_eq!(crate::writer::digest(&image.config_json), image.config_digest.to_string());
 }
 

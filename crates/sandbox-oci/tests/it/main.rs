@@ -13,7 +13,7 @@ use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use sandbox_oci::{import, Image, ImportError, ImportOptions};
+use sandbox_oci::{import, ImportError, ImportOptions, Imported};
 
 /// One node of an unpacked tree: type, mode bits (without the file type) and content.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +81,7 @@ impl Scratch {
     }
 
     /// Imports `source` to `dest()`; on failure, checks that nothing is left beside the layout.
-    pub fn import(&self, source: &Path, opts: &ImportOptions) -> Result<Image, ImportError> {
+    pub fn import(&self, source: &Path, opts: &ImportOptions) -> Result<Imported, ImportError> {
         let result = import(source, &self.dest(), opts);
         if result.is_err() {
             let left: Vec<_> = fs::read_dir(self.dir.path()).expect("read_dir").map(|e| e.expect("entry").file_name()).collect();

@@ -201,8 +201,8 @@ fn device_nodes_are_refused_or_left_out_when_asked() {
     let scratch = Scratch::default();
     Writer::single(&scratch.layout(), &[Layer::gzip(&[E::Dir("dev/", 0o755), E::Char("dev/null"), E::Block("dev/sda"), E::File("etc/x", 0o644, b"x")])]);
     let opts = ImportOptions { skip_device_nodes: true, ..ImportOptions::default() };
-    let image = scratch.import(&scratch.layout(), &opts).expect("devices left out");
-    assert_eq!(image.devices_skipped, 2);
+    let imported = scratch.import(&scratch.layout(), &opts).expect("devices left out");
+    assert_eq!(imported.devices_skipped, 2);
     assert_eq!(fs::read_dir(scratch.dest().join("dev")).expect("dev").count(), 0);
 }
 

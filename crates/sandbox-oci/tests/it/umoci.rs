@@ -52,7 +52,7 @@ fn a_layout_made_by_umoci_imports_with_its_whiteouts_applied() {
     }
 
     let opts = ImportOptions { reference: Some("py".into()), ..ImportOptions::default() };
-    let image = scratch.import(&scratch.layout(), &opts).expect("import");
+    let image = scratch.import(&scratch.layout(), &opts).expect("import").image;
     let want: Vec<(String, Node)> = vec![
         ("etc".into(), Node::Dir(0o755)),
         ("etc/hostname".into(), Node::File(0o644, "box\n".into())),
