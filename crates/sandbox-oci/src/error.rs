@@ -86,8 +86,8 @@ pub enum ImportError {
         /// The limit in bytes.
         limit: u64,
     },
-    /// A descriptor or document has a media type this importer does not handle (zstd layers,
-    /// foreign layer types, artifacts, an index nested more than one level).
+    /// A descriptor or document has a media type this importer does not handle (foreign
+    /// layer types, artifacts, an index nested more than one level).
     #[error("{what} has unsupported media type {media_type:?}")]
     MediaType {
         /// Which descriptor or document.

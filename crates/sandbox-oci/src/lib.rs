@@ -26,8 +26,9 @@
 //!
 //! Layers apply in manifest order into `<dest's parent>/.<dest name>.<random>`, renamed to
 //! `dest` at the end (`RENAME_NOREPLACE`: an import never replaces anything). Supported layer
-//! media types: `tar`, `tar+gzip` (and their deprecated non-distributable and Docker names);
-//! `tar+zstd` is refused ([`ImportError::MediaType`]).
+//! media types: `tar`, `tar+gzip`, `tar+zstd` (and their deprecated non-distributable and Docker
+//! names; zstd frames needing a window over 128 MiB are refused, as libzstd does by default);
+//! others are refused ([`ImportError::MediaType`]).
 //!
 //! - Paths: a leading `/`, `.` and empty components are dropped; a `..` component is refused
 //!   ([`ImportError::PathEscape`]), as is a path over [`ImportOptions::max_path_bytes`] bytes,

@@ -19,6 +19,7 @@ use crate::{Digest, ImportError, ImportOptions};
 /// Layer media types (image-spec media-types.md, layer.md "Distributable Format"; the
 /// non-distributable types are deprecated but have the same format).
 const TAR: &[&str] = &["application/vnd.oci.image.layer.v1.tar", "application/vnd.oci.image.layer.nondistributable.v1.tar"];
+const TAR_ZSTD: &[&str] = &["application/vnd.oci.image.layer.v1.tar+zstd", "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd"];
 const TAR_GZIP: &[&str] = &[
     "application/vnd.oci.image.layer.v1.tar+gzip",
     "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
@@ -47,6 +48,13 @@ pub(crate) struct Unpacker<'o> {
     stream: u64,
 }
 
+/// How a layer's tar stream is compressed.
+enum Compression {
+    None,
+    Gzip,
+    Zstd,
+}
+
 /// Why a tar stream stopped: its own error or a limit of ours.
 enum Stop {
     Refused(ImportError),
@@ -66,10 +74,13 @@ impl<'o> Unpacker<'o> {
     /// held, the layer fails unless its digest and size match, and a broken stream is reported
     /// as the digest mismatch it usually is.
     pub(crate) fn apply(&mut self, source: &Source, layer: &Descriptor) -> Result<(), ImportError> {
-        let gzip = if TAR_GZIP.contains(&layer.media_type.as_str()) {
-            true
-        } else if TAR.contains(&layer.media_type.as_str()) {
-            false
+        let media_type = layer.media_type.as_str();
+        let compression = if TAR_GZIP.contains(&media_type) {
+            Compression::Gzip
+        } else if TAR_ZSTD.contains(&media_type) {
+            Compression::Zstd
+        } else if TAR.contains(&media_type) {
+            Compression::None
         } else {
             return Err(ImportError::MediaType { what: format!("layer {}", layer.digest), media_type: layer.media_type.clone() });
         };
@@ -77,8 +88,16 @@ impl<'o> Unpacker<'o> {
         let left = self.stream_limit().saturating_sub(self.stream);
         let gauge = Gauge::new(left);
         let result = {
-            let decoded: Box<dyn Read + '_> = if gzip { Box::new(MultiGzDecoder::new(&mut blob)) } else { Box::new(&mut blob) };
-            self.apply_tar(&layer.digest, &mut Window::new(decoded, &gauge), &gauge, left)
+            let decoded: Result<Box<dyn Read + '_>, _> = match compression {
+                Compression::Gzip => Ok(Box::new(MultiGzDecoder::new(&mut blob))),
+                // libzstd's default window limit (2^27 bytes) bounds the decoder's memory.
+                Compression::Zstd => zstd::stream::read::Decoder::new(&mut blob).map(|d| Box::new(d) as Box<dyn Read>),
+                Compression::None => Ok(Box::new(&mut blob)),
+            };
+            match decoded {
+                Ok(decoded) => self.apply_tar(&layer.digest, &mut Window::new(decoded, &gauge), &gauge, left),
+                Err(e) => Err(Stop::Stream(e)),
+            }
         };
         self.stream += gauge.pos();
         match result {

@@ -134,6 +134,14 @@ fn three_layers_merge_into_exactly_the_expected_tree() {
 }
 
 #[test]
+fn zstd_layers_give_the_same_tree() {
+    let scratch = Scratch::default();
+    let layers: Vec<Layer> = three_layers().iter().map(Layer::to_zstd).collect();
+    let (_, manifest) = Writer::single(&scratch.layout(), &layers);
+    check_merged(&scratch, &scratch.layout(), &manifest, &layers);
+}
+
+#[test]
 fn an_oci_archive_of_the_layout_gives_the_same_tree() {
     let scratch = Scratch::default();
     let layers = three_layers();

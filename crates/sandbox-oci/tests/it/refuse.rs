@@ -214,6 +214,8 @@ fn a_decompression_bomb_is_refused_at_the_byte_limit() {
     let opts = ImportOptions { max_unpacked_bytes: 4 << 20, ..ImportOptions::default() };
     let err = refused_with(&bomb(), &opts);
     assert!(matches!(&err, ImportError::TooManyBytes { path, limit, .. } if path == "zeros" && *limit == 4 << 20), "{err:?}");
+    let err = refused_with(&[bomb()[0].to_zstd()], &opts);
+    assert!(matches!(&err, ImportError::TooManyBytes { path, .. } if path == "zeros"), "zstd: {err:?}");
     // Spread over layers too.
     let half = vec![0u8; 3 << 20];
     let err = refused_with(&[Layer::gzip(&[E::File("a", 0o644, &half)]), Layer::gzip(&[E::File("b", 0o644, &half)])], &opts);

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 pub const LAYER_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
 pub const LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+pub const LAYER_ZSTD: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
 pub const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub const CONFIG: &str = "application/vnd.oci.image.config.v1+json";
@@ -37,6 +38,25 @@ impl Layer {
     pub fn tar(entries: &[E<'_>]) -> Self {
         let bytes = tar_of(entries);
         Self { media_type: LAYER_TAR, diff_id: digest(&bytes), bytes }
+    }
+
+    /// This layer's tar stream.
+    pub fn tar_bytes(&self) -> Vec<u8> {
+        match self.media_type {
+            LAYER_TAR => self.bytes.clone(),
+            LAYER_ZSTD => zstd::decode_all(&self.bytes[..]).expect("unzstd"),
+            _ => {
+                let mut out = Vec::new();
+                std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&self.bytes[..]), &mut out).expect("gunzip");
+                out
+            }
+        }
+    }
+
+    /// The same tar stream, zstd-compressed.
+    pub fn to_zstd(&self) -> Self {
+        let tar = self.tar_bytes();
+        Self { media_type: LAYER_ZSTD, diff_id: digest(&tar), bytes: zstd::encode_all(&tar[..], 3).expect("zstd") }
     }
 
     /// An uncompressed layer of a tar stream built by hand.
