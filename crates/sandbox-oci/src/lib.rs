@@ -263,6 +263,8 @@ pub fn inspect(source: &Path, opts: &ImportOptions) -> Result<Image, ImportError
 /// any error nothing is left at `dest` or beside it. The tree is built in
 /// `.<dest name>.<random>` beside `dest`: if the process dies mid-import, that directory is
 /// what a sweep removes. Blocking (file I/O and hashing: seconds for a few hundred MB).
+/// The image's modes are kept (world-writable files included): keep `dest`'s parent closed
+/// to other host users.
 ///
 /// Errors: [`ImportError`]: the variant says what was refused, naming the blob digest, or the
 /// layer digest and entry path.
