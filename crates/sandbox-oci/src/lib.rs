@@ -269,6 +269,31 @@ pub fn inspect(source: &Path, opts: &ImportOptions) -> Result<Image, ImportError
 /// Errors: [`ImportError`]: the variant says what was refused, naming the blob digest, or the
 /// layer digest and entry path.
 pub fn import(source: &Path, dest: &Path, opts: &ImportOptions) -> Result<Imported, ImportError> {
+    import_with_progress(source, dest, opts, &mut |_| {})
+}
+
+/// A step of a long import, for a progress display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Progress<'a> {
+    /// Layer `index` (0-based, of `count`) starts unpacking; `size_bytes` is its blob's
+    /// (compressed) size.
+    Layer {
+        /// 0-based position in the manifest.
+        index: usize,
+        /// How many layers the image has.
+        count: usize,
+        /// The layer's digest.
+        digest: &'a Digest,
+        /// The blob's size in bytes.
+        size_bytes: u64,
+    },
+}
+
+/// [`import`], calling `progress` before each layer.
+///
+/// Errors: as [`import`].
+pub fn import_with_progress(source: &Path, dest: &Path, opts: &ImportOptions, progress: &mut dyn FnMut(Progress<'_>)) -> Result<Imported, ImportError> {
     let exists = |path: &Path| path.symlink_metadata().is_ok();
     if exists(dest) {
         return Err(ImportError::DestinationExists { path: dest.to_owned() });
@@ -286,7 +311,9 @@ pub fn import(source: &Path, dest: &Path, opts: &ImportOptions) -> Result<Import
     let root = rustix::fs::open(temp.path(), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| dest_error(e.into()))?;
     let mut unpacker = unpack::Unpacker::new(rustix::io::dup(&root).map_err(|e| dest_error(e.into()))?, opts);
-    for layer in &selected.manifest.layers {
+    let count = selected.manifest.layers.len();
+    for (index, layer) in selected.manifest.layers.iter().enumerate() {
+        progress(Progress::Layer { index, count, digest: &layer.digest, size_bytes: layer.size });
         unpacker.apply(&source, layer)?;
     }
     let (unpacked_bytes, entries, devices_skipped) = (unpacker.bytes, unpacker.entries, unpacker.devices_skipped);

@@ -134,6 +134,21 @@ fn three_layers_merge_into_exactly_the_expected_tree() {
 }
 
 #[test]
+fn progress_is_told_before_each_layer() {
+    let scratch = Scratch::default();
+    let layers = three_layers();
+    Writer::single(&scratch.layout(), &layers);
+    let mut seen = Vec::new();
+    sandbox_oci::import_with_progress(&scratch.layout(), &scratch.dest(), &ImportOptions::default(), &mut |step| match step {
+        sandbox_oci::Progress::Layer { index, count, digest, size_bytes } => seen.push((index, count, digest.to_string(), size_bytes)),
+        _ => unreachable!("only layers so far"),
+    })
+    .expect("import");
+    let want: Vec<_> = layers.iter().enumerate().map(|(i, l)| (i, 3, crate::writer::digest(&l.bytes), l.bytes.len() as u64)).collect();
+    assert_eq!(seen, want);
+}
+
+#[test]
 fn zstd_layers_give_the_same_tree() {
     let scratch = Scratch::default();
     let layers: Vec<Layer> = three_layers().iter().map(Layer::to_zstd).collect();
