@@ -210,7 +210,7 @@ pub(crate) struct Selected {
     pub manifest: Manifest,
     pub config_digest: Digest,
     pub config: ConfigJson,
-    pub config_bytes: Vec<u8>,
+    pub config_json: String,
 }
 
 /// Checks `oci-layout`, reads `index.json`, picks one manifest (following an image index one
@@ -250,11 +250,13 @@ pub(crate) fn select(source: &Source, opts: &ImportOptions) -> Result<Selected, 
         return Err(ImportError::MediaType { what: format!("config {}", manifest.config.digest), media_type: manifest.config.media_type.clone() });
     }
     let (config, config_bytes): (ConfigJson, _) = source.json_blob(&manifest.config, "config", opts)?;
+    // It parsed, so it is UTF-8 (JSON text is, and serde_json checks its strings).
+    let config_json = String::from_utf8(config_bytes).map_err(|_| ImportError::Layout { reason: format!("config {} is not UTF-8", manifest.config.digest) })?;
     let found = format!("{}/{}", config.os, config.architecture);
     if found != wanted_platform {
         return Err(ImportError::Platform { wanted: wanted_platform, found });
     }
-    Ok(Selected { manifest_digest: chosen.digest.clone(), config_digest: manifest.config.digest.clone(), manifest, config, config_bytes })
+    Ok(Selected { manifest_digest: chosen.digest.clone(), config_digest: manifest.config.digest.clone(), manifest, config, config_json })
 }
 
 /// The one manifest descriptor of `candidates` whose platform is the one asked for.

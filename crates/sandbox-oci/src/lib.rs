@@ -193,8 +193,8 @@ pub struct Image {
     pub architecture: String,
     /// The config's execution parameters (config.md, `config`).
     pub config: ImageConfig,
-    /// The config blob as verified, for whoever needs more of it.
-    pub config_json: Vec<u8>,
+    /// The config blob as verified (JSON text), for whoever needs more of it.
+    pub config_json: String,
 }
 
 /// What [`import`] made: the image, and what unpacking it took.
@@ -339,7 +339,7 @@ fn describe(selected: layout::Selected) -> Image {
         os: selected.config.os,
         architecture: selected.config.architecture,
         config: selected.config.config.unwrap_or_default(),
-        config_json: selected.config_bytes,
+        config_json: selected.config_json,
     }
 }
 

@@ -122,7 +122,7 @@ fn check_merged(scratch: &Scratch, source: &std::path::Path, manifest: &str, lay
     let contents2 = ["new", "v2", "now a directory", "mine"];
     assert_eq!(imported.unpacked_bytes, contents.iter().chain(&contents2).map(|c| c.len() as u64).sum::<u64>());
     assert_eq!(imported.entries, 16 + 13 + 5);
-    assert_eq!(crate::writer::digest(&image.config_json), image.config_digest.to_string());
+    assert_eq!(crate::writer::digest(image.config_json.as_bytes()), image.config_digest.to_string());
 }
 
 #[test]
