@@ -16,8 +16,10 @@ phase in ms. The phases, by the call that ends each:
   teardown          the program's exit to the service's exit_group: init and helper reaped,
                     cgroup removed, files collected, the audit `finish` record, the output
 
-strace adds a stop per traced call (a few dozen per run), so absolute figures are a little
-high; compare them side by side (bench/startup-guest.sh: the host against a cgroup v2 guest).
+strace adds a stop per traced call (a few dozen per run) and traces every process, so the
+figures are high (on this host the total is ~1.5x an untraced run's); use them for proportions on
+one machine. Not for a QEMU guest under TCG, where ptrace stops inflate the set-up ~10x
+(bench/startup-guest.sh compares host and guest on the result's own timing instead).
 
   python3 bench/setup_phases.py SANDBOX_BIN [N] [--json OUT]
 """
