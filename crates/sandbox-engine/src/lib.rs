@@ -614,20 +614,6 @@ fn internal(id: &str, request: &ExecutionRequest, message: String) -> ExecutionR
     }
 }
 
-/// Start time of process `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
-pub(crate) fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 2..];
-    after_comm.split(' ').nth(19)?.parse().ok()
-}
-
-/// Parent pid of process `pid` (field 4 of `/proc/<pid>/stat`).
-pub(crate) fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 2..];
-    after_comm.split(' ').nth(1)?.parse().ok()
-}
-
 /// Runs blocking `f` (a file system, cgroup or database call) on tokio's blocking pool, so the
 /// runtime's workers keep serving other executions, streams and health probes meanwhile.
 /// A panic in `f` is resumed here.

@@ -16,6 +16,7 @@ pub mod cgroup;
 mod helper;
 mod init;
 pub mod probe;
+pub mod process;
 mod rootfs;
 mod seccomp;
 pub mod selftest;
