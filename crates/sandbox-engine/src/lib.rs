@@ -527,8 +527,7 @@ impl Engine {
                 return result;
             }
         };
-        result.enforcement =
-            Some(Enforcement { cgroup: layout.version().into(), landlock_abi: 0, seccomp: true, network: admitted.profile.network.mode().into() });
+        result.enforcement = Some(Enforcement { cgroup: cgroup_version(&layout), landlock_abi: 0, seccomp: true, network: admitted.profile.network.mode() });
         let templates = self.templates.get();
         let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output, self.abort.subscribe(), templates, member).await;
         let collect_start = Instant::now();
@@ -611,6 +610,14 @@ fn internal(id: &str, request: &ExecutionRequest, message: String) -> ExecutionR
         profile: request.profile.clone(),
         error: Some(internal_error(id, message)),
         ..Default::default()
+    }
+}
+
+/// The wire name of the cgroup hierarchy `layout` (the runtime knows no wire types).
+fn cgroup_version(layout: &sandbox_runtime::cgroup::Layout) -> sandbox_core::wire::CgroupVersion {
+    match layout {
+        sandbox_runtime::cgroup::Layout::V1 { .. } => sandbox_core::wire::CgroupVersion::V1,
+        sandbox_runtime::cgroup::Layout::V2 { .. } => sandbox_core::wire::CgroupVersion::V2,
     }
 }
 

@@ -315,7 +315,7 @@ impl Prepared {
             fs::DirBuilder::new().mode(0o755).create(d).map_err(io_err("create", d))?;
         }
         let run = serde_json::json!({
-            "mode": match a.harness { sandbox_core::Harness::Script => "script", sandbox_core::Harness::Function => "function" },
+            "mode": a.harness.as_str(),
             "env": self.spec.env.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
         });
         let run_file = RootFile { sandbox_path: format!("{CODE_DIR}/_sandbox_run.json"), content: run.to_string(), mode: 0o444 };
