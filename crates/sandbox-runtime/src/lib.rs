@@ -21,6 +21,7 @@ mod rootfs;
 mod seccomp;
 pub mod selftest;
 pub mod spec;
+mod step;
 pub(crate) mod sys;
 pub mod tun;
 pub mod wall;
