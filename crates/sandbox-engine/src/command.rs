@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use sandbox_core::profile::{Profile, RuntimeConfig, ENV_MOUNT};
-use sandbox_core::{Admitted, Harness, Language};
+use sandbox_core::{Admitted, Language};
 
 /// Where the code is placed inside the sandbox (read-only).
 pub const CODE_DIR: &str = "/code";
@@ -46,10 +46,7 @@ pub const INPUT_FILE: &str = "/code/input.json";
 /// rounded up, then the profile's `env`, then the request's.
 pub fn program_command(a: &Admitted, rt: &RuntimeConfig) -> (Vec<String>, Vec<(String, String)>) {
     let harness = format!("{CODE_DIR}/{}", harness_source(a.language).0);
-    let mode = match a.harness {
-        Harness::Script => "script".to_owned(),
-        Harness::Function => "function".to_owned(),
-    };
+    let mode = a.harness.as_str().to_owned();
     let argv = match a.language {
         Language::Python => vec![rt.python.display().to_string(), "-B".into(), harness, mode],
         Language::Typescript => {

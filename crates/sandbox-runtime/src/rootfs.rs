@@ -11,10 +11,10 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
 use crate::spec::{SpawnSpec, WARM_LIB_DIR, WARM_TREES};
 
-type StepError = (&'static str, String);
+use crate::step::StepError;
 
 fn step<T, E: std::fmt::Display>(name: &'static str, what: &Path, r: Result<T, E>) -> Result<T, StepError> {
-    r.map_err(|e| (name, format!("{}: {e}", what.display())))
+    r.map_err(|e| StepError::new(name, format!("{}: {e}", what.display())))
 }
 
 /// Device nodes bound from the host's /dev.

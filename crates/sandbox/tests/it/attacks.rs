@@ -161,8 +161,13 @@ fn landlock_blocks_paths_outside_the_rules_even_through_proc() {
     // /proc/self/root is the sandbox root; reading files through it is allowed only where the rules allow.
     let code = "import os, errno\nfor p in ['/proc/self/root/etc/passwd', '/workspace/../etc/hostname']:\n    \
                 try:\n        open(p).read(); print('read')\n    except OSError as e:\n        print(errno.errorcode[e.errno])";
-    let lines = attempt(code);
-    assert_eq!(lines, ["read", "read"], "the synthesized /etc is readable; nothing outside exists: {lines:?}");
+    let r = run("python-default", code, &[]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    let lines: Vec<&str> = r.stdout().lines().collect();
+    assert_eq!(lines, ["read", "read"], "the synthesized /etc is readable; nothing outside exists: {r:?}");
+    // The reads above passed through landlock, not around it: without landlock this test fails.
+    let abi = r.json["enforcement"]["landlockAbi"].as_u64().unwrap_or(0);
+    assert!(abi >= 1, "landlock was not enforced (ABI {abi}): {r:?}");
 }
 
 #[test]

@@ -6,6 +6,7 @@ mod attacks;
 mod audit;
 mod basics;
 mod cases;
+mod deps;
 mod docs;
 mod doors;
 mod environments;
