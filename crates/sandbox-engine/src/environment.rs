@@ -49,6 +49,9 @@ pub struct Manifest {
     /// Hex SHA-256 over every file's path, mode and content and every symlink's target, in path
     /// order: `verify` recomputes it to find any change since install.
     pub tree_sha256: String,
+    /// The base it sits on (`debian-<hash>`, under `bases/`); absent for the host base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
 }
 
 /// Why an install, lookup or removal failed.
@@ -105,7 +108,7 @@ pub enum EnvError {
     },
 }
 
-fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> EnvError + 'a {
+pub(crate) fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> EnvError + 'a {
     move |source| EnvError::Io { op, path: path.to_owned(), source }
 }
 
@@ -169,6 +172,11 @@ impl Environments {
         &self.dir
     }
 
+    /// The bases of these environments (`<dir>/bases/`).
+    pub fn bases(&self) -> crate::base::Bases {
+        crate::base::Bases::new(&self.dir)
+    }
+
     /// The first ancestor of the directory (or the directory itself) that others may not
     /// search (mode o+x): the container's unprivileged init could not bind an environment below it.
     pub fn unsearchable_ancestor(&self) -> Option<PathBuf> {
@@ -178,10 +186,15 @@ impl Environments {
     /// First 16 hex digits of SHA-256 over the spec and the interpreters it is built for: any
     /// change to a pin, the Python binary or the Node binary makes a different environment.
     /// The locks count too (their SHA-256): a changed lock is a new environment.
+    /// An environment on a base other than the host's is keyed by the base's id instead of the
+    /// host's interpreters.
     pub fn spec_hash(env: &Environment, rt: &RuntimeConfig) -> String {
         let mut key = serde_json::json!({
             "python": env.python, "npm": env.npm, "interpreter": rt.python, "node": rt.node, "layout": 2,
         });
+        if let Some(base) = crate::base::base_of(env) {
+            key = serde_json::json!({ "python": env.python, "npm": env.npm, "base": base, "layout": 2 });
+        }
         // Keys only when there is a lock: an environment without one keeps its old hash.
         for (k, lock) in [("python_lock", &env.locks.python), ("npm_lock", &env.locks.npm)] {
             if let Some(text) = lock {
@@ -268,6 +281,10 @@ impl Environments {
             progress(&format!("{name} is installed already ({}); nothing to do", path.display()));
             return Ok(Installed::Already(path, manifest));
         }
+        let base = match (env.base, &env.debian) {
+            (sandbox_core::profile::EnvironmentBase::Debian, Some(d)) => Some(self.bases().install_debian(d, &rt.apt_cache_dir, progress)?.1),
+            _ => None,
+        };
         let build = self.dir.join(format!(".build-{name}-{hash}"));
         if build.exists() {
             progress(&format!("removing an unfinished build at {}", build.display()));
@@ -276,7 +293,7 @@ impl Environments {
         fs::create_dir(&build).map_err(io("create", &build))?;
         // The sandbox's unprivileged init binds it.
         fs::set_permissions(&build, fs::Permissions::from_mode(0o755)).map_err(io("chmod", &build))?;
-        let built = self.build(name, env, rt, &hash, &build, &target, sandbox, progress);
+        let built = self.build(name, env, rt, base.as_ref(), &hash, &build, &target, sandbox, progress);
         if built.is_err() {
             // Nothing half-built stays behind (the next install would remove it anyway).
             let _ = fs::remove_dir_all(&build);
@@ -290,6 +307,7 @@ impl Environments {
         name: &str,
         env: &Environment,
         rt: &RuntimeConfig,
+        base: Option<&crate::base::BaseManifest>,
         hash: &str,
         build: &Path,
         target: &Path,
@@ -304,16 +322,30 @@ impl Environments {
         };
         if !env.python.is_empty() {
             let locked = if env.locks.python.is_some() { " (every hash checked against the lock)" } else { "" };
-            say(progress, format!("Python packages for {} with uv: {}{locked}", rt.python.display(), env.python.join(" ")));
             let site = build.join("python");
             let mut cmd = Command::new(&rt.uv);
-            cmd.args(["pip", "install", "--no-config", "--python"])
-                .arg(&rt.python)
-                .arg("--target")
-                .arg(&site)
-                // Compiling bytecode runs the host interpreter's compiler over the files, never
-                // their code (a target directory is no site directory: no `.pth` runs either).
-                .args(["--only-binary", ":all:", "--link-mode", "copy", "--compile-bytecode"]);
+            cmd.args(["pip", "install", "--no-config"]);
+            match base {
+                None => {
+                    say(progress, format!("Python packages for {} with uv: {}{locked}", rt.python.display(), env.python.join(" ")));
+                    // Compiling bytecode runs the host interpreter's compiler over the files, never
+                    // their code (a target directory is no site directory: no `.pth` runs either).
+                    cmd.arg("--python").arg(&rt.python).args(["--compile-bytecode"]);
+                }
+                Some(b) => {
+                    // For the base's interpreter, which never runs on the host: uv resolves for its
+                    // version and C library and unpacks the wheels; no bytecode is compiled (that
+                    // would take an interpreter of the same version).
+                    let version = b.python_version.as_deref().ok_or_else(|| EnvError::Installer {
+                        tool: "uv",
+                        message: format!("base {} has no /usr/bin/python3 (add python3 to its packages)", b.id),
+                    })?;
+                    let platform = crate::base::python_platform(b);
+                    say(progress, format!("Python packages for Python {version} of base {} ({platform}) with uv: {}{locked}", b.id, env.python.join(" ")));
+                    cmd.args(["--python-version", version, "--python-platform", &platform]);
+                }
+            }
+            cmd.arg("--target").arg(&site).args(["--only-binary", ":all:", "--link-mode", "copy"]);
             // Beside the build, not in it (the lock is in the spec hash already); under the
             // install's flock, so the name is ours.
             let lock_file = self.dir.join(format!(".python-lock-{name}-{hash}.txt"));
@@ -381,6 +413,7 @@ impl Environments {
             files,
             bytes,
             tree_sha256,
+            base: base.map(|b| b.id.clone()),
         };
         let manifest_path = build.join("manifest.json");
         fs::write(&manifest_path, serde_json::to_vec_pretty(&manifest).expect("JSON serializes")).map_err(io("write", &manifest_path))?;
@@ -563,7 +596,7 @@ fn hash_mismatch(tool: &'static str, e: EnvError, package: impl Fn(&str) -> Opti
 }
 
 /// Runs an installer, forwarding each output line to `progress`; its failure keeps the last lines.
-fn run_tool(tool: &'static str, mut cmd: Command, progress: &mut dyn FnMut(&str)) -> Result<(), EnvError> {
+pub(crate) fn run_tool(tool: &'static str, mut cmd: Command, progress: &mut dyn FnMut(&str)) -> Result<(), EnvError> {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| EnvError::Installer {
         tool,
@@ -622,7 +655,7 @@ fn make_world_readable(root: &Path) -> Result<(), EnvError> {
 }
 
 /// (files, bytes, hex SHA-256) over the tree below `root` in path order, `manifest.json` excluded.
-fn tree_digest(root: &Path) -> Result<(u64, u64, String), EnvError> {
+pub(crate) fn tree_digest(root: &Path) -> Result<(u64, u64, String), EnvError> {
     fn walk(dir: &Path, rel: &str, h: &mut Sha256, files: &mut u64, bytes: &mut u64) -> Result<(), EnvError> {
         let mut entries: Vec<_> = fs::read_dir(dir).map_err(io("read", dir))?.filter_map(Result::ok).collect();
         entries.sort_by_key(fs::DirEntry::file_name);
