@@ -726,8 +726,8 @@ impl Config {
         }
         for (name, e) in &self.environments {
             let at = |f: &str| format!("environments.{name}.{f}");
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-                return Err(err(format!("environments.{name}"), "environment names use letters, digits, '-' and '_'".into()));
+            if !is_name(name) {
+                return Err(err(format!("environments.{name}"), "environment names use letters, digits, '-', '_' and '.' (not first)".into()));
             }
             match (e.base, &e.debian) {
                 (EnvironmentBase::Debian, None) => return Err(err(at("debian"), "base = \"debian\" needs a [debian] table (suite, packages)".into())),
@@ -761,8 +761,8 @@ impl Config {
         for (name, p) in &self.profiles {
             let at = |f: &str| format!("profiles.{name}.{f}");
 
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-                return Err(err(format!("profiles.{name}"), "profile names use letters, digits, '-' and '_'".into()));
+            if !is_name(name) {
+                return Err(err(format!("profiles.{name}"), "profile names use letters, digits, '-', '_' and '.' (not first)".into()));
             }
             let l = &p.limits;
             check_range(l.memory_max_bytes, 16 << 20, 1 << 40, "bytes").map_err(|m| err(at("limits.memory_max_bytes"), m))?;
@@ -844,6 +844,12 @@ fn validate_debian(d: &DebianBase) -> Result<(), (String, String)> {
         return Err(("mirror".into(), format!("{:?} is not an http:// or https:// URL", d.mirror)));
     }
     Ok(())
+}
+
+/// A profile or environment name: letters, digits, `-`, `_` and `.` (for versions, as in
+/// `python-3.13-analysis`), not starting with `.` (so never `.`, `..` or a hidden file's name).
+fn is_name(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with('.') && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
 }
 
 fn validate_python_pin(r: &str) -> Result<(), String> {

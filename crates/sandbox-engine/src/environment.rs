@@ -131,6 +131,15 @@ pub enum Installed {
     Built(PathBuf, Manifest),
 }
 
+/// What [`Environments::gc`] did.
+#[derive(Debug, Clone, Default)]
+pub struct Gc {
+    /// Directories removed (environment versions, bases, unfinished base builds).
+    pub removed: Vec<PathBuf>,
+    /// Directories that would have gone but a run holds them.
+    pub in_use: Vec<PathBuf>,
+}
+
 /// One declared environment's state on this host.
 #[derive(Debug, Clone)]
 pub struct EnvStatus {
@@ -432,6 +441,14 @@ impl Environments {
                 a.display()
             ));
         }
+        // The older versions of this name go, unless a run still uses one.
+        for old in self.versions(name).into_iter().filter(|p| p != target) {
+            match crate::base::remove_unless_held(&old) {
+                Ok(true) => progress(&format!("removed the older version {}", old.display())),
+                Ok(false) => progress(&format!("kept the older version {} (a run uses it; `sandbox env gc` removes it later)", old.display())),
+                Err(e) => progress(&format!("warning: cannot remove the older version {}: {e}", old.display())),
+            }
+        }
         Ok(Installed::Built(target.to_owned(), manifest))
     }
 
@@ -439,14 +456,22 @@ impl Environments {
     /// --generate-hashes` for `[runtime] python`, wheels only (the hashes of every wheel of each
     /// pinned version), and `npm install --package-lock-only --ignore-scripts` (nothing is
     /// installed, no package code runs). Each is checked against the pins: a Python lock that
-    /// needs more than `python` lists means the pins are not the whole closure.
+    /// needs more than `python` lists means the pins are not the whole closure. For an
+    /// environment on a base, `base` is its manifest: the lock is for the base's Python version
+    /// and C library.
     /// Errors: [`EnvError::Installer`] with the installer's output or the disagreement.
-    pub fn lock(name: &str, env: &Environment, rt: &RuntimeConfig, progress: &mut dyn FnMut(&str)) -> Result<sandbox_core::lock::Locks, EnvError> {
+    pub fn lock(
+        name: &str,
+        env: &Environment,
+        rt: &RuntimeConfig,
+        base: Option<&crate::base::BaseManifest>,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<sandbox_core::lock::Locks, EnvError> {
         let scratch = std::env::temp_dir().join(format!("sandbox-env-lock-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&scratch);
         // Created anew, 0700, never through whatever another user put at this name (EEXIST).
         fs::DirBuilder::new().mode(0o700).create(&scratch).map_err(io("create", &scratch))?;
-        let locked = Self::lock_in(name, env, rt, &scratch, progress);
+        let locked = Self::lock_in(name, env, rt, base, &scratch, progress);
         let _ = fs::remove_dir_all(&scratch);
         locked
     }
@@ -455,20 +480,27 @@ impl Environments {
         name: &str,
         env: &Environment,
         rt: &RuntimeConfig,
+        base: Option<&crate::base::BaseManifest>,
         scratch: &Path,
         progress: &mut dyn FnMut(&str),
     ) -> Result<sandbox_core::lock::Locks, EnvError> {
         let mut locks = sandbox_core::lock::Locks::default();
         if !env.python.is_empty() {
-            progress(&format!("Python: uv pip compile --generate-hashes for {}: {}", rt.python.display(), env.python.join(" ")));
+            let interpreter = match base {
+                Some(b) => format!("Python {} of base {}", b.python_version.as_deref().unwrap_or("-"), b.id),
+                None => rt.python.display().to_string(),
+            };
+            progress(&format!("Python: uv pip compile --generate-hashes for {interpreter}: {}", env.python.join(" ")));
             let (input, output) = (scratch.join("requirements.in"), scratch.join("python-lock.txt"));
             fs::write(&input, env.python.join("\n") + "\n").map_err(io("write", &input))?;
             let mut cmd = Command::new(&rt.uv);
-            cmd.args(["pip", "compile", "--no-config", "--generate-hashes", "--only-binary", ":all:", "--no-header", "--no-annotate", "--quiet", "--python"])
-                .arg(&rt.python)
-                .arg(&input)
-                .arg("-o")
-                .arg(&output);
+            cmd.args(["pip", "compile", "--no-config", "--generate-hashes", "--only-binary", ":all:", "--no-header", "--no-annotate", "--quiet"]);
+            match base.map(|b| (b.python_version.as_deref(), crate::base::python_platform(b))) {
+                None => cmd.arg("--python").arg(&rt.python),
+                Some((Some(version), platform)) => cmd.args(["--python-version", version, "--python-platform", &platform]),
+                Some((None, _)) => return Err(EnvError::Installer { tool: "uv", message: "the base has no /usr/bin/python3".into() }),
+            };
+            cmd.arg(&input).arg("-o").arg(&output);
             run_tool("uv", cmd, progress)?;
             let text = fs::read_to_string(&output).map_err(io("read", &output))?;
             let text = format!("# Lock of environment {name} (`sandbox env lock {name}`: uv pip compile --generate-hashes, wheels only).\n{text}");
@@ -514,6 +546,36 @@ impl Environments {
             });
         }
         Ok((path, manifest))
+    }
+
+    /// Garbage collection (`sandbox env gc`): removes the versions of each environment `config`
+    /// declares other than its current spec, then every base that neither a declared environment
+    /// nor any environment still installed here names, skipping whatever a run holds
+    /// ([`crate::base::hold`]). Environments of names `config` does not declare are left alone
+    /// (another configuration may share the directory).
+    /// Errors: [`EnvError::Io`] on a removal that fails.
+    pub fn gc(&self, config: &sandbox_core::Config) -> Result<Gc, EnvError> {
+        let mut report = Gc::default();
+        for (name, env) in &config.environments {
+            for old in self.status(name, env, &config.runtime).stale {
+                match crate::base::remove_unless_held(&old)? {
+                    true => report.removed.push(old),
+                    false => report.in_use.push(old),
+                }
+            }
+        }
+        let mut keep: Vec<String> = config.environments.values().filter_map(crate::base::base_of).collect();
+        if let Ok(entries) = fs::read_dir(&self.dir) {
+            for e in entries.filter_map(Result::ok) {
+                if let Ok(Some(base)) = read_manifest(&e.path()).map(|m| m.base) {
+                    keep.push(base);
+                }
+            }
+        }
+        let (removed, in_use) = self.bases().gc(&keep)?;
+        report.removed.extend(removed);
+        report.in_use.extend(in_use);
+        Ok(report)
     }
 
     /// Removes every installed version of `name` (and an unfinished build). A run that has it
