@@ -9,8 +9,7 @@ use sandbox_core::{Admitted, Config, Harness, Language};
 /// `/usr/bin/python3` ([`crate::base::BASE_PYTHON`]), or `[runtime] python` (a host path, bound
 /// at the same place) for the host base.
 pub fn python_of(config: &Config, profile: &Profile) -> String {
-    let on_base = profile.environment.as_ref().and_then(|e| config.environments.get(e)).and_then(crate::base::base_of).is_some();
-    if on_base {
+    if on_base(config, profile) {
         crate::base::BASE_PYTHON.to_owned()
     } else {
         config.runtime.python.display().to_string()
@@ -72,7 +71,7 @@ pub fn program_command(a: &Admitted, config: &Config) -> (Vec<String>, Vec<(Stri
             argv
         }
     };
-    (argv, program_env(&a.profile, a.language, &a.env))
+    (argv, program_env(&a.profile, a.language, on_base(config, &a.profile), &a.env))
 }
 
 /// The argv and environment of a pooled sandbox of `profile` (see [`crate::pool`]): the
@@ -89,7 +88,7 @@ pub fn pool_command(profile: &Profile, config: &Config) -> (Vec<String>, Vec<(St
             argv
         }
     };
-    (argv, program_env(profile, profile.language, &BTreeMap::new()))
+    (argv, program_env(profile, profile.language, on_base(config, profile), &BTreeMap::new()))
 }
 
 /// Whether a request's environment variable `name` is one the interpreter reads only as it
@@ -119,7 +118,7 @@ fn node_flags(profile: &Profile, rt: &RuntimeConfig) -> Vec<String> {
 pub fn template_command(profile: &Profile, config: &Config, preload: &[String], warm_lib: &str) -> (Vec<String>, Vec<(String, String)>) {
     let script = format!("{CODE_DIR}/{}", TEMPLATE_SOURCE.0);
     let argv = vec![python_of(config, profile), "-B".into(), script];
-    let mut env = program_env(profile, Language::Python, &BTreeMap::new());
+    let mut env = program_env(profile, Language::Python, on_base(config, profile), &BTreeMap::new());
     for (k, v) in env.iter_mut() {
         if matches!(k.as_str(), "OMP_NUM_THREADS" | "OPENBLAS_NUM_THREADS" | "MKL_NUM_THREADS" | "NUMEXPR_NUM_THREADS") {
             *v = "1".into();
@@ -130,8 +129,15 @@ pub fn template_command(profile: &Profile, config: &Config, preload: &[String], 
     (argv, env)
 }
 
+/// Whether `profile`'s environment sits on a base other than the host's.
+fn on_base(config: &Config, profile: &Profile) -> bool {
+    profile.environment.as_ref().and_then(|e| config.environments.get(e)).and_then(crate::base::base_of).is_some()
+}
+
 /// The program's environment (see [`program_command`]) for `profile`, with `request_env` last.
-fn program_env(profile: &Profile, language: Language, request_env: &BTreeMap<String, String>) -> Vec<(String, String)> {
+/// `on_base`: the environment sits on a base, whose bytecode it carries
+/// ([`crate::environment::PYCACHE_DIR`], named by `PYTHONPYCACHEPREFIX`).
+fn program_env(profile: &Profile, language: Language, on_base: bool, request_env: &BTreeMap<String, String>) -> Vec<(String, String)> {
     // cpu_max is validated to 0.01..=1024, so the rounded-up value fits.
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let threads = (profile.limits.cpu_max.ceil().max(1.0) as u64).to_string();
@@ -160,6 +166,9 @@ fn program_env(profile: &Profile, language: Language, request_env: &BTreeMap<Str
             // so an input named json.py imports but cannot replace a module in use.
             if with_env {
                 env.push(("PYTHONPATH".to_owned(), format!("{ENV_MOUNT}/python")));
+            }
+            if on_base {
+                env.push(("PYTHONPYCACHEPREFIX".to_owned(), format!("{ENV_MOUNT}/{}", crate::environment::PYCACHE_DIR)));
             }
             for (k, v) in [
                 ("PYTHONUNBUFFERED", "1"),

@@ -202,7 +202,7 @@ impl Environments {
             "python": env.python, "npm": env.npm, "interpreter": rt.python, "node": rt.node, "layout": 2,
         });
         if let Some(base) = crate::base::base_of(env) {
-            key = serde_json::json!({ "python": env.python, "npm": env.npm, "base": base, "layout": 2 });
+            key = serde_json::json!({ "python": env.python, "npm": env.npm, "base": base, "layout": 3 });
         }
         // Keys only when there is a lock: an environment without one keeps its old hash.
         for (k, lock) in [("python_lock", &env.locks.python), ("npm_lock", &env.locks.npm)] {
@@ -407,6 +407,10 @@ impl Environments {
         }
         say(progress, "checking and recording what was installed".into());
         make_world_readable(build)?;
+        if base.is_some() {
+            compile_bytecode(name, build, sandbox, progress)?;
+            make_world_readable(build)?;
+        }
         if build.join("python").join("matplotlib").is_dir() {
             matplotlib_font_cache(name, build, sandbox, progress)?;
             make_world_readable(build)?;
@@ -642,6 +646,46 @@ fn matplotlib_font_cache(name: &str, build: &Path, sandbox: &dyn BuildSandbox, p
         fs::write(&path, bytes).map_err(io("write", &path))?;
     }
     progress("    matplotlib: font cache built in a sandbox");
+    Ok(())
+}
+
+/// Where an environment on a base keeps the bytecode of its packages and of the base's standard
+/// library, compiled by the base's own interpreter: runs set `PYTHONPYCACHEPREFIX` to
+/// `<ENV_MOUNT>/pycache`, below which each `.pyc` sits at its source's absolute path
+/// (`pycache/usr/lib/python3.13/json/decoder.cpython-313.pyc`). Without it every run would
+/// compile pandas and the standard library anew (seconds) on the read-only root.
+pub const PYCACHE_DIR: &str = "pycache";
+
+/// Compiles the packages and the base's standard library to bytecode in a sandbox (the base's
+/// interpreter, the build bound read-only as the environment, `sys.pycache_prefix` in the
+/// workspace) and copies the `.pyc` files, as data, into `<build>/pycache/`. Only paths made of
+/// plain components that end in `.pyc` are taken.
+/// Errors: [`EnvError::Sandboxed`] when the step fails or returns nothing usable.
+fn compile_bytecode(name: &str, build: &Path, sandbox: &dyn BuildSandbox, progress: &mut dyn FnMut(&str)) -> Result<(), EnvError> {
+    let code = format!(
+        "import compileall, sys\nsys.pycache_prefix = '/workspace/pyc'\nstdlib = '/usr/lib/python%d.%d' % sys.version_info[:2]\n\
+         compileall.compile_dir('{}/python', quiet=2)\ncompileall.compile_dir(stdlib, quiet=2)\n",
+        sandbox_core::profile::ENV_MOUNT
+    );
+    let files = sandbox.run_python(name, build, &code, &["pyc/**/*.pyc"]).map_err(|message| EnvError::Sandboxed { step: "bytecode compilation", message })?;
+    let root = build.join(PYCACHE_DIR);
+    let mut written = 0usize;
+    for (path, bytes) in &files {
+        let Some(rest) = path.strip_prefix("pyc/") else { continue };
+        let parts: Vec<&str> = rest.split('/').collect();
+        if !rest.ends_with(".pyc") || parts.iter().any(|c| c.is_empty() || *c == "." || *c == "..") {
+            continue;
+        }
+        let target = parts.iter().fold(root.clone(), |p, c| p.join(c));
+        let parent = target.parent().expect("below root");
+        fs::create_dir_all(parent).map_err(io("create", parent))?;
+        fs::write(&target, bytes).map_err(io("write", &target))?;
+        written += 1;
+    }
+    if written == 0 {
+        return Err(EnvError::Sandboxed { step: "bytecode compilation", message: "it wrote no .pyc file".into() });
+    }
+    progress(&format!("    bytecode: {written} modules compiled by the base's interpreter in a sandbox"));
     Ok(())
 }
 

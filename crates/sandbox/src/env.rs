@@ -113,8 +113,9 @@ fn step_profile(name: &str, language: Language, description: String) -> Profile 
         description,
         harness: sandbox_core::Harness::Script,
         limits: Limits { memory_max_bytes: 2 << 30, cpu_max: 2.0, pids_max: 256, timeout_ms: 120_000, ..Limits::default() },
-        filesystem: Default::default(),
-        output: Default::default(),
+        // Room for what a step returns: the bytecode of an environment on a base is thousands of files.
+        filesystem: sandbox_core::profile::Filesystem { workspace_max_bytes: 2 << 30, ..Default::default() },
+        output: sandbox_core::profile::OutputCaps { files_max_count: 100_000, files_max_bytes: 2 << 30, ..Default::default() },
         network: Default::default(),
         env: Default::default(),
         environment: Some(name.to_owned()),
