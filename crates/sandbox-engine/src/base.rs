@@ -94,7 +94,7 @@ pub fn base_id(d: &DebianBase) -> String {
     packages.dedup();
     let key = serde_json::json!({
         "suite": d.suite, "packages": packages, "mirror": d.mirror, "architecture": host_architecture(),
-        "method": "mmdebstrap-extract", "layout": 1,
+        "method": "mmdebstrap-extract", "layout": 2,
     });
     format!("debian-{}", hex::encode(&Sha256::digest(key.to_string().as_bytes())[..8]))
 }
@@ -333,9 +333,33 @@ fn shell_quote(p: &Path) -> String {
 }
 
 /// Makes an unpacked tree a system root: the merged-/usr links (`bin -> usr/bin`, ...) where
-/// the packages did not ship them, setuid and setgid bits dropped, and anything but files,
-/// directories and symlinks (device nodes, fifos, sockets) removed. Touches data only.
+/// the packages did not ship them, the CA bundle `/etc/ssl/certs/ca-certificates.crt` that
+/// ca-certificates' maintainer script would have written (the concatenation of its
+/// `/usr/share/ca-certificates/mozilla/*.crt`), setuid and setgid bits dropped, and anything
+/// but files, directories and symlinks (device nodes, fifos, sockets) removed. Touches data
+/// only: nothing of the tree runs.
 fn finish_rootfs(rootfs: &Path) -> Result<(), EnvError> {
+    let mozilla = rootfs.join("usr/share/ca-certificates/mozilla");
+    let bundle = rootfs.join("etc/ssl/certs/ca-certificates.crt");
+    if mozilla.is_dir() && fs::symlink_metadata(&bundle).is_err() {
+        let mut certs: Vec<PathBuf> = fs::read_dir(&mozilla)
+            .map_err(io("read", &mozilla))?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "crt") && p.symlink_metadata().is_ok_and(|m| m.is_file()))
+            .collect();
+        certs.sort();
+        let mut text = Vec::new();
+        for c in &certs {
+            text.extend(fs::read(c).map_err(io("read", c))?);
+            if !text.ends_with(b"\n") {
+                text.push(b'\n');
+            }
+        }
+        let dir = bundle.parent().expect("below etc/ssl");
+        fs::create_dir_all(dir).map_err(io("create", dir))?;
+        fs::write(&bundle, text).map_err(io("write", &bundle))?;
+    }
     for dir in ["bin", "sbin", "lib", "lib64"] {
         let link = rootfs.join(dir);
         if fs::symlink_metadata(&link).is_err() && rootfs.join("usr").join(dir).is_dir() {
