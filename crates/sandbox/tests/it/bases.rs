@@ -42,7 +42,8 @@ fn a_debian_base_run_sees_the_bases_system_and_nothing_of_the_hosts() {
     debian_environment_installed();
     let code = "import os, sys, ssl\nprint(sys.executable, sys.version_info[:2])\nprint(sorted(os.listdir('/')))\n\
                 print(os.readlink('/lib64'), os.path.exists('/usr/lib/python3.11'), os.path.exists('/usr/local/lib/sandbox'))\n\
-                print(open('/etc/passwd').read().splitlines()[1].split(':')[0])\nprint(ssl.OPENSSL_VERSION.split()[0])";
+                print(open('/etc/passwd').read().splitlines()[1].split(':')[0])\nprint(ssl.OPENSSL_VERSION.split()[0])\n\
+                print(ssl.create_default_context().cert_store_stats()['x509_ca'] > 100)";
     let r = run(DEBIAN, code, &[]);
     assert_eq!(r.status(), "ok", "{r:?}");
     let lines: Vec<&str> = r.stdout().lines().collect();
@@ -52,6 +53,14 @@ fn a_debian_base_run_sees_the_bases_system_and_nothing_of_the_hosts() {
     assert_eq!(lines[2], "usr/lib64 False False", "{r:?}");
     assert_eq!(lines[3], "sandbox", "the synthesized /etc/passwd: {r:?}");
     assert_eq!(lines[4], "OpenSSL", "{r:?}");
+    // The CA bundle made at build time from ca-certificates' files (its script never ran).
+    assert_eq!(lines[5], "True", "{r:?}");
+    // `profiles list` names each profile's interpreter: the base's Python, the host's.
+    let list = text(&sandbox(&["profiles", "list"]).output().unwrap().stdout);
+    let row = |name: &str| list.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{name} in {list}")).to_owned();
+    assert!(row("python-3.13-analysis").contains(" python 3.13 (trixie base) "), "{list}");
+    assert!(row("python-default").contains(" python 3.11"), "{list}");
+    assert!(row("typescript-default").contains(" node "), "{list}");
 }
 
 // The isolation subset, on the Debian base: the same programs and the same expected outcomes
