@@ -706,7 +706,7 @@ pub(crate) fn run_tool(tool: &'static str, mut cmd: Command, progress: &mut dyn 
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| EnvError::Installer {
         tool,
-        message: format!("cannot start {:?}: {e} (scripts/install-deps.sh installs uv and npm)", cmd.get_program()),
+        message: format!("cannot start {:?}: {e} (scripts/install-deps.sh installs uv, npm and mmdebstrap)", cmd.get_program()),
     })?;
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let readers: Vec<_> = [child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>)]
