@@ -415,3 +415,6 @@ pub fn python_platform(m: &BaseManifest) -> String {
         .map_or(28, |n| n.min(40));
     format!("{arch}-manylinux_2_{minor}")
 }
+
+#[cfg(test)]
+mod tests;

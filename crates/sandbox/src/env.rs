@@ -124,6 +124,28 @@ fn step_profile(name: &str, language: Language, description: String) -> Profile 
     }
 }
 
+/// The bases of `config` and of the environments directory, as `doctor --json` reports them:
+/// `[{ id, installed, bytes, packages, python, environments }]` (`bytes` and `packages`, a
+/// count, are null when it is not installed).
+pub fn bases_json(config: &Config, envs: &Environments) -> serde_json::Value {
+    let bases = envs.bases();
+    let mut ids: Vec<String> = config.environments.values().filter_map(sandbox_engine::base::base_of).collect();
+    ids.extend(bases.list().into_iter().map(|b| b.id));
+    ids.sort();
+    ids.dedup();
+    ids.into_iter()
+        .map(|id| {
+            let users: Vec<&str> =
+                config.environments.iter().filter(|(_, e)| sandbox_engine::base::base_of(e).as_deref() == Some(id.as_str())).map(|(n, _)| n.as_str()).collect();
+            let m = bases.installed(&id).and_then(|_| bases.manifest(&id).ok());
+            serde_json::json!({
+                "id": id, "installed": m.is_some(), "bytes": m.as_ref().map(|m| m.bytes),
+                "packages": m.as_ref().map(|m| m.packages.len()), "python": m.and_then(|m| m.python_version), "environments": users,
+            })
+        })
+        .collect()
+}
+
 /// The bases table of `env list` and `doctor`: each base declared or present, installed or
 /// not, its size, package count and Python, and the environments that use it.
 pub fn print_bases(config: &Config, envs: &Environments) {

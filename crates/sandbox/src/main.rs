@@ -361,6 +361,7 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
             "checks": report.checks,
             "selfTest": self_test,
             "runtimes": runtimes.iter().map(|(w, p, v)| serde_json::json!({"name": w, "path": p, "version": v})).collect::<Vec<_>>(),
+            "bases": env::bases_json(config, &sandbox_engine::environment::Environments::for_runtime(&config.runtime, data_dir)),
             "profiles": profiles.iter().map(|(n, why)| {
                 let needs = config.profiles[n].landlock_min_abi;
                 serde_json::json!({

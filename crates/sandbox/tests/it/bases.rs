@@ -62,6 +62,12 @@ fn a_debian_base_run_sees_the_bases_system_and_nothing_of_the_hosts() {
     assert!(row("python-3.13-analysis").contains(" python 3.13 (trixie base) "), "{list}");
     assert!(row("python-default").contains(" python 3.11"), "{list}");
     assert!(row("typescript-default").contains(" node "), "{list}");
+    // doctor reports the base, its size and who uses it.
+    let out = sandbox(&["doctor", "--json"]).output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let base = v["bases"].as_array().unwrap().iter().find(|b| b["environments"] == serde_json::json!(["python-3.13-analysis"])).expect("the base in doctor");
+    assert_eq!((base["installed"].as_bool(), base["python"].as_str()), (Some(true), Some("3.13")), "{base}");
+    assert!(base["bytes"].as_u64().unwrap() > 20 << 20 && base["packages"].as_u64().unwrap() > 20, "{base}");
 }
 
 // The isolation subset, on the Debian base: the same programs and the same expected outcomes
