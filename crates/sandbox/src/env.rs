@@ -42,7 +42,8 @@ pub enum EnvCommand {
     /// and bases no installed environment names. A version or base a running execution uses
     /// is kept (and named). `install` removes the older versions of what it installs.
     Gc,
-    /// Remove every installed version of an environment.
+    /// Remove every installed version of an environment (its base, possibly shared, stays until
+    /// `env gc`).
     Remove {
         /// Environment name.
         name: String,
@@ -238,13 +239,17 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
             Ok(ExitCode::SUCCESS)
         }
         EnvCommand::Remove { name } => {
-            declared(&config, &name)?;
+            let base = sandbox_engine::base::base_of(declared(&config, &name)?);
             let removed = envs.remove(&name)?;
             if removed.is_empty() {
                 errln!("{name} was not installed");
             }
             for p in removed {
                 errln!("removed {}", p.display());
+            }
+            if let Some(id) = base.filter(|id| envs.bases().installed(id).is_some()) {
+                // Other environments may share it; gc knows which are still named.
+                errln!("its base {id} stays until `{} env gc` finds no environment naming it", crate::command());
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -182,7 +182,8 @@ fn gc_never_removes_a_base_a_running_execution_uses() {
             .unwrap()
     });
     std::thread::sleep(Duration::from_secs(3));
-    assert!(cli(&with, &["env", "remove", "tiny"]).status.success());
+    let out = cli(&with, &["env", "remove", "tiny"]);
+    assert!(out.status.success() && text(&out.stderr).contains("its base debian-"), "the base stays, named: {}", text(&out.stderr));
     let out = cli(&without, &["env", "gc"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains(&format!("kept {} (a running execution uses it)", base.display())), "{}", text(&out.stderr));
