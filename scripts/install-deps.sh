@@ -2,14 +2,15 @@
 # Installs what building and testing the Sandbox Service needs on Debian 12, idempotently:
 # libseccomp (the seccomp filter is built with it), pkg-config, the pinned Node.js LTS that
 # TypeScript profiles run on (scripts/install-node.sh), uv, which installs environments'
-# Python packages (scripts/install-uv.sh), and cargo-fuzz for the fuzz targets
-# (scripts/install-fuzz.sh). Python is the host's /usr/bin/python3; `sandbox doctor` says if a
-# runtime is missing.
+# Python packages (scripts/install-uv.sh), cargo-fuzz for the fuzz targets
+# (scripts/install-fuzz.sh), and mmdebstrap, which builds the Debian bases of environments.
+# Python is the host's /usr/bin/python3; `sandbox doctor` says if a runtime is missing.
 set -euo pipefail
 need=()
 # iproute2 and openssl: the network tests add test addresses and serve HTTPS with a test CA.
 # umoci: sandbox-oci's tests build an OCI image layout with it.
-for pkg in libseccomp-dev pkg-config python3 iproute2 openssl umoci; do
+# mmdebstrap and debian-archive-keyring: environments on a debian base (python-3.13-analysis).
+for pkg in libseccomp-dev pkg-config python3 iproute2 openssl umoci mmdebstrap debian-archive-keyring; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

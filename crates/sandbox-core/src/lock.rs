@@ -22,6 +22,7 @@ pub struct Locks {
 /// them): `(environment, python lock, npm lock)`.
 pub const BUILTIN: &[(&str, Option<&str>, Option<&str>)] = &[
     ("python-analysis", Some(include_str!("locks/python-analysis.python-lock.txt")), None),
+    ("python-3.13-analysis", Some(include_str!("locks/python-3.13-analysis.python-lock.txt")), None),
     ("typescript-analysis", None, Some(include_str!("locks/typescript-analysis.package-lock.json"))),
 ];
 

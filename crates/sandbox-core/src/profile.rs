@@ -40,25 +40,66 @@ pub struct Config {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EnvironmentBase {
-    /// The host's system directories (`[runtime] system_dirs`), bound read-only. The only base
-    /// today; an unpacked rootfs or OCI image is the planned second.
+    /// The host's system directories (`[runtime] system_dirs`), bound read-only, and the host's
+    /// `[runtime] python` / `node`.
     #[default]
     Host,
+    /// A root filesystem built from Debian's repositories (the environment's `[debian]` table):
+    /// its `/usr` (with the merged-/usr links `/bin`, `/lib`, `/lib64`, `/sbin`) bound read-only
+    /// in place of the host's, its own `/usr/bin/python3`. Built once per distinct table into
+    /// `<environments_dir>/bases/debian-<hash>/` and shared by the environments naming it.
+    Debian,
+}
+
+impl EnvironmentBase {
+    /// The kind's name as written in TOML (`host`, `debian`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Host => "host",
+            Self::Debian => "debian",
+        }
+    }
+}
+
+/// The Debian root filesystem of a `base = "debian"` environment (`[environments.NAME.debian]`).
+/// Packages are unpacked (mmdebstrap `--variant=extract`) with their dependencies; no
+/// maintainer script runs, on the host or anywhere else.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DebianBase {
+    /// The suite, e.g. `trixie` (its security and updates suites are used too).
+    pub suite: String,
+    /// Binary packages to unpack, with their hard dependencies, e.g. `["python3"]`.
+    pub packages: Vec<String>,
+    /// The archive mirror. Default `http://deb.debian.org/debian` (apt checks every index
+    /// against the archive's signed Release file, so a plain-HTTP mirror cannot substitute
+    /// packages).
+    #[serde(default = "default_debian_mirror")]
+    pub mirror: String,
+}
+
+fn default_debian_mirror() -> String {
+    "http://deb.debian.org/debian".into()
 }
 
 /// A package environment (`[environments.NAME]`): pinned Python and npm package sets installed
 /// once on the host (`sandbox env install NAME`) into `<environments_dir>/<NAME>-<spec hash>/`,
-/// then bound read-only into every run of a profile that names it. The base is the host's system
-/// directories (`[runtime] system_dirs`), read-only.
+/// then bound read-only into every run of a profile that names it, on top of its base (the host's
+/// system directories, or a Debian root filesystem: [`EnvironmentBase`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Environment {
     /// One line for humans and models.
     #[serde(default)]
     pub description: String,
-    /// The root filesystem the packages sit on.
+    /// The root filesystem the packages sit on: `host` (the default) or `debian` (with a
+    /// `[debian]` table).
     #[serde(default)]
     pub base: EnvironmentBase,
+    /// The Debian suite and packages of a `base = "debian"` environment; required for it,
+    /// refused for any other base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debian: Option<DebianBase>,
     /// Python distributions, each pinned exactly as `name==version` (PEP 440), installed as wheels
     /// only (no build scripts run) by uv for `[runtime] python`. List the whole dependency closure
     /// to make the set reproducible; what uv adds beyond it is recorded in the manifest.
@@ -235,6 +276,9 @@ pub struct RuntimeConfig {
     pub uv: PathBuf,
     /// npm, which installs environments' npm packages; a bare name is looked up on `PATH`.
     pub npm: PathBuf,
+    /// Where the `.deb`s that `debian` bases are built from are kept between builds (in its
+    /// `archives/`), so that a rebuild downloads only what changed. Removing it is safe.
+    pub apt_cache_dir: PathBuf,
     /// The host's Python package directories, hidden inside the sandbox (an empty read-only
     /// directory is bound over each that exists), so a run imports the standard library and its
     /// environment's packages only, never whatever the host has installed.
@@ -269,6 +313,7 @@ impl Default for RuntimeConfig {
             environments_dir: None,
             uv: "/usr/local/lib/sandbox/uv/uv".into(),
             npm: "npm".into(),
+            apt_cache_dir: "/var/cache/sandbox/debian".into(),
             python_hidden_dirs: ["/usr/local/lib/python3.11/dist-packages", "/usr/lib/python3/dist-packages", "/usr/lib/python3.11/dist-packages"]
                 .iter()
                 .map(PathBuf::from)
@@ -650,6 +695,13 @@ impl Config {
                         message: format!("no environment named {env:?}; declared: {}", known.join(", ")),
                     });
                 }
+                if p.language == Language::Typescript && self.environments[env].base != EnvironmentBase::Host {
+                    return Err(ConfigError {
+                        file: file.to_owned(),
+                        field: format!("profiles.{name}.environment"),
+                        message: format!("environment {env:?} is on a {} base, which runs Python only for now", self.environments[env].base.as_str()),
+                    });
+                }
             }
         }
         Ok(())
@@ -699,8 +751,17 @@ impl Config {
         }
         for (name, e) in &self.environments {
             let at = |f: &str| format!("environments.{name}.{f}");
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-                return Err(err(format!("environments.{name}"), "environment names use letters, digits, '-' and '_'".into()));
+            if !is_name(name) {
+                return Err(err(format!("environments.{name}"), "environment names use letters, digits, '-', '_' and '.' (not first)".into()));
+            }
+            match (e.base, &e.debian) {
+                (EnvironmentBase::Debian, None) => return Err(err(at("debian"), "base = \"debian\" needs a [debian] table (suite, packages)".into())),
+                (EnvironmentBase::Host, Some(_)) => return Err(err(at("debian"), "a [debian] table needs base = \"debian\"".into())),
+                (_, Some(d)) => validate_debian(d).map_err(|(f, m)| err(at(&format!("debian.{f}")), m))?,
+                (EnvironmentBase::Host, None) => {}
+            }
+            if e.base != EnvironmentBase::Host && !e.npm.is_empty() {
+                return Err(err(at("npm"), format!("npm packages need base = \"host\" for now (a {} base has no Node.js)", e.base.as_str())));
             }
             for (i, r) in e.python.iter().enumerate() {
                 validate_python_pin(r).map_err(|m| err(at(&format!("python[{i}]")), m))?;
@@ -725,8 +786,8 @@ impl Config {
         for (name, p) in &self.profiles {
             let at = |f: &str| format!("profiles.{name}.{f}");
 
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
-                return Err(err(format!("profiles.{name}"), "profile names use letters, digits, '-' and '_'".into()));
+            if !is_name(name) {
+                return Err(err(format!("profiles.{name}"), "profile names use letters, digits, '-', '_' and '.' (not first)".into()));
             }
             if let Some(line) = &p.node {
                 if p.language != Language::Typescript {
@@ -794,6 +855,36 @@ impl Config {
 
 /// `name==version` with a PEP 508 distribution name and an exact version (no ranges, markers
 /// or URLs): a pinned set installs the same files every time.
+/// Checks a `[debian]` table: a suite and package names as Debian spells them
+/// (`[a-z0-9][a-z0-9+.-]+`, optionally `:arch`), at least one package, and an `http(s)://` mirror.
+/// Errors: the field and why.
+fn validate_debian(d: &DebianBase) -> Result<(), (String, String)> {
+    let word = |s: &str| s.len() >= 2 && s.len() <= 64 && s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if !word(&d.suite) || !d.suite.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
+        return Err(("suite".into(), format!("{:?} is not a suite name (e.g. \"trixie\")", d.suite)));
+    }
+    if d.packages.is_empty() {
+        return Err(("packages".into(), "list at least one package (e.g. \"python3\")".into()));
+    }
+    for (i, p) in d.packages.iter().enumerate() {
+        let name = p.split_once(':').map_or(p.as_str(), |(n, _)| n);
+        if !word(name) || !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+.-".contains(c)) {
+            return Err((format!("packages[{i}]"), format!("{p:?} is not a Debian package name")));
+        }
+    }
+    let rest = d.mirror.strip_prefix("http://").or_else(|| d.mirror.strip_prefix("https://"));
+    if rest.is_none_or(|r| r.is_empty() || r.chars().any(|c| c.is_whitespace() || c.is_control())) {
+        return Err(("mirror".into(), format!("{:?} is not an http:// or https:// URL", d.mirror)));
+    }
+    Ok(())
+}
+
+/// A profile or environment name: letters, digits, `-`, `_` and `.` (for versions, as in
+/// `python-3.13-analysis`), not starting with `.` (so never `.`, `..` or a hidden file's name).
+fn is_name(name: &str) -> bool {
+    !name.is_empty() && !name.starts_with('.') && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+}
+
 fn validate_python_pin(r: &str) -> Result<(), String> {
     let Some((name, version)) = r.split_once("==") else {
         return Err(format!("{r:?} is not pinned; write name==version"));

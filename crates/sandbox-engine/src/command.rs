@@ -3,7 +3,18 @@
 use std::collections::BTreeMap;
 
 use sandbox_core::profile::{Profile, RuntimeConfig, ENV_MOUNT};
-use sandbox_core::{Admitted, Language};
+use sandbox_core::{Admitted, Config, Language};
+
+/// The Python interpreter of `profile`'s runs, as the sandbox sees it: its environment's base's
+/// `/usr/bin/python3` ([`crate::base::BASE_PYTHON`]), or `[runtime] python` (a host path, bound
+/// at the same place) for the host base.
+pub fn python_of(config: &Config, profile: &Profile) -> String {
+    if on_base(config, profile) {
+        crate::base::BASE_PYTHON.to_owned()
+    } else {
+        config.runtime.python.display().to_string()
+    }
+}
 
 /// Where the code is placed inside the sandbox (read-only).
 pub const CODE_DIR: &str = "/code";
@@ -44,34 +55,37 @@ pub const INPUT_FILE: &str = "/code/input.json";
 /// thread-pool sizes (`OMP_NUM_THREADS`,
 /// `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`, `NUMEXPR_NUM_THREADS`) set to the profile's CPUs
 /// rounded up, then the profile's `env`, then the request's.
-pub fn program_command(a: &Admitted, rt: &RuntimeConfig) -> (Vec<String>, Vec<(String, String)>) {
+/// The interpreter is [`python_of`].
+pub fn program_command(a: &Admitted, config: &Config) -> (Vec<String>, Vec<(String, String)>) {
+    let rt = &config.runtime;
     let harness = format!("{CODE_DIR}/{}", harness_source(a.language).0);
     let mode = a.harness.as_str().to_owned();
     let argv = match a.language {
-        Language::Python => vec![rt.python.display().to_string(), "-B".into(), harness, mode],
+        Language::Python => vec![python_of(config, &a.profile), "-B".into(), harness, mode],
         Language::Typescript => {
             let mut argv = node_flags(&a.profile, rt);
             argv.extend([harness, mode]);
             argv
         }
     };
-    (argv, program_env(&a.profile, a.language, &a.env))
+    (argv, program_env(&a.profile, a.language, on_base(config, &a.profile), &a.env))
 }
 
 /// The argv and environment of a pooled sandbox of `profile` (see [`crate::pool`]): the
 /// program's, with the harness in `pool` mode and no request's variables (the harness sets
 /// those it is handed with the code).
-pub fn pool_command(profile: &Profile, rt: &RuntimeConfig) -> (Vec<String>, Vec<(String, String)>) {
+pub fn pool_command(profile: &Profile, config: &Config) -> (Vec<String>, Vec<(String, String)>) {
+    let rt = &config.runtime;
     let harness = format!("{CODE_DIR}/{}", harness_source(profile.language).0);
     let argv = match profile.language {
-        Language::Python => vec![rt.python.display().to_string(), "-B".into(), harness, "pool".into()],
+        Language::Python => vec![python_of(config, profile), "-B".into(), harness, "pool".into()],
         Language::Typescript => {
             let mut argv = node_flags(profile, rt);
             argv.extend([harness, "pool".into()]);
             argv
         }
     };
-    (argv, program_env(profile, profile.language, &BTreeMap::new()))
+    (argv, program_env(profile, profile.language, on_base(config, profile), &BTreeMap::new()))
 }
 
 /// Whether a request's environment variable `name` is one the interpreter reads only as it
@@ -98,10 +112,10 @@ fn node_flags(profile: &Profile, rt: &RuntimeConfig) -> Vec<String> {
 /// environment without any request's variables, BLAS and OpenMP pools single-threaded (a
 /// template must be single-threaded when it forks; each child gets the profile's count back),
 /// plus `SANDBOX_PRELOAD` (modules to import) and `SANDBOX_WARM_LIB` (the library to load).
-pub fn template_command(profile: &Profile, rt: &RuntimeConfig, preload: &[String], warm_lib: &str) -> (Vec<String>, Vec<(String, String)>) {
+pub fn template_command(profile: &Profile, config: &Config, preload: &[String], warm_lib: &str) -> (Vec<String>, Vec<(String, String)>) {
     let script = format!("{CODE_DIR}/{}", TEMPLATE_SOURCE.0);
-    let argv = vec![rt.python.display().to_string(), "-B".into(), script];
-    let mut env = program_env(profile, Language::Python, &BTreeMap::new());
+    let argv = vec![python_of(config, profile), "-B".into(), script];
+    let mut env = program_env(profile, Language::Python, on_base(config, profile), &BTreeMap::new());
     for (k, v) in env.iter_mut() {
         if matches!(k.as_str(), "OMP_NUM_THREADS" | "OPENBLAS_NUM_THREADS" | "MKL_NUM_THREADS" | "NUMEXPR_NUM_THREADS") {
             *v = "1".into();
@@ -112,8 +126,15 @@ pub fn template_command(profile: &Profile, rt: &RuntimeConfig, preload: &[String
     (argv, env)
 }
 
+/// Whether `profile`'s environment sits on a base other than the host's.
+fn on_base(config: &Config, profile: &Profile) -> bool {
+    profile.environment.as_ref().and_then(|e| config.environments.get(e)).and_then(crate::base::base_of).is_some()
+}
+
 /// The program's environment (see [`program_command`]) for `profile`, with `request_env` last.
-fn program_env(profile: &Profile, language: Language, request_env: &BTreeMap<String, String>) -> Vec<(String, String)> {
+/// `on_base`: the environment sits on a base, whose bytecode it carries
+/// ([`crate::environment::PYCACHE_DIR`], named by `PYTHONPYCACHEPREFIX`).
+fn program_env(profile: &Profile, language: Language, on_base: bool, request_env: &BTreeMap<String, String>) -> Vec<(String, String)> {
     // cpu_max is validated to 0.01..=1024, so the rounded-up value fits.
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let threads = (profile.limits.cpu_max.ceil().max(1.0) as u64).to_string();
@@ -142,6 +163,9 @@ fn program_env(profile: &Profile, language: Language, request_env: &BTreeMap<Str
             // so an input named json.py imports but cannot replace a module in use.
             if with_env {
                 env.push(("PYTHONPATH".to_owned(), format!("{ENV_MOUNT}/python")));
+            }
+            if on_base {
+                env.push(("PYTHONPYCACHEPREFIX".to_owned(), format!("{ENV_MOUNT}/{}", crate::environment::PYCACHE_DIR)));
             }
             for (k, v) in [
                 ("PYTHONUNBUFFERED", "1"),

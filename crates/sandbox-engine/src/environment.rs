@@ -49,6 +49,9 @@ pub struct Manifest {
     /// Hex SHA-256 over every file's path, mode and content and every symlink's target, in path
     /// order: `verify` recomputes it to find any change since install.
     pub tree_sha256: String,
+    /// The base it sits on (`debian-<hash>`, under `bases/`); absent for the host base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
 }
 
 /// Why an install, lookup or removal failed.
@@ -105,7 +108,7 @@ pub enum EnvError {
     },
 }
 
-fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> EnvError + 'a {
+pub(crate) fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> EnvError + 'a {
     move |source| EnvError::Io { op, path: path.to_owned(), source }
 }
 
@@ -126,6 +129,15 @@ pub enum Installed {
     Already(PathBuf, Manifest),
     /// It was built now.
     Built(PathBuf, Manifest),
+}
+
+/// What [`Environments::gc`] did.
+#[derive(Debug, Clone, Default)]
+pub struct Gc {
+    /// Directories removed (environment versions, bases, unfinished base builds).
+    pub removed: Vec<PathBuf>,
+    /// Directories that would have gone but a run holds them.
+    pub in_use: Vec<PathBuf>,
 }
 
 /// One declared environment's state on this host.
@@ -169,6 +181,11 @@ impl Environments {
         &self.dir
     }
 
+    /// The bases of these environments (`<dir>/bases/`).
+    pub fn bases(&self) -> crate::base::Bases {
+        crate::base::Bases::new(&self.dir)
+    }
+
     /// The first ancestor of the directory (or the directory itself) that others may not
     /// search (mode o+x): the container's unprivileged init could not bind an environment below it.
     pub fn unsearchable_ancestor(&self) -> Option<PathBuf> {
@@ -178,10 +195,15 @@ impl Environments {
     /// First 16 hex digits of SHA-256 over the spec and the interpreters it is built for: any
     /// change to a pin, the Python binary or the Node binary makes a different environment.
     /// The locks count too (their SHA-256): a changed lock is a new environment.
+    /// An environment on a base other than the host's is keyed by the base's id instead of the
+    /// host's interpreters.
     pub fn spec_hash(env: &Environment, rt: &RuntimeConfig) -> String {
         let mut key = serde_json::json!({
             "python": env.python, "npm": env.npm, "interpreter": rt.python, "node": rt.node, "layout": 2,
         });
+        if let Some(base) = crate::base::base_of(env) {
+            key = serde_json::json!({ "python": env.python, "npm": env.npm, "base": base, "layout": 3 });
+        }
         // Keys only when there is a lock: an environment without one keeps its old hash.
         for (k, lock) in [("python_lock", &env.locks.python), ("npm_lock", &env.locks.npm)] {
             if let Some(text) = lock {
@@ -268,6 +290,10 @@ impl Environments {
             progress(&format!("{name} is installed already ({}); nothing to do", path.display()));
             return Ok(Installed::Already(path, manifest));
         }
+        let base = match (env.base, &env.debian) {
+            (sandbox_core::profile::EnvironmentBase::Debian, Some(d)) => Some(self.bases().install_debian(d, &rt.apt_cache_dir, progress)?.1),
+            _ => None,
+        };
         let build = self.dir.join(format!(".build-{name}-{hash}"));
         if build.exists() {
             progress(&format!("removing an unfinished build at {}", build.display()));
@@ -276,7 +302,7 @@ impl Environments {
         fs::create_dir(&build).map_err(io("create", &build))?;
         // The sandbox's unprivileged init binds it.
         fs::set_permissions(&build, fs::Permissions::from_mode(0o755)).map_err(io("chmod", &build))?;
-        let built = self.build(name, env, rt, &hash, &build, &target, sandbox, progress);
+        let built = self.build(name, env, rt, base.as_ref(), &hash, &build, &target, sandbox, progress);
         if built.is_err() {
             // Nothing half-built stays behind (the next install would remove it anyway).
             let _ = fs::remove_dir_all(&build);
@@ -290,6 +316,7 @@ impl Environments {
         name: &str,
         env: &Environment,
         rt: &RuntimeConfig,
+        base: Option<&crate::base::BaseManifest>,
         hash: &str,
         build: &Path,
         target: &Path,
@@ -304,16 +331,30 @@ impl Environments {
         };
         if !env.python.is_empty() {
             let locked = if env.locks.python.is_some() { " (every hash checked against the lock)" } else { "" };
-            say(progress, format!("Python packages for {} with uv: {}{locked}", rt.python.display(), env.python.join(" ")));
             let site = build.join("python");
             let mut cmd = Command::new(&rt.uv);
-            cmd.args(["pip", "install", "--no-config", "--python"])
-                .arg(&rt.python)
-                .arg("--target")
-                .arg(&site)
-                // Compiling bytecode runs the host interpreter's compiler over the files, never
-                // their code (a target directory is no site directory: no `.pth` runs either).
-                .args(["--only-binary", ":all:", "--link-mode", "copy", "--compile-bytecode"]);
+            cmd.args(["pip", "install", "--no-config"]);
+            match base {
+                None => {
+                    say(progress, format!("Python packages for {} with uv: {}{locked}", rt.python.display(), env.python.join(" ")));
+                    // Compiling bytecode runs the host interpreter's compiler over the files, never
+                    // their code (a target directory is no site directory: no `.pth` runs either).
+                    cmd.arg("--python").arg(&rt.python).args(["--compile-bytecode"]);
+                }
+                Some(b) => {
+                    // For the base's interpreter, which never runs on the host: uv resolves for its
+                    // version and C library and unpacks the wheels; no bytecode is compiled (that
+                    // would take an interpreter of the same version).
+                    let version = b.python_version.as_deref().ok_or_else(|| EnvError::Installer {
+                        tool: "uv",
+                        message: format!("base {} has no /usr/bin/python3 (add python3 to its packages)", b.id),
+                    })?;
+                    let platform = crate::base::python_platform(b);
+                    say(progress, format!("Python packages for Python {version} of base {} ({platform}) with uv: {}{locked}", b.id, env.python.join(" ")));
+                    cmd.args(["--python-version", version, "--python-platform", &platform]);
+                }
+            }
+            cmd.arg("--target").arg(&site).args(["--only-binary", ":all:", "--link-mode", "copy"]);
             // Beside the build, not in it (the lock is in the spec hash already); under the
             // install's flock, so the name is ours.
             let lock_file = self.dir.join(format!(".python-lock-{name}-{hash}.txt"));
@@ -366,6 +407,10 @@ impl Environments {
         }
         say(progress, "checking and recording what was installed".into());
         make_world_readable(build)?;
+        if base.is_some() {
+            compile_bytecode(name, build, sandbox, progress)?;
+            make_world_readable(build)?;
+        }
         if build.join("python").join("matplotlib").is_dir() {
             matplotlib_font_cache(name, build, sandbox, progress)?;
             make_world_readable(build)?;
@@ -381,6 +426,7 @@ impl Environments {
             files,
             bytes,
             tree_sha256,
+            base: base.map(|b| b.id.clone()),
         };
         let manifest_path = build.join("manifest.json");
         fs::write(&manifest_path, serde_json::to_vec_pretty(&manifest).expect("JSON serializes")).map_err(io("write", &manifest_path))?;
@@ -399,6 +445,14 @@ impl Environments {
                 a.display()
             ));
         }
+        // The older versions of this name go, unless a run still uses one.
+        for old in self.versions(name).into_iter().filter(|p| p != target) {
+            match crate::base::remove_unless_held(&old) {
+                Ok(true) => progress(&format!("removed the older version {}", old.display())),
+                Ok(false) => progress(&format!("kept the older version {} (a run uses it; `sandbox env gc` removes it later)", old.display())),
+                Err(e) => progress(&format!("warning: cannot remove the older version {}: {e}", old.display())),
+            }
+        }
         Ok(Installed::Built(target.to_owned(), manifest))
     }
 
@@ -406,14 +460,22 @@ impl Environments {
     /// --generate-hashes` for `[runtime] python`, wheels only (the hashes of every wheel of each
     /// pinned version), and `npm install --package-lock-only --ignore-scripts` (nothing is
     /// installed, no package code runs). Each is checked against the pins: a Python lock that
-    /// needs more than `python` lists means the pins are not the whole closure.
+    /// needs more than `python` lists means the pins are not the whole closure. For an
+    /// environment on a base, `base` is its manifest: the lock is for the base's Python version
+    /// and C library.
     /// Errors: [`EnvError::Installer`] with the installer's output or the disagreement.
-    pub fn lock(name: &str, env: &Environment, rt: &RuntimeConfig, progress: &mut dyn FnMut(&str)) -> Result<sandbox_core::lock::Locks, EnvError> {
+    pub fn lock(
+        name: &str,
+        env: &Environment,
+        rt: &RuntimeConfig,
+        base: Option<&crate::base::BaseManifest>,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<sandbox_core::lock::Locks, EnvError> {
         let scratch = std::env::temp_dir().join(format!("sandbox-env-lock-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&scratch);
         // Created anew, 0700, never through whatever another user put at this name (EEXIST).
         fs::DirBuilder::new().mode(0o700).create(&scratch).map_err(io("create", &scratch))?;
-        let locked = Self::lock_in(name, env, rt, &scratch, progress);
+        let locked = Self::lock_in(name, env, rt, base, &scratch, progress);
         let _ = fs::remove_dir_all(&scratch);
         locked
     }
@@ -422,20 +484,27 @@ impl Environments {
         name: &str,
         env: &Environment,
         rt: &RuntimeConfig,
+        base: Option<&crate::base::BaseManifest>,
         scratch: &Path,
         progress: &mut dyn FnMut(&str),
     ) -> Result<sandbox_core::lock::Locks, EnvError> {
         let mut locks = sandbox_core::lock::Locks::default();
         if !env.python.is_empty() {
-            progress(&format!("Python: uv pip compile --generate-hashes for {}: {}", rt.python.display(), env.python.join(" ")));
+            let interpreter = match base {
+                Some(b) => format!("Python {} of base {}", b.python_version.as_deref().unwrap_or("-"), b.id),
+                None => rt.python.display().to_string(),
+            };
+            progress(&format!("Python: uv pip compile --generate-hashes for {interpreter}: {}", env.python.join(" ")));
             let (input, output) = (scratch.join("requirements.in"), scratch.join("python-lock.txt"));
             fs::write(&input, env.python.join("\n") + "\n").map_err(io("write", &input))?;
             let mut cmd = Command::new(&rt.uv);
-            cmd.args(["pip", "compile", "--no-config", "--generate-hashes", "--only-binary", ":all:", "--no-header", "--no-annotate", "--quiet", "--python"])
-                .arg(&rt.python)
-                .arg(&input)
-                .arg("-o")
-                .arg(&output);
+            cmd.args(["pip", "compile", "--no-config", "--generate-hashes", "--only-binary", ":all:", "--no-header", "--no-annotate", "--quiet"]);
+            match base.map(|b| (b.python_version.as_deref(), crate::base::python_platform(b))) {
+                None => cmd.arg("--python").arg(&rt.python),
+                Some((Some(version), platform)) => cmd.args(["--python-version", version, "--python-platform", &platform]),
+                Some((None, _)) => return Err(EnvError::Installer { tool: "uv", message: "the base has no /usr/bin/python3".into() }),
+            };
+            cmd.arg(&input).arg("-o").arg(&output);
             run_tool("uv", cmd, progress)?;
             let text = fs::read_to_string(&output).map_err(io("read", &output))?;
             let text = format!("# Lock of environment {name} (`sandbox env lock {name}`: uv pip compile --generate-hashes, wheels only).\n{text}");
@@ -481,6 +550,36 @@ impl Environments {
             });
         }
         Ok((path, manifest))
+    }
+
+    /// Garbage collection (`sandbox env gc`): removes the versions of each environment `config`
+    /// declares other than its current spec, then every base that neither a declared environment
+    /// nor any environment still installed here names, skipping whatever a run holds
+    /// ([`crate::base::hold`]). Environments of names `config` does not declare are left alone
+    /// (another configuration may share the directory).
+    /// Errors: [`EnvError::Io`] on a removal that fails.
+    pub fn gc(&self, config: &sandbox_core::Config) -> Result<Gc, EnvError> {
+        let mut report = Gc::default();
+        for (name, env) in &config.environments {
+            for old in self.status(name, env, &config.runtime).stale {
+                match crate::base::remove_unless_held(&old)? {
+                    true => report.removed.push(old),
+                    false => report.in_use.push(old),
+                }
+            }
+        }
+        let mut keep: Vec<String> = config.environments.values().filter_map(crate::base::base_of).collect();
+        if let Ok(entries) = fs::read_dir(&self.dir) {
+            for e in entries.filter_map(Result::ok) {
+                if let Ok(Some(base)) = read_manifest(&e.path()).map(|m| m.base) {
+                    keep.push(base);
+                }
+            }
+        }
+        let (removed, in_use) = self.bases().gc(&keep)?;
+        report.removed.extend(removed);
+        report.in_use.extend(in_use);
+        Ok(report)
     }
 
     /// Removes every installed version of `name` (and an unfinished build). A run that has it
@@ -550,6 +649,46 @@ fn matplotlib_font_cache(name: &str, build: &Path, sandbox: &dyn BuildSandbox, p
     Ok(())
 }
 
+/// Where an environment on a base keeps the bytecode of its packages and of the base's standard
+/// library, compiled by the base's own interpreter: runs set `PYTHONPYCACHEPREFIX` to
+/// `<ENV_MOUNT>/pycache`, below which each `.pyc` sits at its source's absolute path
+/// (`pycache/usr/lib/python3.13/json/decoder.cpython-313.pyc`). Without it every run would
+/// compile pandas and the standard library anew (seconds) on the read-only root.
+pub const PYCACHE_DIR: &str = "pycache";
+
+/// Compiles the packages and the base's standard library to bytecode in a sandbox (the base's
+/// interpreter, the build bound read-only as the environment, `sys.pycache_prefix` in the
+/// workspace) and copies the `.pyc` files, as data, into `<build>/pycache/`. Only paths made of
+/// plain components that end in `.pyc` are taken.
+/// Errors: [`EnvError::Sandboxed`] when the step fails or returns nothing usable.
+fn compile_bytecode(name: &str, build: &Path, sandbox: &dyn BuildSandbox, progress: &mut dyn FnMut(&str)) -> Result<(), EnvError> {
+    let code = format!(
+        "import compileall, sys\nsys.pycache_prefix = '/workspace/pyc'\nstdlib = '/usr/lib/python%d.%d' % sys.version_info[:2]\n\
+         compileall.compile_dir('{}/python', quiet=2)\ncompileall.compile_dir(stdlib, quiet=2)\n",
+        sandbox_core::profile::ENV_MOUNT
+    );
+    let files = sandbox.run_python(name, build, &code, &["pyc/**/*.pyc"]).map_err(|message| EnvError::Sandboxed { step: "bytecode compilation", message })?;
+    let root = build.join(PYCACHE_DIR);
+    let mut written = 0usize;
+    for (path, bytes) in &files {
+        let Some(rest) = path.strip_prefix("pyc/") else { continue };
+        let parts: Vec<&str> = rest.split('/').collect();
+        if !rest.ends_with(".pyc") || parts.iter().any(|c| c.is_empty() || *c == "." || *c == "..") {
+            continue;
+        }
+        let target = parts.iter().fold(root.clone(), |p, c| p.join(c));
+        let parent = target.parent().expect("below root");
+        fs::create_dir_all(parent).map_err(io("create", parent))?;
+        fs::write(&target, bytes).map_err(io("write", &target))?;
+        written += 1;
+    }
+    if written == 0 {
+        return Err(EnvError::Sandboxed { step: "bytecode compilation", message: "it wrote no .pyc file".into() });
+    }
+    progress(&format!("    bytecode: {written} modules compiled by the base's interpreter in a sandbox"));
+    Ok(())
+}
+
 /// An installer's failure as [`EnvError::HashMismatch`] when `package` finds the package its
 /// output names as mismatching; otherwise the failure as it was.
 fn hash_mismatch(tool: &'static str, e: EnvError, package: impl Fn(&str) -> Option<String>) -> EnvError {
@@ -563,11 +702,11 @@ fn hash_mismatch(tool: &'static str, e: EnvError, package: impl Fn(&str) -> Opti
 }
 
 /// Runs an installer, forwarding each output line to `progress`; its failure keeps the last lines.
-fn run_tool(tool: &'static str, mut cmd: Command, progress: &mut dyn FnMut(&str)) -> Result<(), EnvError> {
+pub(crate) fn run_tool(tool: &'static str, mut cmd: Command, progress: &mut dyn FnMut(&str)) -> Result<(), EnvError> {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| EnvError::Installer {
         tool,
-        message: format!("cannot start {:?}: {e} (scripts/install-deps.sh installs uv and npm)", cmd.get_program()),
+        message: format!("cannot start {:?}: {e} (scripts/install-deps.sh installs uv, npm and mmdebstrap)", cmd.get_program()),
     })?;
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let readers: Vec<_> = [child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>)]
@@ -622,7 +761,7 @@ fn make_world_readable(root: &Path) -> Result<(), EnvError> {
 }
 
 /// (files, bytes, hex SHA-256) over the tree below `root` in path order, `manifest.json` excluded.
-fn tree_digest(root: &Path) -> Result<(u64, u64, String), EnvError> {
+pub(crate) fn tree_digest(root: &Path) -> Result<(u64, u64, String), EnvError> {
     fn walk(dir: &Path, rel: &str, h: &mut Sha256, files: &mut u64, bytes: &mut u64) -> Result<(), EnvError> {
         let mut entries: Vec<_> = fs::read_dir(dir).map_err(io("read", dir))?.filter_map(Result::ok).collect();
         entries.sort_by_key(fs::DirEntry::file_name);

@@ -7,6 +7,7 @@
 //! and helper process. Dropping an execution's future (a client that went away) still tears
 //! everything down: the per-execution state cleans up in `Drop`.
 
+pub mod base;
 mod collect;
 mod command;
 pub mod environment;
@@ -319,11 +320,13 @@ impl Engine {
         if matches!(p.network, sandbox_core::network::Network::Allowlist(_)) && !std::path::Path::new("/dev/net/tun").exists() {
             return Err(runtime(format!("profile {profile:?} has a network allowlist, which needs the tun driver (/dev/net/tun: modprobe tun)")));
         }
+        let on_base = p.environment.as_ref().and_then(|e| self.opts.config.environments.get(e)).and_then(base::base_of).is_some();
         let bin = match p.language {
             Language::Python => self.opts.config.runtime.python.clone(),
             Language::Typescript => self.opts.config.runtime.node_binary(p.node.as_deref()),
         };
-        if !bin.is_file() {
+        // A base's interpreter is checked with the base (installed with the environment).
+        if !on_base && !bin.is_file() {
             let hint = match (p.language, &p.node) {
                 (Language::Python, _) => "install python3 or set [runtime] python".to_owned(),
                 (Language::Typescript, None) => "scripts/install-node.sh installs it, or set [runtime] node".to_owned(),

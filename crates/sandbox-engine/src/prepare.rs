@@ -122,6 +122,9 @@ pub(crate) struct Prepared {
     pub(crate) spec: SpawnSpec,
     /// The execution's own uid, held until teardown.
     pub(crate) uid: UidSlot,
+    /// Shared locks on the base and environment directories the run binds ([`crate::base::hold`]):
+    /// garbage collection leaves them alone until teardown.
+    held: Vec<nix::fcntl::Flock<fs::File>>,
     torn_down: bool,
 }
 
@@ -131,9 +134,10 @@ impl Prepared {
     pub(crate) fn new(opts: &EngineOptions, layout: &Layout, id: &str, a: &Admitted, code: &str) -> Result<Self, PrepareError> {
         let mut p = Self::create(opts, layout, id, &a.profile)?;
         p.write_inputs(a, opts.config.runtime.uid_base)?;
-        let (argv, env) = program_command(a, &opts.config.runtime);
+        let (argv, env) = program_command(a, &opts.config);
         let files = root_files(a.language, p.uid.uid(), Some((code, a.input_json.as_deref())));
-        p.spec = p.spec_for(opts, &a.profile, a.language, files, argv, env)?;
+        let spec = p.spec_for(opts, &a.profile, a.language, files, argv, env)?;
+        p.spec = spec;
         Ok(p)
     }
 
@@ -163,7 +167,7 @@ impl Prepared {
         p.code_mounted = true;
         let (name, source) = harness_source(profile.language);
         write_ro(&code.join(name), source.as_bytes())?;
-        let (argv, mut env) = crate::command::pool_command(profile, &opts.config.runtime);
+        let (argv, mut env) = crate::command::pool_command(profile, &opts.config);
         env.push(("SANDBOX_PRELOAD".into(), preload.join(",")));
         let files = root_files(profile.language, p.uid.uid(), None).into_iter().filter(|f| !f.sandbox_path.starts_with(&format!("{CODE_DIR}/"))).collect();
         let mut spec = p.spec_for(opts, profile, profile.language, files, argv, env)?;
@@ -216,6 +220,7 @@ impl Prepared {
             inputs: Vec::new(),
             spec: SpawnSpec::default(),
             uid,
+            held: Vec::new(),
             torn_down: false,
         };
         let root = p.dir.join("root");
@@ -235,7 +240,7 @@ impl Prepared {
     /// The spawn spec of this execution: `root_files`, `argv` and `env` as given, everything else
     /// from the profile and this execution's directory, uid and cgroup.
     fn spec_for(
-        &self,
+        &mut self,
         opts: &EngineOptions,
         profile: &sandbox_core::Profile,
         language: Language,
@@ -245,6 +250,8 @@ impl Prepared {
     ) -> Result<SpawnSpec, PrepareError> {
         let rt = &opts.config.runtime;
         let fs_policy = &profile.filesystem;
+        let system = system_of(opts, profile, language)?;
+        self.held = system.held;
         let mut spec = SpawnSpec {
             execution_id: self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
             engine_pid: std::process::id(),
@@ -255,8 +262,9 @@ impl Prepared {
             cgroup_dir: self.cgroup.as_deref().and_then(Cgroup::v2_dir).map(Path::to_owned),
             root_dir: self.dir.join("root"),
             workspace_dir: self.workspace.clone(),
-            system_dirs: rt.system_dirs.clone(),
+            system_dirs: system.dirs,
             etc_binds: ETC_BINDS.iter().map(PathBuf::from).collect(),
+            system_root: system.root,
             root_files,
             tmp_bytes: fs_policy.tmp_max_bytes,
             mounts: runtime_mounts(opts, profile, language)?
@@ -267,11 +275,7 @@ impl Prepared {
                     read_only: m.read_only,
                 }))
                 .collect(),
-            // The host's Python package directories: a run imports its environment's packages only.
-            masked_dirs: match language {
-                Language::Python => rt.python_hidden_dirs.iter().map(|d| d.display().to_string()).collect(),
-                Language::Typescript => Vec::new(),
-            },
+            masked_dirs: system.masked,
             hostname: "sandbox".into(),
             argv,
             env,
@@ -407,6 +411,8 @@ impl Prepared {
     pub(crate) fn teardown(&mut self) -> Result<(), PrepareError> {
         self.torn_down = true;
         let mut first: Option<PrepareError> = None;
+        // Released last: the processes are gone once this returns.
+        let held = std::mem::take(&mut self.held);
         let mut keep = |r: Result<(), PrepareError>| {
             if let Err(e) = r {
                 first.get_or_insert(e);
@@ -431,6 +437,7 @@ impl Prepared {
             self.workspace_mounted = false;
         }
         keep(fs::remove_dir_all(&self.dir).or_else(ignore_not_found).map_err(io_err("remove", &self.dir)));
+        drop(held);
         first.map_or(Ok(()), Err)
     }
 }
@@ -522,6 +529,55 @@ pub(crate) fn check_searchable(dir: &Path) -> Result<(), PrepareError> {
         }
     }
     Ok(())
+}
+
+/// The system root of a profile's runs: which directories, from where, what is hidden in them,
+/// and the locks that keep them from garbage collection while the run lives.
+pub(crate) struct System {
+    /// Bound read-only at the same paths ([`SpawnSpec::system_dirs`]).
+    pub(crate) dirs: Vec<PathBuf>,
+    /// The base's root filesystem they come from; `None`: the host's ([`SpawnSpec::system_root`]).
+    pub(crate) root: Option<PathBuf>,
+    /// Directories hidden ([`SpawnSpec::masked_dirs`]).
+    pub(crate) masked: Vec<String>,
+    /// Shared locks on the base's and the environment's directories ([`crate::base::hold`]).
+    pub(crate) held: Vec<nix::fcntl::Flock<fs::File>>,
+}
+
+/// The system root of `profile`'s runs: the host's `[runtime] system_dirs` (with the host's
+/// Python package directories hidden from Python), or, for an environment on a base, the base's
+/// root filesystem ([`crate::base::BASE_SYSTEM_DIRS`] below `<base>/rootfs`, nothing hidden:
+/// the base holds only what its spec lists).
+/// Errors: [`PrepareError::Environment`] when the environment's base is not installed.
+pub(crate) fn system_of(opts: &EngineOptions, profile: &sandbox_core::Profile, language: Language) -> Result<System, PrepareError> {
+    let rt = &opts.config.runtime;
+    let env = profile.environment.as_ref().and_then(|name| opts.config.environments.get(name).map(|e| (name, e)));
+    let mut held = Vec::new();
+    if let Some(dir) = profile.environment.as_ref().and_then(|name| opts.environment_dir(name)) {
+        held.extend(crate::base::hold(&dir).ok());
+    }
+    let Some((name, base)) = env.and_then(|(name, e)| crate::base::base_of(e).map(|b| (name, b))) else {
+        return Ok(System {
+            dirs: rt.system_dirs.clone(),
+            root: None,
+            // The host's Python package directories: a run imports its environment's packages only.
+            masked: match language {
+                Language::Python => rt.python_hidden_dirs.iter().map(|d| d.display().to_string()).collect(),
+                Language::Typescript => Vec::new(),
+            },
+            held,
+        });
+    };
+    let bases = crate::environment::Environments::for_runtime(rt, &opts.data_dir).bases();
+    let dir = bases.installed(&base).ok_or_else(|| {
+        PrepareError::Environment(format!(
+            "base {base} of environment {name:?} is not installed in {} (`{}` installs it)",
+            bases.dir().display(),
+            opts.suggest(&format!("env install {name}"))
+        ))
+    })?;
+    held.push(crate::base::hold(&dir).map_err(io_err("lock", &dir))?);
+    Ok(System { dirs: crate::base::BASE_SYSTEM_DIRS.iter().map(PathBuf::from).collect(), root: Some(dir.join("rootfs")), masked: Vec::new(), held })
 }
 
 /// Mounts the runtime adds before the profile's own: the profile's environment, read-only,

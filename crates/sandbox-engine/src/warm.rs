@@ -455,7 +455,7 @@ impl Templates {
     fn template_spec(&self, id: &str, profile: &Profile, root: &Path, workspace: &Path, lib_dir: &Path, cg: &Cgroup) -> Result<SpawnSpec, String> {
         let rt = &self.opts.config.runtime;
         let preload = profile.environment.as_ref().and_then(|e| self.opts.config.environments.get(e)).map(|e| e.preload.clone()).unwrap_or_default();
-        let (argv, env) = template_command(profile, rt, &preload, &format!("{WARM_LIB_DIR}/{WARM_LIB}"));
+        let (argv, env) = template_command(profile, &self.opts.config, &preload, &format!("{WARM_LIB_DIR}/{WARM_LIB}"));
         let mut files = root_files(Language::Python, sandbox_runtime::spec::SANDBOX_UID, None);
         files.push(sandbox_runtime::spec::RootFile {
             sandbox_path: format!("{CODE_DIR}/{}", TEMPLATE_SOURCE.0),
@@ -470,6 +470,9 @@ impl Templates {
             read_only: m.read_only,
         }));
         let fs_policy = &profile.filesystem;
+        // The template binds what the executions forked from it see: the same system root. Its
+        // locks are not kept: each execution forked from it holds its own.
+        let system = crate::prepare::system_of(&self.opts, profile, Language::Python).map_err(|e| e.to_string())?;
         Ok(SpawnSpec {
             execution_id: id.to_owned(),
             engine_pid: std::process::id(),
@@ -480,12 +483,13 @@ impl Templates {
             cgroup_dir: cg.v2_dir().map(Path::to_owned),
             root_dir: root.to_owned(),
             workspace_dir: workspace.to_owned(),
-            system_dirs: rt.system_dirs.clone(),
+            system_dirs: system.dirs,
             etc_binds: crate::prepare::ETC_BINDS.iter().map(PathBuf::from).collect(),
+            system_root: system.root,
             root_files: files,
             tmp_bytes: fs_policy.tmp_max_bytes,
             mounts,
-            masked_dirs: rt.python_hidden_dirs.iter().map(|d| d.display().to_string()).collect(),
+            masked_dirs: system.masked,
             hostname: "sandbox".into(),
             argv,
             env,

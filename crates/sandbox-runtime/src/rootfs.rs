@@ -39,13 +39,19 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
     let root_size = format!("size={},mode=0755", (held as u64).saturating_add(16 << 20));
     step("root_tmpfs", root, mount(Some("tmpfs"), root, Some("tmpfs"), nosuid_nodev, Some(root_size.as_str())))?;
 
+    // The system directories: the host's, or those of the environment's base (an unpacked root
+    // filesystem), bound at the same paths either way.
+    let from = spec.system_root.as_deref().unwrap_or(Path::new("/"));
     for dir in &spec.system_dirs {
-        bind_system_dir(root, dir)?;
+        bind_system_dir(root, from, dir)?;
     }
     mkdir(root, "/etc")?;
     for file in &spec.etc_binds {
-        if file.exists() {
-            bind_ro(file, &inside(root, file.to_str().unwrap_or("/etc/missing")), file.is_dir())?;
+        let source = source_of(from, file);
+        // A symlink of a base (e.g. /etc/fonts/conf.d entries) is bound as what it names on the
+        // host; only plain files and directories are bound, a base's symlinks are skipped.
+        if source.exists() && (spec.system_root.is_none() || !source.is_symlink()) {
+            bind_ro(&source, &inside(root, file.to_str().unwrap_or("/etc/missing")), source.is_dir())?;
         }
     }
     for f in &spec.root_files {
@@ -182,19 +188,28 @@ fn build_dev(root: &Path, shm_bytes: u64) -> Result<(), StepError> {
     Ok(())
 }
 
-/// Binds a host system directory read-only at the same path, or copies it as a symlink if it is one
-/// (merged-/usr hosts have `/bin -> usr/bin`). Missing directories are skipped.
-fn bind_system_dir(root: &Path, dir: &Path) -> Result<(), StepError> {
-    let Ok(meta) = fs::symlink_metadata(dir) else { return Ok(()) };
+/// `path` (absolute, as the sandbox sees it) below the host directory `from` (`/` for the host's own).
+fn source_of(from: &Path, path: &Path) -> PathBuf {
+    from.join(path.strip_prefix("/").unwrap_or(path))
+}
+
+/// Binds the system directory `dir` of the root `from` (`/`: the host's) read-only at the same
+/// path, or copies it as a symlink if it is one (merged-/usr systems have `/bin -> usr/bin`).
+/// Missing directories are skipped.
+fn bind_system_dir(root: &Path, from: &Path, dir: &Path) -> Result<(), StepError> {
+    let source = source_of(from, dir);
+    let Ok(meta) = fs::symlink_metadata(&source) else { return Ok(()) };
     let target = inside(root, dir.to_str().unwrap_or("/missing"));
     if meta.file_type().is_symlink() {
-        let to = step("system_link", dir, fs::read_link(dir))?;
+        // Copied as text, resolved inside the sandbox: a base's `/lib64 -> usr/lib64` names the
+        // base's own /usr there, never a host path.
+        let to = step("system_link", &source, fs::read_link(&source))?;
         if let Some(parent) = target.parent() {
             step("system_link", parent, fs::DirBuilder::new().recursive(true).mode(0o755).create(parent))?;
         }
         return step("system_link", &target, std::os::unix::fs::symlink(to, &target));
     }
-    bind_ro(dir, &target, true)
+    bind_ro(&source, &target, true)
 }
 
 /// Read-only mounts of host directories that do not show the host path in the sandbox's

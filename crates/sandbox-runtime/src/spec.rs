@@ -64,10 +64,18 @@ pub struct SpawnSpec {
     pub root_dir: PathBuf,
     /// The host directory (a size-capped tmpfs) that becomes /workspace.
     pub workspace_dir: PathBuf,
-    /// Host system directories bound read-only at the same path (symlinks are copied as symlinks).
+    /// System directories bound read-only at the same path (symlinks are copied as symlinks),
+    /// taken from the host, or from [`SpawnSpec::system_root`] when it is set.
     pub system_dirs: Vec<PathBuf>,
-    /// Host files or directories under /etc bound read-only (e.g. `/etc/ld.so.cache`, `/etc/ssl`).
+    /// Files or directories under /etc bound read-only (e.g. `/etc/ld.so.cache`, `/etc/ssl`),
+    /// taken from the host, or from [`SpawnSpec::system_root`] when it is set.
     pub etc_binds: Vec<PathBuf>,
+    /// A host directory holding an unpacked root filesystem (an environment's base, e.g. a
+    /// Debian one): `system_dirs` and `etc_binds` are taken below it instead of from the
+    /// host's `/` (`/usr` is `<system_root>/usr`), still read-only, nosuid and nodev. `None`: the
+    /// host's own.
+    #[serde(default)]
+    pub system_root: Option<PathBuf>,
     /// Files written into the read-only root (synthesized /etc files, the program's code).
     pub root_files: Vec<RootFile>,
     /// Size of /tmp (and of /dev/shm), in bytes.

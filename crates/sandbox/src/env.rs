@@ -38,7 +38,12 @@ pub enum EnvCommand {
         #[arg(long, default_value = ".")]
         dir: PathBuf,
     },
-    /// Remove every installed version of an environment.
+    /// Remove what no declared environment needs: older versions of each declared environment
+    /// and bases no installed environment names. A version or base a running execution uses
+    /// is kept (and named). `install` removes the older versions of what it installs.
+    Gc,
+    /// Remove every installed version of an environment (its base, possibly shared, stays until
+    /// `env gc`).
     Remove {
         /// Environment name.
         name: String,
@@ -109,8 +114,9 @@ fn step_profile(name: &str, language: Language, description: String) -> Profile 
         description,
         harness: sandbox_core::Harness::Script,
         limits: Limits { memory_max_bytes: 2 << 30, cpu_max: 2.0, pids_max: 256, timeout_ms: 120_000, ..Limits::default() },
-        filesystem: Default::default(),
-        output: Default::default(),
+        // Room for what a step returns: the bytecode of an environment on a base is thousands of files.
+        filesystem: sandbox_core::profile::Filesystem { workspace_max_bytes: 2 << 30, ..Default::default() },
+        output: sandbox_core::profile::OutputCaps { files_max_count: 100_000, files_max_bytes: 2 << 30, ..Default::default() },
         network: Default::default(),
         env: Default::default(),
         environment: Some(name.to_owned()),
@@ -120,12 +126,59 @@ fn step_profile(name: &str, language: Language, description: String) -> Profile 
     }
 }
 
+/// The bases of `config` and of the environments directory, as `doctor --json` reports them:
+/// `[{ id, installed, bytes, packages, python, environments }]` (`bytes` and `packages`, a
+/// count, are null when it is not installed).
+pub fn bases_json(config: &Config, envs: &Environments) -> serde_json::Value {
+    let bases = envs.bases();
+    let mut ids: Vec<String> = config.environments.values().filter_map(sandbox_engine::base::base_of).collect();
+    ids.extend(bases.list().into_iter().map(|b| b.id));
+    ids.sort();
+    ids.dedup();
+    ids.into_iter()
+        .map(|id| {
+            let users: Vec<&str> =
+                config.environments.iter().filter(|(_, e)| sandbox_engine::base::base_of(e).as_deref() == Some(id.as_str())).map(|(n, _)| n.as_str()).collect();
+            let m = bases.installed(&id).and_then(|_| bases.manifest(&id).ok());
+            serde_json::json!({
+                "id": id, "installed": m.is_some(), "bytes": m.as_ref().map(|m| m.bytes),
+                "packages": m.as_ref().map(|m| m.packages.len()), "python": m.and_then(|m| m.python_version), "environments": users,
+            })
+        })
+        .collect()
+}
+
+/// The bases table of `env list` and `doctor`: each base declared or present, installed or
+/// not, its size, package count and Python, and the environments that use it.
+pub fn print_bases(config: &Config, envs: &Environments) {
+    let bases = envs.bases();
+    let mut ids: Vec<String> = config.environments.values().filter_map(sandbox_engine::base::base_of).collect();
+    ids.extend(bases.list().into_iter().map(|b| b.id));
+    ids.sort();
+    ids.dedup();
+    if ids.is_empty() {
+        return;
+    }
+    let mut t = crate::table::new(&["BASE", "STATE", "SIZE", "PACKAGES", "PYTHON", "ENVIRONMENTS"]);
+    for id in ids {
+        let users: Vec<&str> =
+            config.environments.iter().filter(|(_, e)| sandbox_engine::base::base_of(e).as_deref() == Some(id.as_str())).map(|(n, _)| n.as_str()).collect();
+        let (state, size, packages, python) = match bases.installed(&id).and_then(|_| bases.manifest(&id).ok()) {
+            Some(m) => ("installed", format!("{}MiB", m.bytes >> 20), m.packages.len().to_string(), m.python_version.unwrap_or_else(|| "-".into())),
+            None => ("not installed", "-".into(), "-".into(), "-".into()),
+        };
+        let used = if users.is_empty() { "- (unused: `sandbox env gc` removes it)".to_owned() } else { users.join(", ") };
+        t.add_row(vec![id, state.to_owned(), size, packages, python, used]);
+    }
+    crate::table::print(t);
+}
+
 /// Runs `sandbox env COMMAND`.
 pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Result<ExitCode> {
     let envs = Environments::for_runtime(&config.runtime, data_dir);
     match command {
         EnvCommand::List => {
-            let mut t = crate::table::new(&["NAME", "STATE", "SIZE", "SPEC", "PROFILES"]);
+            let mut t = crate::table::new(&["NAME", "STATE", "SIZE", "SPEC", "BASE", "PROFILES"]);
             let mut stale = Vec::new();
             for (name, env) in &config.environments {
                 let st = envs.status(name, env, &config.runtime);
@@ -134,10 +187,12 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
                     None => ("not installed", "-".into()),
                 };
                 let users: Vec<&str> = config.profiles.iter().filter(|(_, p)| p.environment.as_deref() == Some(name)).map(|(n, _)| n.as_str()).collect();
-                t.add_row(vec![name.clone(), state.to_owned(), size, Environments::spec_hash(env, &config.runtime), users.join(", ")]);
+                let base = sandbox_engine::base::base_of(env).unwrap_or_else(|| "host".into());
+                t.add_row(vec![name.clone(), state.to_owned(), size, Environments::spec_hash(env, &config.runtime), base, users.join(", ")]);
                 stale.extend(st.stale.into_iter().map(|s| (name.clone(), s)));
             }
             crate::table::print(t);
+            print_bases(&config, &envs);
             for (name, s) in stale {
                 outln!("stale: {} (an older spec of {name}; `{} env remove {name}` removes every version)", s.display(), crate::command());
             }
@@ -150,7 +205,12 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
         }
         EnvCommand::Lock { name, dir } => {
             let env = declared(&config, &name)?;
-            let locks = Environments::lock(&name, env, &config.runtime, &mut |line| errln!("{line}"))?;
+            // An environment on a base is locked for the base's interpreter: the base is built first.
+            let base = match &env.debian {
+                Some(d) => Some(envs.bases().install_debian(d, &config.runtime.apt_cache_dir, &mut |line| errln!("{line}"))?.1),
+                None => None,
+            };
+            let locks = Environments::lock(&name, env, &config.runtime, base.as_ref(), &mut |line| errln!("{line}"))?;
             std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
             for (text, file, key) in
                 [(&locks.python, format!("{name}.python-lock.txt"), "python_lock"), (&locks.npm, format!("{name}.package-lock.json"), "npm_lock")]
@@ -166,14 +226,31 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
             }
             Ok(ExitCode::SUCCESS)
         }
+        EnvCommand::Gc => {
+            let report = envs.gc(&config)?;
+            for p in &report.removed {
+                errln!("removed {}", p.display());
+            }
+            for p in &report.in_use {
+                errln!("kept {} (a running execution uses it)", p.display());
+            }
+            if report.removed.is_empty() && report.in_use.is_empty() {
+                errln!("nothing to remove");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         EnvCommand::Remove { name } => {
-            declared(&config, &name)?;
+            let base = sandbox_engine::base::base_of(declared(&config, &name)?);
             let removed = envs.remove(&name)?;
             if removed.is_empty() {
                 errln!("{name} was not installed");
             }
             for p in removed {
                 errln!("removed {}", p.display());
+            }
+            if let Some(id) = base.filter(|id| envs.bases().installed(id).is_some()) {
+                // Other environments may share it; gc knows which are still named.
+                errln!("its base {id} stays until `{} env gc` finds no environment naming it", crate::command());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -211,6 +288,16 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
         Err(e) => return Err(e.into()),
     };
     errln!("files: {} files, {} bytes match the manifest ({})", manifest.files, manifest.bytes, path.display());
+    if let Some(base) = sandbox_engine::base::base_of(&env) {
+        match envs.bases().check_integrity(&base) {
+            Ok(m) => errln!("base {base}: {} files, {} bytes match its manifest ({} packages)", m.files, m.bytes, m.packages.len()),
+            Err(e @ sandbox_engine::environment::EnvError::Tampered { .. }) => {
+                errln!("sandbox: error: {e}");
+                return Ok(ExitCode::from(VERIFY_TAMPERED));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     let mut checks: Vec<(Language, String)> = Vec::new();
     if !env.python_imports.is_empty() {
         let modules = serde_json::to_string(&env.python_imports)?;

@@ -187,10 +187,20 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Profiles { command: ProfilesCommand::List } => {
-            let mut t = table::new(&["NAME", "LANGUAGE", "MEMORY", "CPU", "PIDS", "TIMEOUT", "NETWORK", "ENVIRONMENT", "DESCRIPTION"]);
+            let mut t = table::new(&["NAME", "LANGUAGE", "INTERPRETER", "MEMORY", "CPU", "PIDS", "TIMEOUT", "NETWORK", "ENVIRONMENT", "DESCRIPTION"]);
             let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);
             let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, &data_dir);
+            let host_versions: std::collections::BTreeMap<&str, String> =
+                [("python", &config.runtime.python), ("typescript", &config.runtime.node)].into_iter().map(|(l, bin)| (l, interpreter_version(bin))).collect();
             for (name, p) in &config.profiles {
+                let env = p.environment.as_ref().and_then(|e| config.environments.get(e));
+                let interpreter = match env.and_then(|e| sandbox_engine::base::base_of(e).map(|id| (id, e.debian.as_ref().map_or("", |d| d.suite.as_str())))) {
+                    None => host_versions[p.language.as_str()].clone(),
+                    Some((id, suite)) => match envs.bases().manifest(&id).ok().and_then(|m| m.python_version) {
+                        Some(v) => format!("python {v} ({suite} base)"),
+                        None => format!("python3 ({suite} base, not installed)"),
+                    },
+                };
                 let environment = match p.environment.as_deref() {
                     None => "-".to_owned(),
                     Some(e) => match envs.installed_in(&config, e) {
@@ -201,6 +211,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 t.add_row(vec![
                     name.clone(),
                     p.language.as_str().to_owned(),
+                    interpreter,
                     format!("{}MiB", p.limits.memory_max_bytes >> 20),
                     p.limits.cpu_max.to_string(),
                     p.limits.pids_max.to_string(),
@@ -292,6 +303,21 @@ fn warm_self_test(
     out
 }
 
+/// `python 3.11.2` / `node 24.1.0` from `BIN --version` (the host's own interpreter, run on the
+/// host as `doctor` does), or `? (BIN not runnable)`.
+fn interpreter_version(bin: &std::path::Path) -> String {
+    let out = std::process::Command::new(bin).arg("--version").output().ok().filter(|o| o.status.success());
+    match out {
+        Some(o) => {
+            let text = String::from_utf8_lossy(if o.stdout.is_empty() { &o.stderr } else { &o.stdout }).trim().to_owned();
+            let version = text.trim_start_matches("Python ").trim_start_matches('v');
+            let what = if text.starts_with("Python") { "python" } else { "node" };
+            format!("{what} {version}")
+        }
+        None => format!("? ({} not runnable)", bin.display()),
+    }
+}
+
 fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool) -> ExitCode {
     // The engine every door runs on decides which profiles can run (it probes the host once).
     let helper = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("sandbox"));
@@ -335,6 +361,7 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
             "checks": report.checks,
             "selfTest": self_test,
             "runtimes": runtimes.iter().map(|(w, p, v)| serde_json::json!({"name": w, "path": p, "version": v})).collect::<Vec<_>>(),
+            "bases": env::bases_json(config, &sandbox_engine::environment::Environments::for_runtime(&config.runtime, data_dir)),
             "profiles": profiles.iter().map(|(n, why)| {
                 let needs = config.profiles[n].landlock_min_abi;
                 serde_json::json!({
@@ -363,6 +390,11 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
                 Some(v) => outln!("  [ok] {what:<16} {path} ({v})"),
                 None => outln!("  [FAIL] {what:<14} {path} not runnable"),
             }
+        }
+        let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, data_dir);
+        if !envs.bases().list().is_empty() || config.environments.values().any(|e| sandbox_engine::base::base_of(e).is_some()) {
+            outln!("Bases (under {}):", envs.bases().dir().display());
+            env::print_bases(config, &envs);
         }
         outln!("Profiles:");
         for (name, why) in &profiles {

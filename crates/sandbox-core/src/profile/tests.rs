@@ -160,3 +160,39 @@ fn defaults_toml_and_the_rust_defaults_agree() {
         }
     }
 }
+
+/// `base = "debian"` needs its `[debian]` table and the table needs the base; suite, package
+/// names and mirror are checked; a Debian base runs Python only (no npm, no TypeScript profile).
+#[test]
+fn debian_base_tables_are_checked() {
+    let env = |base: &str, table: &str| format!("[environments.e]\n{base}{table}");
+    let good = "\n[environments.e.debian]\nsuite = \"trixie\"\npackages = [\"python3\", \"libstdc++6\", \"libgdal36:amd64\"]\n";
+    let c = Config::parse(&env("base = \"debian\"", good), "my.toml").expect("a whole debian table");
+    assert_eq!(
+        (c.environments["e"].base, c.environments["e"].debian.as_ref().unwrap().mirror.as_str()),
+        (EnvironmentBase::Debian, "http://deb.debian.org/debian")
+    );
+    check(&env("base = \"debian\"", ""), "environments.e.debian", "needs a [debian] table");
+    check(&env("base = \"host\"", good), "environments.e.debian", "needs base = \"debian\"");
+    check(&env("base = \"debian\"", &good.replace("trixie", "Trixie")), "environments.e.debian.suite", "not a suite name");
+    check(
+        &env("base = \"debian\"", &good.replace("\"python3\", ", "\"python3; rm -rf /\", ")),
+        "environments.e.debian.packages[0]",
+        "not a Debian package name",
+    );
+    check(
+        &env("base = \"debian\"", &good.replace("[\"python3\", \"libstdc++6\", \"libgdal36:amd64\"]", "[]")),
+        "environments.e.debian.packages",
+        "at least one",
+    );
+    let mirror = |m: &str| env("base = \"debian\"", &format!("{good}mirror = \"{m}\"\n"));
+    Config::parse(&mirror("https://mirror.example/debian"), "my.toml").expect("an https mirror");
+    check(&mirror("ftp://mirror.example/debian"), "environments.e.debian.mirror", "not an http");
+    check(&mirror("http://mirror.example/debian main"), "environments.e.debian.mirror", "not an http");
+    check(&env("base = \"debian\"\nnpm = [\"zod@4.6.7\"]", good), "environments.e.npm", "need base = \"host\"");
+    let ts = format!("{}[profiles.t]\nlanguage = \"typescript\"\nenvironment = \"e\"\n", env("base = \"debian\"", good));
+    check(&ts, "profiles.t.environment", "runs Python only");
+    // Names may carry a version (`python-3.13-analysis`), never start with a dot.
+    Config::parse("[profiles.\"py-3.13\"]\nlanguage = \"python\"\n", "my.toml").expect("a dotted name");
+    check("[profiles.\".hidden\"]\nlanguage = \"python\"\n", "profiles..hidden", "not first");
+}

@@ -7,28 +7,43 @@ use super::*;
 
 /// Runs `code` (which prints one line per attempt) and returns its stdout lines.
 fn attempt(code: &str) -> Vec<String> {
-    let r = run("python-default", code, &[]);
+    attempt_on("python-default", code)
+}
+
+/// [`attempt`] in a run of `profile`.
+fn attempt_on(profile: &str, code: &str) -> Vec<String> {
+    let r = run(profile, code, &[]);
     assert_eq!(r.status(), "ok", "{r:?}");
     r.stdout().lines().map(str::to_owned).collect()
 }
 
 #[test]
 fn host_secret_file_is_invisible() {
+    host_secret_file_is_invisible_on("python-default");
+}
+
+/// [`host_secret_file_is_invisible`] in a run of `profile` (the bases' tests run it on theirs).
+pub(crate) fn host_secret_file_is_invisible_on(profile: &str) {
     let secret = scratch_file("secret.txt", b"TOP-SECRET-VALUE");
     let code = format!(
         "import os\nfor p in [{:?}, '/root/.bashrc', '/etc/shadow', '/home']:\n    \
          try:\n        open(p).read(); print('READ', p)\n    except OSError as e:\n        print(type(e).__name__, e.errno)",
         secret.to_str().unwrap()
     );
-    let lines = attempt(&code);
+    let lines = attempt_on(profile, &code);
     assert_eq!(lines, ["FileNotFoundError 2", "FileNotFoundError 2", "FileNotFoundError 2", "FileNotFoundError 2"]);
 }
 
 #[test]
 fn host_processes_and_pid1_are_invisible() {
+    host_processes_and_pid1_are_invisible_on("python-default");
+}
+
+/// [`host_processes_and_pid1_are_invisible`] in a run of `profile` (the bases' tests run it on theirs).
+pub(crate) fn host_processes_and_pid1_are_invisible_on(profile: &str) {
     let code = "import os\npids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\nprint(pids == [os.getpid()], os.getpid())\n\
                 print(os.path.exists('/proc/1'))\nprint(all(l.endswith(':/') for l in open('/proc/self/cgroup').read().split()))\nprint(os.uname().nodename)";
-    let lines = attempt(code);
+    let lines = attempt_on(profile, code);
     assert_eq!(lines[0], "True 2", "only the program itself is visible, as pid 2 (init is pid 1): {lines:?}");
     assert_eq!(lines[1], "False", "pid 1 (init, root of the namespace) is hidden");
     assert_eq!(lines[2], "True", "the cgroup namespace hides the host's cgroup paths: {lines:?}");
@@ -37,7 +52,12 @@ fn host_processes_and_pid1_are_invisible() {
 
 #[test]
 fn no_host_paths_leak_through_mountinfo_or_cmdline() {
-    let r = run("python-default", "import os\nprint(open('/proc/self/mountinfo').read())\nprint(os.listdir('/proc/self/fd'))", &[]);
+    no_host_paths_leak_through_mountinfo_or_cmdline_on("python-default");
+}
+
+/// [`no_host_paths_leak_through_mountinfo_or_cmdline`] in a run of `profile` (the bases' tests run it on theirs).
+pub(crate) fn no_host_paths_leak_through_mountinfo_or_cmdline_on(profile: &str) {
+    let r = run(profile, "import os\nprint(open('/proc/self/mountinfo').read())\nprint(os.listdir('/proc/self/fd'))", &[]);
     let data = env().data.to_str().unwrap();
     assert!(!r.stdout().contains(data), "mountinfo shows the data directory: {r:?}");
     assert!(!r.stdout().contains("/work/"), "{r:?}");
@@ -73,9 +93,14 @@ fn environment_mounts_do_not_reveal_host_paths() {
 
 #[test]
 fn root_filesystem_is_read_only() {
+    root_filesystem_is_read_only_on("python-default");
+}
+
+/// [`root_filesystem_is_read_only`] in a run of `profile` (the bases' tests run it on theirs).
+pub(crate) fn root_filesystem_is_read_only_on(profile: &str) {
     let code = "import errno\nfor p in ['/x', '/usr/x', '/etc/passwd', '/code/main.py', '/usr/bin/python3']:\n    \
                 try:\n        open(p, 'a').write('x'); print('WROTE', p)\n    except OSError as e:\n        print(errno.errorcode[e.errno])";
-    let lines = attempt(code);
+    let lines = attempt_on(profile, code);
     for l in &lines {
         assert!(l == "EROFS" || l == "EACCES", "write must fail with EROFS or EACCES: {lines:?}");
     }
@@ -84,6 +109,11 @@ fn root_filesystem_is_read_only() {
 
 #[test]
 fn host_loopback_services_are_unreachable() {
+    host_loopback_services_are_unreachable_on("python-default");
+}
+
+/// [`host_loopback_services_are_unreachable`] in a run of `profile` (the bases' tests run it on theirs).
+pub(crate) fn host_loopback_services_are_unreachable_on(profile: &str) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -91,7 +121,7 @@ fn host_loopback_services_are_unreachable() {
         "import socket, errno\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=3); print('CONNECTED')\n\
          except OSError as e:\n    print(errno.errorcode.get(e.errno, e))\nimport os\nprint(sorted(os.listdir('/sys/class/net')) if os.path.exists('/sys/class/net') else 'no-sys')"
     );
-    let lines = attempt(&code);
+    let lines = attempt_on(profile, &code);
     assert_eq!(lines[0], "ECONNREFUSED", "an empty network namespace refuses at once: {lines:?}");
     let mut buf = [0u8; 1];
     match listener.accept() {
@@ -103,12 +133,22 @@ fn host_loopback_services_are_unreachable() {
 
 #[test]
 fn only_loopback_interface_exists() {
-    let lines = attempt("import socket\nprint(sorted(n for _, n in socket.if_nameindex()))");
+    only_loopback_interface_exists_on("python-default");
+}
+
+/// [`only_loopback_interface_exists`] in a run of `profile` (the bases' tests run it on theirs).
+pub(crate) fn only_loopback_interface_exists_on(profile: &str) {
+    let lines = attempt_on(profile, "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))");
     assert_eq!(lines, ["['lo']"]);
 }
 
 #[test]
 fn dangerous_syscalls_fail_with_eperm() {
+    dangerous_syscalls_fail_with_eperm_on("python-default");
+}
+
+/// [`dangerous_syscalls_fail_with_eperm`] in a run of `profile` (the bases' tests run it on theirs).
+pub(crate) fn dangerous_syscalls_fail_with_eperm_on(profile: &str) {
     // x86-64 numbers: mount 165, umount2 166, unshare 272, setns 308, ptrace 101, bpf 321,
     // keyctl 250, init_module 175, perf_event_open 298, io_uring_setup 425, pivot_root 155, chroot 161.
     let code = "import ctypes, errno\nlibc = ctypes.CDLL(None, use_errno=True)\n\
@@ -116,7 +156,7 @@ fn dangerous_syscalls_fail_with_eperm() {
                 'ptrace': (101, 16, 1, 0, 0), 'bpf': (321, 0, 0, 0), 'keyctl': (250, 0, 0), 'init_module': (175, 0, 0, 0),\n\
                 'perf_event_open': (298, 0, 0, -1, -1, 0), 'io_uring_setup': (425, 1, 0), 'pivot_root': (155, 0, 0), 'chroot': (161, 0)}\n\
                 for name, args in calls.items():\n    ctypes.set_errno(0)\n    r = libc.syscall(*args)\n    print(name, r, errno.errorcode.get(ctypes.get_errno()))";
-    let lines = attempt(code);
+    let lines = attempt_on(profile, code);
     assert_eq!(lines.len(), 12);
     for l in &lines {
         assert!(l.ends_with(" -1 EPERM"), "every call must be refused with EPERM: {lines:#?}");
@@ -125,19 +165,29 @@ fn dangerous_syscalls_fail_with_eperm() {
 
 #[test]
 fn new_namespaces_via_clone_are_refused() {
+    new_namespaces_via_clone_are_refused_on("python-default");
+}
+
+/// [`new_namespaces_via_clone_are_refused`] in a run of `profile` (the bases' tests run it on theirs).
+pub(crate) fn new_namespaces_via_clone_are_refused_on(profile: &str) {
     // clone(2) (56) with CLONE_NEWUSER | SIGCHLD and no stack, i.e. fork into a new user namespace.
     let code = "import ctypes, errno, os\nlibc = ctypes.CDLL(None, use_errno=True)\nfor flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000):\n    \
                 r = libc.syscall(56, flag | 17, 0, 0, 0, 0)\n    if r == 0: os._exit(0)\n    print(r, errno.errorcode.get(ctypes.get_errno()))";
-    assert_eq!(attempt(code), ["-1 EPERM", "-1 EPERM", "-1 EPERM", "-1 EPERM"]);
+    assert_eq!(attempt_on(profile, code), ["-1 EPERM", "-1 EPERM", "-1 EPERM", "-1 EPERM"]);
 }
 
 #[test]
 fn cannot_become_root_and_holds_no_capabilities() {
+    cannot_become_root_and_holds_no_capabilities_on("python-default");
+}
+
+/// [`cannot_become_root_and_holds_no_capabilities`] in a run of `profile` (the bases' tests run it on theirs).
+pub(crate) fn cannot_become_root_and_holds_no_capabilities_on(profile: &str) {
     let code = "import os, errno\nfor f in (lambda: os.setuid(0), lambda: os.setgid(0), lambda: os.setgroups([0])):\n    try:\n        f(); print('BECAME ROOT')\n    except OSError as e:\n        print(errno.errorcode[e.errno])\n\
                 st = dict(l.split(':\\t') for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)\n\
                 print(os.getuid(), os.getgid(), os.getgroups())\nfor k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp'):\n    print(k, st[k].strip())\n\
                 print(open('/proc/self/uid_map').read().split())";
-    let lines = attempt(code);
+    let lines = attempt_on(profile, code);
     assert_eq!(&lines[..3], ["EPERM", "EPERM", "EPERM"]);
     // Each execution runs as a uid of its own (1000 + its slot), in group 1000.
     let ids: Vec<&str> = lines[3].split(' ').collect();
@@ -158,10 +208,15 @@ fn cannot_become_root_and_holds_no_capabilities() {
 
 #[test]
 fn landlock_blocks_paths_outside_the_rules_even_through_proc() {
+    landlock_blocks_paths_outside_the_rules_even_through_proc_on("python-default");
+}
+
+/// [`landlock_blocks_paths_outside_the_rules_even_through_proc`] in a run of `profile` (the bases' tests run it on theirs).
+pub(crate) fn landlock_blocks_paths_outside_the_rules_even_through_proc_on(profile: &str) {
     // /proc/self/root is the sandbox root; reading files through it is allowed only where the rules allow.
     let code = "import os, errno\nfor p in ['/proc/self/root/etc/passwd', '/workspace/../etc/hostname']:\n    \
                 try:\n        open(p).read(); print('read')\n    except OSError as e:\n        print(errno.errorcode[e.errno])";
-    let r = run("python-default", code, &[]);
+    let r = run(profile, code, &[]);
     assert_eq!(r.status(), "ok", "{r:?}");
     let lines: Vec<&str> = r.stdout().lines().collect();
     assert_eq!(lines, ["read", "read"], "the synthesized /etc is readable; nothing outside exists: {r:?}");
@@ -246,11 +301,16 @@ fn raw_syscalls(calls: &str) -> String {
 /// out so libc falls back to clone, personality(ADDR_NO_RANDOMIZE) is a value not listed.
 #[test]
 fn unlisted_syscalls_fail_with_enosys() {
+    unlisted_syscalls_fail_with_enosys_on("python-default");
+}
+
+/// [`unlisted_syscalls_fail_with_enosys`] in a run of `profile` (the bases' tests run it on theirs).
+pub(crate) fn unlisted_syscalls_fail_with_enosys_on(profile: &str) {
     let code = raw_syscalls(
         "('listmount', (458, 0, 0, 0, 0)), ('mseal', (462, 0, 0, 0)), ('get_mempolicy', (239, 0, 0, 0, 0, 0)), \
          ('clone3', (435, 0, 0)), ('personality', (135, 0x0040000))",
     );
-    let inside = attempt(&code);
+    let inside = attempt_on(profile, &code);
     let host = on_host_unprivileged(&code);
     assert_eq!(inside.len(), 5, "{inside:?}");
     for (i, h) in inside.iter().zip(&host) {
@@ -260,7 +320,7 @@ fn unlisted_syscalls_fail_with_enosys() {
         assert!(!h.ends_with("ENOSYS"), "the host kernel lacks {name}, so this proves nothing: {host:#?}");
     }
     // Allowed personality values still work (query, PER_LINUX).
-    let lines = attempt(&raw_syscalls("('query', (135, 0xffffffff)), ('linux', (135, 0))"));
+    let lines = attempt_on(profile, &raw_syscalls("('query', (135, 0xffffffff)), ('linux', (135, 0))"));
     assert_eq!(lines, ["query 0 -", "linux 0 -"]);
 }
 

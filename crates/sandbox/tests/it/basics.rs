@@ -132,7 +132,7 @@ fn tables_keep_their_columns_with_long_values() {
     let out = Command::new(bin()).arg("--config").arg(&config).args(["profiles", "list"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 1 + 5, "one line per profile into a pipe: {text}");
+    assert_eq!(lines.len(), 1 + 6, "one line per profile into a pipe: {text}");
     for column in ["LANGUAGE", "MEMORY", "NETWORK", "DESCRIPTION"] {
         let at = lines[0].find(column).unwrap();
         for l in &lines[1..] {
@@ -147,6 +147,7 @@ fn tables_keep_their_columns_with_long_values() {
 #[test]
 fn doctor_reports_host_features_and_runnable_profiles() {
     environments_installed();
+    debian_environment_installed();
     let out = sandbox(&["doctor", "--json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -8,12 +8,12 @@ use sandbox_core::ExecutionRequest;
 
 use super::*;
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
 /// The dataset, fetched (and checked against its SHA-256) by the example's own script.
-fn dataset() -> PathBuf {
+pub(crate) fn dataset() -> PathBuf {
     static DATA: OnceLock<PathBuf> = OnceLock::new();
     DATA.get_or_init(|| {
         let out = Command::new("bash").arg(repo().join("examples/data-analyst/fetch-data.sh")).output().unwrap();
@@ -36,7 +36,7 @@ fn host_site() -> PathBuf {
 }
 
 /// Runs `script` with the host's python3 and the same packages, in a directory holding data.csv.
-fn on_host(script: &Path, args: &[&str]) -> (String, PathBuf) {
+pub(crate) fn on_host(script: &Path, args: &[&str]) -> (String, PathBuf) {
     let dir = tempfile::Builder::new().prefix("host-").tempdir_in(&env().dir).unwrap().keep();
     std::fs::copy(dataset(), dir.join("data.csv")).unwrap();
     let out = Command::new("/usr/bin/python3")
@@ -58,7 +58,7 @@ fn on_host(script: &Path, args: &[&str]) -> (String, PathBuf) {
     (String::from_utf8(out.stdout).unwrap(), dir)
 }
 
-fn png_size(png: &[u8]) -> (u32, u32) {
+pub(crate) fn png_size(png: &[u8]) -> (u32, u32) {
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "PNG signature");
     assert_eq!(&png[12..16], b"IHDR");
     (u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap()))

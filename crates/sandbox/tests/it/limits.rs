@@ -4,12 +4,17 @@ use super::*;
 
 #[test]
 fn memory_past_the_limit_is_memory_limit() {
+    memory_past_the_limit_is_memory_limit_on("py-small");
+}
+
+/// [`memory_past_the_limit_is_memory_limit`] in a run of `profile` (256 MiB, 64 pids, as `py-small`).
+pub(crate) fn memory_past_the_limit_is_memory_limit_on(profile: &str) {
     let code = "chunks = []\nfor i in range(64):\n    chunks.append(bytes([i % 250 + 1]) * (32 << 20))\n    print(i, flush=True)\nprint('BUG')";
     // py-small's 10 s, stretched where the machine is slow (the v2 guest's TCG, where a warm
     // child at its limit reclaims the template's shared pages slowly): the memory limit, not the
     // clock, must end it.
     let timeout = format!("{}s", slack(Duration::from_secs(10)).as_secs());
-    let r = run("py-small", code, &["--timeout", &timeout]);
+    let r = run(profile, code, &["--timeout", &timeout]);
     assert_eq!((r.status(), r.json["oomKilled"].as_bool()), ("memory_limit", Some(true)), "{r:?}");
     assert!(!r.stdout().contains("BUG"));
     assert!(r.json["resourceUsage"]["peakMemoryBytes"].as_u64().unwrap() > 200 << 20, "{r:?}");
@@ -18,8 +23,14 @@ fn memory_past_the_limit_is_memory_limit() {
 
 #[test]
 fn fork_bomb_is_contained_and_host_still_forks() {
+    fork_bomb_is_contained_and_host_still_forks_on("py-small");
+}
+
+/// [`fork_bomb_is_contained_and_host_still_forks`] in a run of `profile` (256 MiB, 64 pids, as `py-small`).
+pub(crate) fn fork_bomb_is_contained_and_host_still_forks_on(profile: &str) {
     let code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass";
-    let bomb = std::thread::spawn(|| run("py-small", code, &["--timeout", "4s"]));
+    let profile = profile.to_owned();
+    let bomb = std::thread::spawn(move || run(&profile, code, &["--timeout", "4s"]));
     std::thread::sleep(Duration::from_millis(1500));
     // The host forks normally during the bomb.
     let t = Instant::now();

@@ -4,6 +4,7 @@
 
 mod attacks;
 mod audit;
+mod bases;
 mod basics;
 mod cases;
 mod deps;
@@ -75,6 +76,17 @@ node = "22"
 language = "typescript"
 node = "24"
 environment = "typescript-analysis"
+
+# py-small on the built-in Debian trixie base (CPython 3.13): the isolation and limit tests run
+# on it too (bases.rs).
+[profiles.py313-small]
+language = "python"
+environment = "python-3.13-analysis"
+[profiles.py313-small.limits]
+memory_max_bytes = 268435456
+pids_max = 64
+timeout_ms = 10000
+grace_ms = 1000
 
 [profiles.py-half-cpu]
 language = "python"
@@ -180,6 +192,17 @@ pub fn environments_installed() {
             let out = sandbox(&["env", "install", name]).output().unwrap();
             assert!(out.status.success(), "sandbox env install {name}: {}", String::from_utf8_lossy(&out.stderr));
         }
+    });
+}
+
+/// Installs the built-in `python-3.13-analysis` environment and its Debian trixie base into
+/// [`test_environments_dir`] once per test process (a no-op when an earlier run installed them;
+/// the base's .debs are cached in `[runtime] apt_cache_dir`, the wheels in uv's cache).
+pub fn debian_environment_installed() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let out = sandbox(&["env", "install", "python-3.13-analysis"]).output().unwrap();
+        assert!(out.status.success(), "sandbox env install python-3.13-analysis: {}", String::from_utf8_lossy(&out.stderr));
     });
 }
 

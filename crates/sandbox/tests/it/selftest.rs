@@ -20,8 +20,8 @@ fn config() -> PathBuf {
             "{}{}{}[profiles.net]\nlanguage = \"python\"\n[profiles.net.network]\nallow = [\"api.test:8080\"]\nhosts = {{ \"api.test\" = \"198.18.9.2\" }}\n",
             runtime_toml(),
             cold("python-default"),
-            cold("python-analysis")
-        ),
+            cold("python-analysis"),
+        ) + &cold("\"python-3.13-analysis\""),
     )
     .unwrap();
     config
