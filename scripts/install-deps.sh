@@ -8,7 +8,8 @@
 set -euo pipefail
 need=()
 # iproute2 and openssl: the network tests add test addresses and serve HTTPS with a test CA.
-for pkg in libseccomp-dev pkg-config python3 iproute2 openssl; do
+# umoci: sandbox-oci's tests build an OCI image layout with it.
+for pkg in libseccomp-dev pkg-config python3 iproute2 openssl umoci; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

@@ -109,7 +109,7 @@ fn node_flags(profile: &Profile, rt: &RuntimeConfig) -> Vec<String> {
     // V8's heap limit below the cgroup's, so a heap overflow ends as V8's own
     // "heap out of memory" rather than a kill with no message.
     let heap_mib = (profile.limits.memory_max_bytes >> 20) * 3 / 4;
-    vec![rt.node.display().to_string(), "--enable-source-maps".into(), format!("--max-old-space-size={}", heap_mib.max(16))]
+    vec![rt.node_binary(profile.node.as_deref()).display().to_string(), "--enable-source-maps".into(), format!("--max-old-space-size={}", heap_mib.max(16))]
 }
 
 /// The argv and environment of a warm template for `profile` (Python): the program's

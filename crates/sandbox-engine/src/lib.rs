@@ -322,14 +322,17 @@ impl Engine {
         }
         let on_base = p.environment.as_ref().and_then(|e| self.opts.config.environments.get(e)).and_then(base::base_of).is_some();
         let bin = match p.language {
-            Language::Python => &self.opts.config.runtime.python,
-            Language::Typescript => &self.opts.config.runtime.node,
+            Language::Python => self.opts.config.runtime.python.clone(),
+            Language::Typescript => self.opts.config.runtime.node_binary(p.node.as_deref()),
         };
         // A base's interpreter is checked with the base (installed with the environment).
         if !on_base && !bin.is_file() {
-            let hint = match p.language {
-                Language::Python => "install python3 or set [runtime] python",
-                Language::Typescript => "scripts/install-node.sh installs it, or set [runtime] node",
+            let hint = match (p.language, &p.node) {
+                (Language::Python, _) => "install python3 or set [runtime] python".to_owned(),
+                (Language::Typescript, None) => "scripts/install-node.sh installs it, or set [runtime] node".to_owned(),
+                (Language::Typescript, Some(line)) => {
+                    format!("`bash scripts/install-node.sh {line}` installs the release of that line pinned there, from the npm registry")
+                }
             };
             return Err(runtime(format!("{} runtime {} not found ({hint})", p.language.as_str(), bin.display())));
         }

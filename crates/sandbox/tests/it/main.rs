@@ -77,6 +77,16 @@ pids_max = 64
 timeout_ms = 10000
 grace_ms = 1000
 
+# Node.js release lines (scripts/install-node.sh provisions 22, 24 and 26).
+[profiles.ts-node22]
+language = "typescript"
+node = "22"
+
+[profiles.ts-node24]
+language = "typescript"
+node = "24"
+environment = "typescript-analysis"
+
 [profiles.py-half-cpu]
 language = "python"
 [profiles.py-half-cpu.limits]
