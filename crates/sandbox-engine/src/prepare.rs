@@ -567,6 +567,8 @@ pub(crate) fn system_of(opts: &EngineOptions, profile: &sandbox_core::Profile, l
         });
     };
     let bases = crate::environment::Environments::for_runtime(rt, &opts.data_dir).bases();
+    // An image's source link, read once: the run holds and binds the base it names now.
+    let base = bases.resolve(&base);
     let dir = bases.installed(&base).ok_or_else(|| {
         PrepareError::Environment(format!(
             "base {base} of environment {name:?} is not installed in {} (`{}` installs it)",
