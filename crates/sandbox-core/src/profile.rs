@@ -106,6 +106,11 @@ pub struct OciBase {
     /// the config's `PYTHON_VERSION`); set it when the image tells neither.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python_version: Option<String>,
+    /// Leave the layers' device nodes out instead of refusing the image. An image made from a
+    /// root filesystem tarball carries `/dev` nodes; the sandbox mounts its own `/dev`, so
+    /// leaving them out is safe. Default `false`: a device node refuses the image.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_device_nodes: bool,
 }
 
 fn default_oci_python() -> String {

@@ -19,7 +19,7 @@
 //!
 //! The `oci` kind ([`OciBase`]) is an OCI image from local disk, imported by `sandbox_oci`
 //! (every blob checked against its digest, layers applied with whiteouts, nothing of the image
-//! executed; device nodes are left out, since the sandbox mounts its own `/dev`) into
+//! executed; device nodes refused unless `[oci] skip_device_nodes`) into
 //! `bases/oci-<first 16 hex of the manifest's sha256>/`: two environments naming the same image
 //! share it. An environment's spec names a path, not a digest, so its base is found through a
 //! link `bases/oci-source-<hash of source and reference>` -> `oci-<digest>` that install sets
@@ -328,7 +328,7 @@ impl Bases {
     /// escaping the root, a link escaping it, a device node, ...), [`EnvError::Installer`] when
     /// the image has no usable Python, [`EnvError::Io`]; a failed import leaves nothing behind.
     pub fn install_oci(&self, o: &OciBase, progress: &mut dyn FnMut(&str)) -> Result<(PathBuf, BaseManifest), EnvError> {
-        let opts = sandbox_oci::ImportOptions { reference: o.reference.clone(), skip_device_nodes: false, ..Default::default() };
+        let opts = sandbox_oci::ImportOptions { reference: o.reference.clone(), skip_device_nodes: o.skip_device_nodes, ..Default::default() };
         let image_err = |source| EnvError::Image { source_path: o.source.clone(), source };
         progress(&format!(
             "image {}{}: reading its index, manifest and config",
@@ -383,10 +383,7 @@ impl Bases {
         progress: &mut dyn FnMut(&str),
     ) -> Result<(PathBuf, BaseManifest), EnvError> {
         let rootfs = build.join("rootfs");
-        // The sandbox mounts its own /dev: a layer's device nodes (an image made from a root
-        // filesystem tarball has them) are left out rather than refused.
-        let opts = sandbox_oci::ImportOptions { skip_device_nodes: true, ..opts.clone() };
-        let imported = sandbox_oci::import_with_progress(&o.source, &rootfs, &opts, &mut |p| {
+        let imported = sandbox_oci::import_with_progress(&o.source, &rootfs, opts, &mut |p| {
             if let sandbox_oci::Progress::Layer { index, count, digest, size_bytes } = p {
                 progress(&format!("base {id}: layer {}/{count} {digest} ({} MiB)", index + 1, size_bytes >> 20));
             }
