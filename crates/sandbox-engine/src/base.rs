@@ -343,9 +343,12 @@ impl Bases {
         let installed = match self.installed(&id) {
             Some(path) => {
                 progress(&format!("base {id} (image {}) is installed already ({})", image.manifest_digest, path.display()));
-                let manifest = self.manifest(&id)?;
-                if manifest.oci.as_ref().is_some_and(|m| m.python != o.python) {
-                    check_python(&path.join("rootfs"), o, &image)?;
+                // This environment's interpreter, which may not be the one of the environment
+                // that imported the image.
+                let mut manifest = self.manifest(&id)?;
+                manifest.python_version = Some(check_python(&path.join("rootfs"), o, &image)?);
+                if let Some(m) = manifest.oci.as_mut() {
+                    m.python.clone_from(&o.python);
                 }
                 (path, manifest)
             }

@@ -263,7 +263,10 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
     errln!("files: {} files, {} bytes match the manifest ({})", manifest.files, manifest.bytes, path.display());
     if let Some(base) = sandbox_engine::base::base_of(&env).map(|id| envs.bases().resolve(&id)) {
         match envs.bases().check_integrity(&base) {
-            Ok(m) => errln!("base {base}: {} files, {} bytes match its manifest ({} packages)", m.files, m.bytes, m.packages.len()),
+            Ok(m) => {
+                let what = m.oci.as_ref().map_or_else(|| format!("{} packages", m.packages.len()), |o| format!("image {}", o.manifest_digest));
+                errln!("base {base}: {} files, {} bytes match its manifest ({what})", m.files, m.bytes)
+            }
             Err(e @ sandbox_engine::environment::EnvError::Tampered { .. }) => {
                 errln!("sandbox: error: {e}");
                 return Ok(ExitCode::from(VERIFY_TAMPERED));
