@@ -110,11 +110,18 @@ fn oci_environments_are_validated_field_by_field() {
     let oci = |body: &str| env("oci", &format!("[environments.img.oci]\n{body}"));
     let ok = Config::parse(&oci("source = \"/srv/images/python\"\nreference = \"3.13\"\npython = \"/usr/local/bin/python3\"\n"), "x.toml").unwrap();
     let o = ok.environments["img"].oci.as_ref().expect("the [oci] table");
-    assert_eq!((o.python.as_str(), o.reference.as_deref(), o.python_version.as_deref(), o.skip_device_nodes), ("/usr/local/bin/python3", Some("3.13"), None, false));
+    assert_eq!(
+        (o.python.as_str(), o.reference.as_deref(), o.python_version.as_deref(), o.skip_device_nodes),
+        ("/usr/local/bin/python3", Some("3.13"), None, false)
+    );
     assert_eq!(Config::parse(&oci("source = \"/srv/i.tar\"\n"), "x.toml").unwrap().environments["img"].oci.as_ref().unwrap().python, "/usr/bin/python3");
     check(&env("oci", ""), "environments.img.oci", "needs an [oci] table");
     check(&env("host", "[environments.img.oci]\nsource = \"/srv/i\"\n"), "environments.img.oci", "needs base = \"oci\"");
-    check(&env("oci", "[environments.img.oci]\nsource = \"/srv/i\"\n[environments.img.debian]\nsuite = \"trixie\"\npackages = [\"python3\"]\n"), "environments.img.debian", "needs base = \"debian\"");
+    check(
+        &env("oci", "[environments.img.oci]\nsource = \"/srv/i\"\n[environments.img.debian]\nsuite = \"trixie\"\npackages = [\"python3\"]\n"),
+        "environments.img.debian",
+        "needs base = \"debian\"",
+    );
     check(&oci("source = \"images/python\"\n"), "environments.img.oci.source", "not an absolute path");
     check(&oci("source = \"/srv/../etc\"\n"), "environments.img.oci.source", "without '..'");
     check(&oci("source = \"/srv/i\"\nreference = \"a b\"\n"), "environments.img.oci.reference", "not a reference name");

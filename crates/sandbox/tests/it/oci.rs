@@ -129,11 +129,22 @@ fn debian_rootfs() -> (String, PathBuf) {
     (id, rootfs)
 }
 
+/// A host directory the test image's `/etc` links to, holding files a run takes from a base's
+/// `/etc` (`mime.types`, `ld.so.cache`) with a secret in them.
+fn host_etc() -> PathBuf {
+    Path::new(&test_environments_dir()).join("oci-host-etc")
+}
+
+const HOST_ETC_SECRET: &str = "host-etc-secret-7d1f";
+
 /// The upper layer of the test image over the Debian root: deletes the lower's
 /// `/usr/lib/python3.13/this.py` (a whiteout), makes `/usr/share/zoneinfo` opaque (only its
-/// entry of this layer stays) and adds `/usr/share/oci-test/added.txt`.
+/// entry of this layer stays) and adds `/usr/share/oci-test/added.txt`. And a hostile part:
+/// `/etc` becomes a link to a host directory ([`host_etc`]), which the host must never follow.
 fn upper_layer() -> Vec<u8> {
+    let host_etc = Box::leak(host_etc().display().to_string().into_boxed_str());
     tar_of(&[
+        E::Symlink("etc", host_etc),
         E::File("usr/lib/python3.13/.wh.this.py", b""),
         E::Dir("usr/share/zoneinfo/"),
         E::File("usr/share/zoneinfo/.wh..wh..opq", b""),
@@ -150,6 +161,11 @@ pub fn oci_environment_installed() {
     ONCE.get_or_init(|| {
         let (id, rootfs) = debian_rootfs();
         let dir = oci_image_dir();
+        fs::create_dir_all(host_etc()).unwrap();
+        for f in ["mime.types", "ld.so.cache"] {
+            fs::write(host_etc().join(f), HOST_ETC_SECRET).unwrap();
+        }
+        let id = format!("{id} (upper layer 2)");
         if fs::read_to_string(dir.join("made-from")).ok().as_deref() != Some(id.as_str()) {
             let build = dir.with_file_name(format!(".oci-test-image-{}", std::process::id()));
             let _ = fs::remove_dir_all(&build);
@@ -169,7 +185,8 @@ fn an_oci_base_run_sees_exactly_the_merged_tree_of_the_images_layers() {
     let code = "import os, sys\nprint(sys.executable, sys.version.split()[0].rsplit('.', 1)[0])\n\
                 print(os.path.exists('/usr/lib/python3.13/this.py'), os.path.exists('/usr/lib/python3.13/antigravity.py'))\n\
                 print(sorted(os.listdir('/usr/share/zoneinfo')))\nprint(open('/usr/share/oci-test/added.txt').read(), end='')\n\
-                print(sorted(os.listdir('/')))\nprint(open('/etc/passwd').read().splitlines()[1].split(':')[0])";
+                print(sorted(os.listdir('/')))\nprint(open('/etc/passwd').read().splitlines()[1].split(':')[0])\n\
+                print(os.path.exists('/etc/mime.types'), os.path.exists('/etc/ld.so.cache'))";
     let r = run(OCI, code, &[]);
     assert_eq!(r.status(), "ok", "{r:?}");
     let lines: Vec<&str> = r.stdout().lines().collect();
@@ -182,6 +199,10 @@ fn an_oci_base_run_sees_exactly_the_merged_tree_of_the_images_layers() {
     assert_eq!(lines[3], "added by the upper layer", "{r:?}");
     assert_eq!(lines[4], "['bin', 'code', 'dev', 'etc', 'lib', 'lib64', 'opt', 'proc', 'sbin', 'tmp', 'usr', 'workspace']", "{r:?}");
     assert_eq!(lines[5], "sandbox", "the synthesized /etc/passwd: {r:?}");
+    // The image's `etc -> <host directory>`: the host followed no link of the image, so none of
+    // the /etc files a run takes from its base came from the host.
+    assert_eq!(lines[6], "False False", "{r:?}");
+    assert!(!r.stdout().contains(HOST_ETC_SECRET), "{r:?}");
 
     // The base records the image: its manifest digest is the base's address.
     let index: Value = serde_json::from_slice(&fs::read(oci_image_dir().join("index.json")).unwrap()).unwrap();
