@@ -362,3 +362,77 @@ fn oci_base_fork_bomb_is_contained_and_host_still_forks() {
     oci_environment_installed();
     limits::fork_bomb_is_contained_and_host_still_forks_on(OCI);
 }
+
+/// A tiny image with an interpreter file (never run: nothing of an image runs at install).
+fn tiny_image(dir: &Path, note: &'static [u8]) {
+    write_layout(
+        dir,
+        &[tar_of(&[
+            E::Dir("usr/"),
+            E::Dir("usr/bin/"),
+            E::File("usr/bin/python3.12", b"not run"),
+            E::Symlink("usr/bin/python3", "python3.12"),
+            E::File("usr/note", note),
+        ])],
+        "img",
+    );
+}
+
+fn bases_in(envs: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(envs.join("bases"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Environments naming one image (by one path or by two) share one base; replacing the image at
+/// the path moves the environment to the new image's base on the next install; `env gc` removes
+/// the bases and source links no environment names.
+#[test]
+fn oci_bases_are_shared_by_image_follow_the_source_and_are_collected() {
+    let dir = tempfile::Builder::new().prefix("oci-share-").tempdir_in(&env().dir).unwrap().keep();
+    let envs = dir.join("environments");
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    tiny_image(&a, b"one");
+    tiny_image(&b, b"one");
+    let runtime = format!("[runtime]\nenvironments_dir = {:?}\n", envs.display().to_string());
+    let decl = |name: &str, src: &Path| format!("[environments.{name}]\nbase = \"oci\"\n[environments.{name}.oci]\nsource = {:?}\n", src.display().to_string());
+    let config = dir.join("config.toml");
+    fs::write(&config, format!("{runtime}{}{}{}", decl("x", &a), decl("y", &a), decl("z", &b))).unwrap();
+    let cli = |config: &Path, args: &[&str]| Command::new(bin()).arg("--config").arg(config).arg("--data-dir").arg(&env().data).args(args).output().unwrap();
+    for name in ["x", "y", "z"] {
+        let out = cli(&config, &["env", "install", name]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let bases = bases_in(&envs);
+    assert_eq!(bases.len(), 3, "one base and the source links of a and b: {bases:?}");
+    let base = bases.iter().find(|n| !n.starts_with("oci-source-")).unwrap().clone();
+    assert!(base.starts_with("oci-") && base.len() == 4 + 16, "{bases:?}");
+    let list = String::from_utf8_lossy(&cli(&config, &["env", "list"]).stdout).into_owned();
+    assert!(list.lines().any(|l| l.starts_with(&base) && l.contains("1 layers") && l.contains("3.12") && l.ends_with("x, y, z")), "{list}");
+
+    // Another image at b: z moves to its base on install; x and y keep theirs.
+    fs::remove_dir_all(&b).unwrap();
+    tiny_image(&b, b"two");
+    let out = cli(&config, &["env", "install", "z"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success() && stderr.contains("the image is now oci-") && stderr.contains("reinstalling"), "{stderr}");
+    let now = bases_in(&envs);
+    assert_eq!(now.iter().filter(|n| !n.starts_with("oci-source-")).count(), 2, "{now:?}");
+
+    // Only x declared: gc removes z's base and b's link, and keeps x's.
+    let only_x = dir.join("only-x.toml");
+    fs::write(&only_x, format!("{runtime}{}", decl("x", &a))).unwrap();
+    assert!(cli(&config, &["env", "remove", "z"]).status.success());
+    let out = cli(&only_x, &["env", "gc"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let left = bases_in(&envs);
+    assert_eq!(left.len(), 2, "x's base and a's link (y's environment still names the same base): {left:?}");
+    assert!(left.contains(&base), "{left:?}");
+    let out = cli(&config, &["env", "verify", "x"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("base {base}: ")), "{}", String::from_utf8_lossy(&out.stderr));
+}
