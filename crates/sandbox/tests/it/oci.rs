@@ -27,7 +27,8 @@ pub fn oci_image_dir() -> PathBuf {
 /// The `[environments.oci-test]` and `[profiles.py-oci-small]` of the tests' configuration.
 pub fn oci_test_config() -> String {
     format!(
-        "\n[environments.oci-test]\ndescription = \"the test OCI image (oci.rs)\"\nbase = \"oci\"\n[environments.oci-test.oci]\nsource = {:?}\n\
+        "\n[environments.oci-test]\ndescription = \"the test OCI image (oci.rs)\"\nbase = \"oci\"\n\
+         python = [\"numpy==2.4.6\"]\npython_imports = [\"numpy\"]\n[environments.oci-test.oci]\nsource = {:?}\n\
          reference = \"test\"\n\n[profiles.py-oci-small]\nlanguage = \"python\"\nenvironment = \"oci-test\"\n[profiles.py-oci-small.limits]\n\
          memory_max_bytes = 268435456\npids_max = 64\ntimeout_ms = 10000\ngrace_ms = 1000\n",
         oci_image_dir().display().to_string()
@@ -186,7 +187,8 @@ fn an_oci_base_run_sees_exactly_the_merged_tree_of_the_images_layers() {
                 print(os.path.exists('/usr/lib/python3.13/this.py'), os.path.exists('/usr/lib/python3.13/antigravity.py'))\n\
                 print(sorted(os.listdir('/usr/share/zoneinfo')))\nprint(open('/usr/share/oci-test/added.txt').read(), end='')\n\
                 print(sorted(os.listdir('/')))\nprint(open('/etc/passwd').read().splitlines()[1].split(':')[0])\n\
-                print(os.path.exists('/etc/mime.types'), os.path.exists('/etc/ld.so.cache'))";
+                print(os.path.exists('/etc/mime.types'), os.path.exists('/etc/ld.so.cache'))\n\
+                import numpy\nprint(numpy.__version__, numpy.__file__.startswith('/opt/sandbox/env/'), int(numpy.arange(5).sum()))";
     let r = run(OCI, code, &[]);
     assert_eq!(r.status(), "ok", "{r:?}");
     let lines: Vec<&str> = r.stdout().lines().collect();
@@ -203,6 +205,14 @@ fn an_oci_base_run_sees_exactly_the_merged_tree_of_the_images_layers() {
     // the /etc files a run takes from its base came from the host.
     assert_eq!(lines[6], "False False", "{r:?}");
     assert!(!r.stdout().contains(HOST_ETC_SECRET), "{r:?}");
+    // The environment's packages, installed by uv for the image's Python 3.13 (a compiled
+    // extension: the platform and ABI match), never run on the host.
+    assert_eq!(lines[7], "2.4.6 True 10", "{r:?}");
+    // env verify: the environment's and the base's files against their manifests, then the
+    // imports inside a sandbox on the image.
+    let out = sandbox(&["env", "verify", "oci-test"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.contains("base oci-") && stderr.contains("every package imports inside the sandbox"), "{stderr}");
 
     // The base records the image: its manifest digest is the base's address.
     let index: Value = serde_json::from_slice(&fs::read(oci_image_dir().join("index.json")).unwrap()).unwrap();
