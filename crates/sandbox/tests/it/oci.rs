@@ -388,6 +388,13 @@ fn tiny_image(dir: &Path, note: &'static [u8]) {
     );
 }
 
+/// The oci-archive of a layout directory (`tar -C dir -cf out .`).
+fn archive(dir: &Path, out: &Path) {
+    let mut builder = tar::Builder::new(fs::File::create(out).unwrap());
+    builder.append_dir_all(".", dir).unwrap();
+    builder.finish().unwrap();
+}
+
 fn bases_in(envs: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(envs.join("bases"))
         .unwrap()
@@ -399,16 +406,18 @@ fn bases_in(envs: &Path) -> Vec<String> {
     names
 }
 
-/// Environments naming one image (by one path or by two) share one base; replacing the image at
+/// Environments naming one image (by one path or by two: a layout directory and an oci-archive
+/// of it) share one base; replacing the image at
 /// the path moves the environment to the new image's base on the next install; `env gc` removes
 /// the bases and source links no environment names.
 #[test]
 fn oci_bases_are_shared_by_image_follow_the_source_and_are_collected() {
     let dir = tempfile::Builder::new().prefix("oci-share-").tempdir_in(&env().dir).unwrap().keep();
     let envs = dir.join("environments");
-    let (a, b) = (dir.join("a"), dir.join("b"));
+    // a: a layout directory; b: an oci-archive of the same image.
+    let (a, b) = (dir.join("a"), dir.join("b.tar"));
     tiny_image(&a, b"one");
-    tiny_image(&b, b"one");
+    archive(&a, &b);
     let runtime = format!("[runtime]\nenvironments_dir = {:?}\n", envs.display().to_string());
     let decl = |name: &str, src: &Path| format!("[environments.{name}]\nbase = \"oci\"\n[environments.{name}.oci]\nsource = {:?}\n", src.display().to_string());
     let config = dir.join("config.toml");
@@ -425,9 +434,9 @@ fn oci_bases_are_shared_by_image_follow_the_source_and_are_collected() {
     let list = String::from_utf8_lossy(&cli(&config, &["env", "list"]).stdout).into_owned();
     assert!(list.lines().any(|l| l.starts_with(&base) && l.contains("1 layers") && l.contains("3.12") && l.ends_with("x, y, z")), "{list}");
 
-    // Another image at b: z moves to its base on install; x and y keep theirs.
-    fs::remove_dir_all(&b).unwrap();
-    tiny_image(&b, b"two");
+    // Another image in b.tar: z moves to its base on install; x and y keep theirs.
+    tiny_image(&dir.join("two"), b"two");
+    archive(&dir.join("two"), &b);
     let out = cli(&config, &["env", "install", "z"]);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success() && stderr.contains("the image is now oci-") && stderr.contains("reinstalling"), "{stderr}");
