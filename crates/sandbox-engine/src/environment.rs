@@ -49,7 +49,8 @@ pub struct Manifest {
     /// Hex SHA-256 over every file's path, mode and content and every symlink's target, in path
     /// order: `verify` recomputes it to find any change since install.
     pub tree_sha256: String,
-    /// The base it sits on (`debian-<hash>`, under `bases/`); absent for the host base.
+    /// The base it sits on (`debian-<hash>` or `oci-<digest>`, under `bases/`); absent for the
+    /// host base.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,
 }
@@ -214,6 +215,10 @@ impl Environments {
         if let Some(base) = crate::base::base_of(env) {
             key = serde_json::json!({ "python": env.python, "npm": env.npm, "base": base, "layout": 2 });
         }
+        // An image's interpreter chooses what the packages are resolved for.
+        if let Some(o) = &env.oci {
+            key["oci_python"] = serde_json::json!([o.python, o.python_version]);
+        }
         // Keys only when there is a lock: an environment without one keeps its old hash.
         for (k, lock) in [("python_lock", &env.locks.python), ("npm_lock", &env.locks.npm)] {
             if let Some(text) = lock {
@@ -298,9 +303,17 @@ impl Environments {
         if let Some(path) = self.installed(name, env, rt) {
             let manifest = read_manifest(&path)?;
             if let Some(o) = env.oci.as_ref() {
-                // The spec names the image by path: what is there now may be another image.
-                let base = self.bases().install_oci(o, progress)?.1;
-                if manifest.base.as_deref() != Some(base.id.as_str()) {
+                // The spec names the image by path: what is there now may be another image. A
+                // run needs only the base, so an image no longer there keeps what is installed.
+                let base = match self.bases().install_oci(o, progress) {
+                    Ok((_, base)) => Some(base),
+                    Err(EnvError::Image { source: e @ sandbox_oci::ImportError::Source { .. }, .. }) => {
+                        progress(&format!("warning: {e}; keeping the installed base {}", manifest.base.as_deref().unwrap_or("-")));
+                        None
+                    }
+                    Err(e) => return Err(e),
+                };
+                if let Some(base) = base.filter(|b| manifest.base.as_deref() != Some(b.id.as_str())) {
                     progress(&format!("{name} was installed on base {}; the image is now {}: reinstalling", manifest.base.as_deref().unwrap_or("-"), base.id));
                     if !crate::base::remove_unless_held(&path)? {
                         return Err(EnvError::Io {

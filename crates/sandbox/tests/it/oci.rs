@@ -454,4 +454,10 @@ fn oci_bases_are_shared_by_image_follow_the_source_and_are_collected() {
     assert!(left.contains(&base), "{left:?}");
     let out = cli(&config, &["env", "verify", "x"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("base {base}: ")), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // A run needs only the base: the image may go once imported.
+    fs::remove_dir_all(&a).unwrap();
+    let out = cli(&only_x, &["env", "install", "x"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success() && stderr.contains(&format!("keeping the installed base {base}")) && stderr.contains("installed already"), "{stderr}");
 }
