@@ -96,6 +96,11 @@ pub struct OciImage {
     pub unpacked_bytes: u64,
     /// Device nodes of the layers left out (the sandbox has its own `/dev`).
     pub devices_skipped: u64,
+    /// The GNU C library's version (`2.41`), read from its `libc.so.6`'s bytes (its
+    /// `release version` string; nothing run), for the wheels' platform ([`python_platform`]);
+    /// `None` when the image has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glibc: Option<String>,
 }
 
 /// One base directory found under `bases/`, with its manifest when it has a readable one.
@@ -409,6 +414,7 @@ impl Bases {
                 python: o.python.clone(),
                 unpacked_bytes: imported.unpacked_bytes,
                 devices_skipped: imported.devices_skipped,
+                glibc: glibc_version(&rootfs),
             }),
             architecture: host_architecture().to_owned(),
             installed_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
@@ -666,9 +672,30 @@ fn check_python(rootfs: &Path, o: &OciBase, image: &sandbox_oci::Image) -> Resul
     })
 }
 
+/// The version of the GNU C library in an unpacked image (`2.41`): the `release version 2.N`
+/// string in the bytes of its `libc.so.6`, found by [`resolve_in`] (no host link followed).
+fn glibc_version(rootfs: &Path) -> Option<String> {
+    const CANDIDATES: [&str; 6] = [
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        "/usr/lib/aarch64-linux-gnu/libc.so.6",
+        "/usr/lib64/libc.so.6",
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/lib/aarch64-linux-gnu/libc.so.6",
+        "/lib64/libc.so.6",
+    ];
+    let (path, _) = CANDIDATES.iter().find_map(|c| resolve_in(rootfs, c))?;
+    let file = fs::File::open(rootfs.join(path.trim_start_matches('/'))).ok()?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, 64 << 20), &mut bytes).ok()?;
+    let needle = b"release version 2.";
+    let at = bytes.windows(needle.len()).position(|w| w == needle)? + needle.len();
+    let minor: String = bytes[at..].iter().take(3).take_while(|b| b.is_ascii_digit()).map(|&b| char::from(b)).collect();
+    (!minor.is_empty()).then(|| format!("2.{minor}"))
+}
+
 /// The uv `--python-platform` matching a base's C library: `x86_64-manylinux_2_<minor>` from
-/// the `libc6=2.<minor>-...` of its packages (capped at 2.40, the newest uv names), or
-/// `manylinux_2_28` when it is not listed.
+/// the `libc6=2.<minor>-...` of its packages or an image's [`OciImage::glibc`] (capped at 2.40,
+/// the newest uv names), or `manylinux_2_28` when neither tells.
 pub fn python_platform(m: &BaseManifest) -> String {
     let arch = match m.architecture.as_str() {
         "arm64" => "aarch64",
@@ -678,6 +705,7 @@ pub fn python_platform(m: &BaseManifest) -> String {
         .packages
         .iter()
         .find_map(|p| p.strip_prefix("libc6=2."))
+        .or_else(|| m.oci.as_ref()?.glibc.as_deref()?.strip_prefix("2."))
         .and_then(|v| v.split(|c: char| !c.is_ascii_digit()).next())
         .and_then(|n| n.parse::<u32>().ok())
         .map_or(28, |n| n.min(40));

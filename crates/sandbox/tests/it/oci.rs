@@ -223,6 +223,8 @@ fn an_oci_base_run_sees_exactly_the_merged_tree_of_the_images_layers() {
     assert_eq!(manifest["oci"]["layers"].as_array().map(Vec::len), Some(2), "{manifest}");
     assert_eq!(manifest["oci"]["reference"], "test", "{manifest}");
     assert_eq!(manifest["pythonVersion"], "3.13", "{manifest}");
+    // The C library's version, read from libc.so.6's bytes (trixie's is 2.41), for uv's platform.
+    assert!(manifest["oci"]["glibc"].as_str().is_some_and(|v| v.starts_with("2.") && v[2..].parse::<u32>().is_ok_and(|m| m >= 36)), "{manifest}");
     let list = String::from_utf8_lossy(&sandbox(&["env", "list"]).output().unwrap().stdout).into_owned();
     let row = format!("oci-{}", &digest[7..23]);
     assert!(list.lines().any(|l| l.starts_with(&row) && l.contains("installed") && l.contains("2 layers") && l.ends_with("oci-test")), "{list}");
