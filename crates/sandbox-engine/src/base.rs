@@ -577,57 +577,56 @@ fn version_of_name(name: &str) -> Option<String> {
     (version.split('.').count() == 2 && version.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))).then(|| version.to_owned())
 }
 
-/// The metadata of `path` (absolute, inside the image) in the unpacked `rootfs`, found without
-/// following any symbolic link on the host: `None` when it is missing or a component on the
-/// way is a link (an image's links are for the sandbox to resolve, never the host).
-fn lstat_in(rootfs: &Path, path: &str) -> Option<(PathBuf, fs::Metadata)> {
-    let mut at = rootfs.to_owned();
-    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
-    for (i, part) in parts.iter().enumerate() {
-        if *part == ".." {
-            return None;
-        }
-        at.push(part);
-        let meta = fs::symlink_metadata(&at).ok()?;
-        if i + 1 < parts.len() && !meta.is_dir() {
-            return None;
-        }
-        if i + 1 == parts.len() {
-            return Some((at, meta));
-        }
-    }
-    None
-}
-
-/// Resolves `path` inside the image the way the sandbox's kernel will, following links
-/// lexically (at most 8), each step found by [`lstat_in`]: the final path and whether it is a
-/// regular file, with the names passed on the way (`python3`, `python3.13`).
+/// Resolves `path` inside the unpacked image at `rootfs` as the sandbox's kernel will (the
+/// image's root as `/`, `..` at the root staying there, at most 40 links), one component at a
+/// time: the host is asked only about paths made of directories already found to be real ones,
+/// so no link of the image is ever followed on the host. Returns the final path inside the
+/// image when it is a regular file, with the names the last component had along its chain of
+/// links (`python3`, `python3.13`).
 fn resolve_in(rootfs: &Path, path: &str) -> Option<(String, Vec<String>)> {
-    let (mut path, mut names) = (path.to_owned(), Vec::new());
-    for _ in 0..8 {
-        let (host, meta) = lstat_in(rootfs, &path)?;
-        names.push(path.rsplit('/').next().unwrap_or_default().to_owned());
-        if !meta.file_type().is_symlink() {
-            return meta.is_file().then_some((path, names));
+    let split = |p: &str| p.split('/').filter(|c| !c.is_empty() && *c != ".").map(str::to_owned).collect::<Vec<_>>();
+    let mut todo: std::collections::VecDeque<String> = split(path).into();
+    let (mut done, mut names, mut hops): (Vec<String>, Vec<String>, u32) = (Vec::new(), Vec::new(), 0);
+    while let Some(part) = todo.pop_front() {
+        if part == ".." {
+            done.pop();
+            continue;
         }
-        let target = fs::read_link(&host).ok()?.to_string_lossy().into_owned();
-        path = if target.starts_with('/') { target } else { format!("{}/{target}", path.rsplit_once('/').map_or("", |(d, _)| d)) };
-        // `a/../b` lexically, as lstat_in refuses `..`.
-        let mut parts: Vec<&str> = Vec::new();
-        for p in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
-            if p == ".." {
-                parts.pop()?;
-            } else {
-                parts.push(p);
+        let mut host = rootfs.to_owned();
+        host.extend(&done);
+        host.push(&part);
+        let meta = fs::symlink_metadata(&host).ok()?;
+        let last = todo.is_empty();
+        if last {
+            names.push(part.clone());
+        }
+        if meta.file_type().is_symlink() {
+            hops += 1;
+            if hops > 40 {
+                return None;
             }
+            let target = fs::read_link(&host).ok()?;
+            let target = target.to_str()?;
+            if target.starts_with('/') {
+                done.clear();
+            }
+            for c in split(target).into_iter().rev() {
+                todo.push_front(c);
+            }
+        } else if last {
+            done.push(part);
+            return meta.is_file().then(|| (format!("/{}", done.join("/")), names));
+        } else if meta.is_dir() {
+            done.push(part);
+        } else {
+            return None;
         }
-        path = format!("/{}", parts.join("/"));
     }
     None
 }
 
 /// Checks that the image has `o.python` (a regular file, maybe through links, under the system
-/// directories a base provides) and returns its `major.minor`: `[oci] python_version`, else
+/// directories a base provides, [`resolve_in`]) and returns its `major.minor`: `[oci] python_version`, else
 /// from the link names on the way (`python3 -> python3.13`), else the config's
 /// `PYTHON_VERSION`. Nothing is run.
 /// Errors: [`EnvError::Installer`] naming the fix (the `python3` on the image's `PATH`, or
@@ -646,7 +645,7 @@ fn check_python(rootfs: &Path, o: &OciBase, image: &sandbox_oci::Image) -> Resul
             Some(p) => format!("it has {p} on its PATH: set python = {p:?} in the environment's [oci] table"),
             None => "it has no python3 on its PATH either: use an image with Python".to_owned(),
         };
-        return Err(refuse(format!("the image has no interpreter at {} (a file, through links inside the image); {hint}", o.python)));
+        return Err(refuse(format!("the image has no interpreter at {} (a file, maybe through links inside the image); {hint}", o.python)));
     };
     if !BASE_SYSTEM_DIRS.iter().any(|d| real.starts_with(&format!("{d}/"))) {
         return Err(refuse(format!("the image's {} is {real}, outside the directories a base provides ({})", o.python, BASE_SYSTEM_DIRS.join(", "))));
@@ -711,3 +710,6 @@ pub fn python_platform(m: &BaseManifest) -> String {
         .map_or(28, |n| n.min(40));
     format!("{arch}-manylinux_2_{minor}")
 }
+
+#[cfg(test)]
+mod tests;
