@@ -354,6 +354,25 @@ fn oci_base_dangerous_syscalls_fail_with_eperm() {
     oci_environment_installed();
     attacks::dangerous_syscalls_fail_with_eperm_on(OCI);
     attacks::new_namespaces_via_clone_are_refused_on(OCI);
+    attacks::unlisted_syscalls_fail_with_enosys_on(OCI);
+}
+
+#[test]
+fn oci_base_host_processes_and_pid1_are_invisible() {
+    oci_environment_installed();
+    attacks::host_processes_and_pid1_are_invisible_on(OCI);
+}
+
+#[test]
+fn oci_base_cannot_become_root_and_holds_no_capabilities() {
+    oci_environment_installed();
+    attacks::cannot_become_root_and_holds_no_capabilities_on(OCI);
+}
+
+#[test]
+fn oci_base_landlock_blocks_paths_outside_the_rules() {
+    oci_environment_installed();
+    attacks::landlock_blocks_paths_outside_the_rules_even_through_proc_on(OCI);
 }
 
 #[test]
