@@ -652,6 +652,11 @@ fn package_json_of(name: &str, env: &Environment) -> Vec<u8> {
     serde_json::to_vec_pretty(&package).expect("JSON serializes")
 }
 
+/// The base the environment installed at `dir` was built on (its manifest's `base`).
+pub(crate) fn base_of_installed(dir: &Path) -> Option<String> {
+    read_manifest(dir).ok()?.base
+}
+
 fn read_manifest(path: &Path) -> Result<Manifest, EnvError> {
     let file = path.join("manifest.json");
     let bytes = fs::read(&file).map_err(io("read", &file))?;

@@ -261,7 +261,8 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
         Err(e) => return Err(e.into()),
     };
     errln!("files: {} files, {} bytes match the manifest ({})", manifest.files, manifest.bytes, path.display());
-    if let Some(base) = sandbox_engine::base::base_of(&env).map(|id| envs.bases().resolve(&id)) {
+    // The base it was built on (an image's source link may name a newer image's by now).
+    if let Some(base) = manifest.base.clone().or_else(|| sandbox_engine::base::base_of(&env).map(|id| envs.bases().resolve(&id))) {
         match envs.bases().check_integrity(&base) {
             Ok(m) => {
                 let what = m.oci.as_ref().map_or_else(|| format!("{} packages", m.packages.len()), |o| format!("image {}", o.manifest_digest));

@@ -463,6 +463,21 @@ fn oci_bases_are_shared_by_image_follow_the_source_and_are_collected() {
     assert!(out.status.success() && stderr.contains("the image is now oci-") && stderr.contains("reinstalling"), "{stderr}");
     let now = bases_in(&envs);
     assert_eq!(now.iter().filter(|n| !n.starts_with("oci-source-")).count(), 2, "{now:?}");
+    // And a third image at a's path, installed for y only: x stays on the base it was built on
+    // (runs and verify follow its manifest, not the path's link), so gc keeps that base.
+    let y_only = dir.join("y-only.toml");
+    fs::write(&y_only, format!("{runtime}{}", decl("y", &a))).unwrap();
+    fs::remove_dir_all(&a).unwrap();
+    tiny_image(&a, b"three");
+    assert!(cli(&y_only, &["env", "install", "y"]).status.success());
+    let out = cli(&config, &["env", "verify", "x"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("base {base}: ")), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(cli(&config, &["env", "gc"]).status.success());
+    assert!(bases_in(&envs).contains(&base), "x's base stays: {:?}", bases_in(&envs));
+    assert!(cli(&config, &["env", "remove", "y"]).status.success());
+    fs::remove_dir_all(&a).unwrap();
+    tiny_image(&a, b"one");
+    assert!(cli(&config, &["env", "install", "y"]).status.success());
 
     // Only x declared: gc removes z's base and b's link, and keeps x's.
     let only_x = dir.join("only-x.toml");
