@@ -21,10 +21,10 @@
 //! (every blob checked against its digest, layers applied with whiteouts, nothing of the image
 //! executed; device nodes refused unless `[oci] skip_device_nodes`) into
 //! `bases/oci-<first 16 hex of the manifest's sha256>/`: two environments naming the same image
-//! share it. An environment's spec names a path, not a digest, so its base is found through a
-//! link `bases/oci-source-<hash of source and reference>` -> `oci-<digest>` that install sets
-//! ([`Bases::resolve`]); the per-run lookup stays one `stat`. Under the same layout, locks and
-//! collection as `debian`.
+//! share it. An environment's spec names a path, not a digest: install points a link
+//! `bases/oci-source-<hash of source and reference>` at `oci-<digest>` ([`Bases::resolve`]) and
+//! records the base in the environment's manifest, which is what its runs bind. Under the same
+//! layout, locks and collection as `debian`.
 
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
