@@ -49,6 +49,11 @@ pub enum EnvironmentBase {
     /// in place of the host's, its own `/usr/bin/python3`. Built once per distinct table into
     /// `<environments_dir>/bases/debian-<hash>/` and shared by the environments naming it.
     Debian,
+    /// An OCI image from local disk (the environment's `[oci]` table): a layout directory or an
+    /// oci-archive, every blob verified against its digest and the layers unpacked (nothing of
+    /// the image runs), once per image into `<environments_dir>/bases/oci-<manifest digest>/`;
+    /// its system directories serve as for `debian`, its `[oci] python` runs the code.
+    Oci,
 }
 
 impl EnvironmentBase {
@@ -57,6 +62,7 @@ impl EnvironmentBase {
         match self {
             Self::Host => "host",
             Self::Debian => "debian",
+            Self::Oci => "oci",
         }
     }
 }
@@ -78,6 +84,39 @@ pub struct DebianBase {
     pub mirror: String,
 }
 
+/// The OCI image of a `base = "oci"` environment (`[environments.NAME.oci]`), as `skopeo copy
+/// docker://IMAGE oci:DIR:TAG` or `podman save --format oci-archive` write it on a connected
+/// machine. Read and unpacked by `sandbox env install`; nothing of it is executed on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OciBase {
+    /// The OCI image layout directory or oci-archive file (an absolute host path).
+    pub source: PathBuf,
+    /// The image's `org.opencontainers.image.ref.name` in the layout's `index.json` (the `TAG`
+    /// of `oci:DIR:TAG`); needed when the layout holds several images for this platform.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// The Python interpreter inside the image (under `/usr`, `/bin` or `/sbin`, the directories
+    /// a base provides). Default `/usr/bin/python3`; `python:3.x-slim` style images have
+    /// `/usr/local/bin/python3`.
+    #[serde(default = "default_oci_python")]
+    pub python: String,
+    /// The interpreter's `major.minor` (e.g. `3.13`), for resolving Python packages. Default:
+    /// read from the image without running it (the interpreter's link target `python3.13`, else
+    /// the config's `PYTHON_VERSION`); set it when the image tells neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_version: Option<String>,
+    /// Leave the layers' device nodes out instead of refusing the image. An image made from a
+    /// root filesystem tarball carries `/dev` nodes; the sandbox mounts its own `/dev`, so
+    /// leaving them out is safe. Default `false`: a device node refuses the image.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub skip_device_nodes: bool,
+}
+
+fn default_oci_python() -> String {
+    "/usr/bin/python3".into()
+}
+
 fn default_debian_mirror() -> String {
     "http://deb.debian.org/debian".into()
 }
@@ -92,14 +131,17 @@ pub struct Environment {
     /// One line for humans and models.
     #[serde(default)]
     pub description: String,
-    /// The root filesystem the packages sit on: `host` (the default) or `debian` (with a
-    /// `[debian]` table).
+    /// The root filesystem the packages sit on: `host` (the default), `debian` (with a
+    /// `[debian]` table) or `oci` (with an `[oci]` table).
     #[serde(default)]
     pub base: EnvironmentBase,
     /// The Debian suite and packages of a `base = "debian"` environment; required for it,
     /// refused for any other base.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub debian: Option<DebianBase>,
+    /// The image of a `base = "oci"` environment; required for it, refused for any other base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci: Option<OciBase>,
     /// Python distributions, each pinned exactly as `name==version` (PEP 440), installed as wheels
     /// only (no build scripts run) by uv for `[runtime] python`. List the whole dependency closure
     /// to make the set reproducible; what uv adds beyond it is recorded in the manifest.
@@ -756,9 +798,15 @@ impl Config {
             }
             match (e.base, &e.debian) {
                 (EnvironmentBase::Debian, None) => return Err(err(at("debian"), "base = \"debian\" needs a [debian] table (suite, packages)".into())),
-                (EnvironmentBase::Host, Some(_)) => return Err(err(at("debian"), "a [debian] table needs base = \"debian\"".into())),
+                (EnvironmentBase::Host | EnvironmentBase::Oci, Some(_)) => return Err(err(at("debian"), "a [debian] table needs base = \"debian\"".into())),
                 (_, Some(d)) => validate_debian(d).map_err(|(f, m)| err(at(&format!("debian.{f}")), m))?,
-                (EnvironmentBase::Host, None) => {}
+                (EnvironmentBase::Host | EnvironmentBase::Oci, None) => {}
+            }
+            match (e.base, &e.oci) {
+                (EnvironmentBase::Oci, None) => return Err(err(at("oci"), "base = \"oci\" needs an [oci] table (source)".into())),
+                (EnvironmentBase::Oci, Some(o)) => validate_oci(o).map_err(|(f, m)| err(at(&format!("oci.{f}")), m))?,
+                (_, Some(_)) => return Err(err(at("oci"), "an [oci] table needs base = \"oci\"".into())),
+                (_, None) => {}
             }
             if e.base != EnvironmentBase::Host && !e.npm.is_empty() {
                 return Err(err(at("npm"), format!("npm packages need base = \"host\" for now (a {} base has no Node.js)", e.base.as_str())));
@@ -875,6 +923,30 @@ fn validate_debian(d: &DebianBase) -> Result<(), (String, String)> {
     let rest = d.mirror.strip_prefix("http://").or_else(|| d.mirror.strip_prefix("https://"));
     if rest.is_none_or(|r| r.is_empty() || r.chars().any(|c| c.is_whitespace() || c.is_control())) {
         return Err(("mirror".into(), format!("{:?} is not an http:// or https:// URL", d.mirror)));
+    }
+    Ok(())
+}
+
+fn validate_oci(o: &OciBase) -> Result<(), (String, String)> {
+    let plain = |p: &Path| p.is_absolute() && p.components().all(|c| !matches!(c, std::path::Component::ParentDir));
+    if !plain(&o.source) {
+        return Err(("source".into(), format!("{:?} is not an absolute path without '..' (an OCI layout directory or oci-archive)", o.source)));
+    }
+    if let Some(r) = &o.reference {
+        if r.is_empty() || r.len() > 255 || r.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(("reference".into(), format!("{r:?} is not a reference name (the TAG of skopeo's oci:DIR:TAG)")));
+        }
+    }
+    let python = Path::new(&o.python);
+    let under = ["/usr/", "/bin/", "/sbin/"].iter().any(|d| o.python.starts_with(d));
+    if !plain(python) || !under || o.python.ends_with('/') {
+        return Err(("python".into(), format!("{:?} is not an absolute path under /usr, /bin or /sbin (the directories a base provides)", o.python)));
+    }
+    if let Some(v) = &o.python_version {
+        let parts: Vec<&str> = v.split('.').collect();
+        if parts.len() != 2 || parts.iter().any(|p| p.is_empty() || p.len() > 3 || !p.bytes().all(|b| b.is_ascii_digit())) {
+            return Err(("python_version".into(), format!("{v:?} is not a major.minor version (e.g. \"3.13\")")));
+        }
     }
     Ok(())
 }

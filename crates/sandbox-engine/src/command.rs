@@ -6,13 +6,12 @@ use sandbox_core::profile::{Profile, RuntimeConfig, ENV_MOUNT};
 use sandbox_core::{Admitted, Config, Language};
 
 /// The Python interpreter of `profile`'s runs, as the sandbox sees it: its environment's base's
-/// `/usr/bin/python3` ([`crate::base::BASE_PYTHON`]), or `[runtime] python` (a host path, bound
-/// at the same place) for the host base.
+/// (`/usr/bin/python3`, [`crate::base::BASE_PYTHON`], or an image's `[oci] python`), or
+/// `[runtime] python` (a host path, bound at the same place) for the host base.
 pub fn python_of(config: &Config, profile: &Profile) -> String {
-    if on_base(config, profile) {
-        crate::base::BASE_PYTHON.to_owned()
-    } else {
-        config.runtime.python.display().to_string()
+    match profile.environment.as_ref().and_then(|e| config.environments.get(e)).and_then(crate::base::python_of) {
+        Some(python) => python.to_owned(),
+        None => config.runtime.python.display().to_string(),
     }
 }
 

@@ -49,7 +49,8 @@ pub struct Manifest {
     /// Hex SHA-256 over every file's path, mode and content and every symlink's target, in path
     /// order: `verify` recomputes it to find any change since install.
     pub tree_sha256: String,
-    /// The base it sits on (`debian-<hash>`, under `bases/`); absent for the host base.
+    /// The base it sits on (`debian-<hash>` or `oci-<digest>`, under `bases/`); absent for the
+    /// host base.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,
 }
@@ -95,6 +96,16 @@ pub enum EnvError {
         step: &'static str,
         /// Why.
         message: String,
+    },
+    /// The OCI image of an `oci` base was refused or could not be read: the source says what
+    /// (a blob whose digest does not match, a path or link escaping the root, a device node, ...).
+    #[error("cannot import the OCI image {}", source_path.display())]
+    Image {
+        /// The layout directory or oci-archive.
+        source_path: PathBuf,
+        /// What the importer refused.
+        #[source]
+        source: sandbox_oci::ImportError,
     },
     /// The installed files differ from the manifest.
     #[error("environment {name:?} at {} was changed after install: {detail}", path.display())]
@@ -204,6 +215,10 @@ impl Environments {
         if let Some(base) = crate::base::base_of(env) {
             key = serde_json::json!({ "python": env.python, "npm": env.npm, "base": base, "layout": 3 });
         }
+        // An image's interpreter chooses what the packages are resolved for.
+        if let Some(o) = &env.oci {
+            key["oci_python"] = serde_json::json!([o.python, o.python_version]);
+        }
         // Keys only when there is a lock: an environment without one keeps its old hash.
         for (k, lock) in [("python_lock", &env.locks.python), ("npm_lock", &env.locks.npm)] {
             if let Some(text) = lock {
@@ -287,13 +302,35 @@ impl Environments {
         let target = self.path_of(name, &hash);
         if let Some(path) = self.installed(name, env, rt) {
             let manifest = read_manifest(&path)?;
+            if let Some(o) = env.oci.as_ref() {
+                // The spec names the image by path: what is there now may be another image. A
+                // run needs only the base, so an image no longer there keeps what is installed.
+                let base = match self.bases().install_oci(o, progress) {
+                    Ok((_, base)) => Some(base),
+                    Err(EnvError::Image { source: e @ sandbox_oci::ImportError::Source { .. }, .. }) => {
+                        progress(&format!("warning: {e}; keeping the installed base {}", manifest.base.as_deref().unwrap_or("-")));
+                        None
+                    }
+                    Err(e) => return Err(e),
+                };
+                if let Some(base) = base.filter(|b| manifest.base.as_deref() != Some(b.id.as_str())) {
+                    progress(&format!("{name} was installed on base {}; the image is now {}: reinstalling", manifest.base.as_deref().unwrap_or("-"), base.id));
+                    if !crate::base::remove_unless_held(&path)? {
+                        return Err(EnvError::Io {
+                            op: "replace",
+                            path,
+                            source: std::io::Error::other("a running execution uses it: try again when it is over"),
+                        });
+                    }
+                }
+            }
+        }
+        if let Some(path) = self.installed(name, env, rt) {
+            let manifest = read_manifest(&path)?;
             progress(&format!("{name} is installed already ({}); nothing to do", path.display()));
             return Ok(Installed::Already(path, manifest));
         }
-        let base = match (env.base, &env.debian) {
-            (sandbox_core::profile::EnvironmentBase::Debian, Some(d)) => Some(self.bases().install_debian(d, &rt.apt_cache_dir, progress)?.1),
-            _ => None,
-        };
+        let base = self.install_base(env, rt, progress)?;
         let build = self.dir.join(format!(".build-{name}-{hash}"));
         if build.exists() {
             progress(&format!("removing an unfinished build at {}", build.display()));
@@ -308,6 +345,18 @@ impl Environments {
             let _ = fs::remove_dir_all(&build);
         }
         built
+    }
+
+    /// Installs the base of `env` unless it is installed (nothing for the host base); its
+    /// manifest.
+    /// Errors: as [`crate::base::Bases::install_debian`] and [`crate::base::Bases::install_oci`].
+    pub fn install_base(&self, env: &Environment, rt: &RuntimeConfig, progress: &mut dyn FnMut(&str)) -> Result<Option<crate::base::BaseManifest>, EnvError> {
+        use sandbox_core::profile::EnvironmentBase;
+        Ok(match (env.base, &env.debian, &env.oci) {
+            (EnvironmentBase::Debian, Some(d), _) => Some(self.bases().install_debian(d, &rt.apt_cache_dir, progress)?.1),
+            (EnvironmentBase::Oci, _, Some(o)) => Some(self.bases().install_oci(o, progress)?.1),
+            _ => None,
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -347,7 +396,7 @@ impl Environments {
                     // would take an interpreter of the same version).
                     let version = b.python_version.as_deref().ok_or_else(|| EnvError::Installer {
                         tool: "uv",
-                        message: format!("base {} has no /usr/bin/python3 (add python3 to its packages)", b.id),
+                        message: format!("base {} has no Python (a debian base: add python3 to its packages)", b.id),
                     })?;
                     let platform = crate::base::python_platform(b);
                     say(progress, format!("Python packages for Python {version} of base {} ({platform}) with uv: {}{locked}", b.id, env.python.join(" ")));
@@ -502,7 +551,7 @@ impl Environments {
             match base.map(|b| (b.python_version.as_deref(), crate::base::python_platform(b))) {
                 None => cmd.arg("--python").arg(&rt.python),
                 Some((Some(version), platform)) => cmd.args(["--python-version", version, "--python-platform", &platform]),
-                Some((None, _)) => return Err(EnvError::Installer { tool: "uv", message: "the base has no /usr/bin/python3".into() }),
+                Some((None, _)) => return Err(EnvError::Installer { tool: "uv", message: "the base has no Python".into() }),
             };
             cmd.arg(&input).arg("-o").arg(&output);
             run_tool("uv", cmd, progress)?;
@@ -605,6 +654,11 @@ fn package_json_of(name: &str, env: &Environment) -> Vec<u8> {
         env.npm.iter().filter_map(|p| p.rfind('@').map(|at| (p[..at].to_owned(), serde_json::Value::String(p[at + 1..].to_owned())))).collect();
     let package = serde_json::json!({ "name": format!("sandbox-env-{name}"), "private": true, "dependencies": deps });
     serde_json::to_vec_pretty(&package).expect("JSON serializes")
+}
+
+/// The base the environment installed at `dir` was built on (its manifest's `base`).
+pub(crate) fn base_of_installed(dir: &Path) -> Option<String> {
+    read_manifest(dir).ok()?.base
 }
 
 fn read_manifest(path: &Path) -> Result<Manifest, EnvError> {

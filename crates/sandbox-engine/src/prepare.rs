@@ -553,8 +553,9 @@ pub(crate) fn system_of(opts: &EngineOptions, profile: &sandbox_core::Profile, l
     let rt = &opts.config.runtime;
     let env = profile.environment.as_ref().and_then(|name| opts.config.environments.get(name).map(|e| (name, e)));
     let mut held = Vec::new();
-    if let Some(dir) = profile.environment.as_ref().and_then(|name| opts.environment_dir(name)) {
-        held.extend(crate::base::hold(&dir).ok());
+    let env_dir = profile.environment.as_ref().and_then(|name| opts.environment_dir(name));
+    if let Some(dir) = &env_dir {
+        held.extend(crate::base::hold(dir).ok());
     }
     let Some((name, base)) = env.and_then(|(name, e)| crate::base::base_of(e).map(|b| (name, b))) else {
         return Ok(System {
@@ -569,6 +570,11 @@ pub(crate) fn system_of(opts: &EngineOptions, profile: &sandbox_core::Profile, l
         });
     };
     let bases = crate::environment::Environments::for_runtime(rt, &opts.data_dir).bases();
+    // An environment on an image runs on the base it was built on (its manifest names it; the
+    // image's source link may name a newer image's by now); while it is being built, on the one
+    // the link names. Resolved once: the run holds and binds that base.
+    let built_on = env_dir.as_deref().filter(|_| base.starts_with("oci-source-")).and_then(crate::environment::base_of_installed);
+    let base = built_on.unwrap_or_else(|| bases.resolve(&base));
     let dir = bases.installed(&base).ok_or_else(|| {
         PrepareError::Environment(format!(
             "base {base} of environment {name:?} is not installed in {} (`{}` installs it)",

@@ -48,9 +48,9 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
     mkdir(root, "/etc")?;
     for file in &spec.etc_binds {
         let source = source_of(from, file);
-        // A symlink of a base (e.g. /etc/fonts/conf.d entries) is bound as what it names on the
-        // host; only plain files and directories are bound, a base's symlinks are skipped.
-        if source.exists() && (spec.system_root.is_none() || !source.is_symlink()) {
+        // A symlink of a base would be bound as what it names on the host: only plain files and
+        // directories reached without one are bound, a base's symlinks are skipped.
+        if source.exists() && (spec.system_root.is_none() || !through_symlink(from, file)) {
             bind_ro(&source, &inside(root, file.to_str().unwrap_or("/etc/missing")), source.is_dir())?;
         }
     }
@@ -189,6 +189,20 @@ fn build_dev(root: &Path, shm_bytes: u64) -> Result<(), StepError> {
 }
 
 /// `path` (absolute, as the sandbox sees it) below the host directory `from` (`/` for the host's own).
+/// Whether `path` below `from` is a symbolic link or reached through one. A base's links (an
+/// image's, whatever it says) are for the sandbox to resolve: on the host, `etc -> /root` would
+/// bind the host's files.
+fn through_symlink(from: &Path, path: &Path) -> bool {
+    let mut at = from.to_owned();
+    for part in path.components().filter(|c| matches!(c, std::path::Component::Normal(_))) {
+        at.push(part);
+        if fs::symlink_metadata(&at).map_or(true, |m| m.file_type().is_symlink()) {
+            return true;
+        }
+    }
+    false
+}
+
 fn source_of(from: &Path, path: &Path) -> PathBuf {
     from.join(path.strip_prefix("/").unwrap_or(path))
 }

@@ -152,7 +152,8 @@ pub fn bases_json(config: &Config, envs: &Environments) -> serde_json::Value {
 /// not, its size, package count and Python, and the environments that use it.
 pub fn print_bases(config: &Config, envs: &Environments) {
     let bases = envs.bases();
-    let mut ids: Vec<String> = config.environments.values().filter_map(sandbox_engine::base::base_of).collect();
+    let base_of = |e: &sandbox_core::profile::Environment| sandbox_engine::base::base_of(e).map(|id| bases.resolve(&id));
+    let mut ids: Vec<String> = config.environments.values().filter_map(base_of).collect();
     ids.extend(bases.list().into_iter().map(|b| b.id));
     ids.sort();
     ids.dedup();
@@ -161,10 +162,13 @@ pub fn print_bases(config: &Config, envs: &Environments) {
     }
     let mut t = crate::table::new(&["BASE", "STATE", "SIZE", "PACKAGES", "PYTHON", "ENVIRONMENTS"]);
     for id in ids {
-        let users: Vec<&str> =
-            config.environments.iter().filter(|(_, e)| sandbox_engine::base::base_of(e).as_deref() == Some(id.as_str())).map(|(n, _)| n.as_str()).collect();
+        let users: Vec<&str> = config.environments.iter().filter(|(_, e)| base_of(e).as_deref() == Some(id.as_str())).map(|(n, _)| n.as_str()).collect();
         let (state, size, packages, python) = match bases.installed(&id).and_then(|_| bases.manifest(&id).ok()) {
-            Some(m) => ("installed", format!("{}MiB", m.bytes >> 20), m.packages.len().to_string(), m.python_version.unwrap_or_else(|| "-".into())),
+            Some(m) => {
+                // An image's layers stand for its packages.
+                let packages = m.oci.as_ref().map_or_else(|| m.packages.len().to_string(), |o| format!("{} layers", o.layers.len()));
+                ("installed", format!("{}MiB", m.bytes >> 20), packages, m.python_version.unwrap_or_else(|| "-".into()))
+            }
             None => ("not installed", "-".into(), "-".into(), "-".into()),
         };
         let used = if users.is_empty() { "- (unused: `sandbox env gc` removes it)".to_owned() } else { users.join(", ") };
@@ -187,7 +191,7 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
                     None => ("not installed", "-".into()),
                 };
                 let users: Vec<&str> = config.profiles.iter().filter(|(_, p)| p.environment.as_deref() == Some(name)).map(|(n, _)| n.as_str()).collect();
-                let base = sandbox_engine::base::base_of(env).unwrap_or_else(|| "host".into());
+                let base = sandbox_engine::base::base_of(env).map_or_else(|| "host".into(), |id| envs.bases().resolve(&id));
                 t.add_row(vec![name.clone(), state.to_owned(), size, Environments::spec_hash(env, &config.runtime), base, users.join(", ")]);
                 stale.extend(st.stale.into_iter().map(|s| (name.clone(), s)));
             }
@@ -206,10 +210,7 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
         EnvCommand::Lock { name, dir } => {
             let env = declared(&config, &name)?;
             // An environment on a base is locked for the base's interpreter: the base is built first.
-            let base = match &env.debian {
-                Some(d) => Some(envs.bases().install_debian(d, &config.runtime.apt_cache_dir, &mut |line| errln!("{line}"))?.1),
-                None => None,
-            };
+            let base = envs.install_base(env, &config.runtime, &mut |line| errln!("{line}"))?;
             let locks = Environments::lock(&name, env, &config.runtime, base.as_ref(), &mut |line| errln!("{line}"))?;
             std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
             for (text, file, key) in
@@ -288,9 +289,13 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
         Err(e) => return Err(e.into()),
     };
     errln!("files: {} files, {} bytes match the manifest ({})", manifest.files, manifest.bytes, path.display());
-    if let Some(base) = sandbox_engine::base::base_of(&env) {
+    // The base it was built on (an image's source link may name a newer image's by now).
+    if let Some(base) = manifest.base.clone().or_else(|| sandbox_engine::base::base_of(&env).map(|id| envs.bases().resolve(&id))) {
         match envs.bases().check_integrity(&base) {
-            Ok(m) => errln!("base {base}: {} files, {} bytes match its manifest ({} packages)", m.files, m.bytes, m.packages.len()),
+            Ok(m) => {
+                let what = m.oci.as_ref().map_or_else(|| format!("{} packages", m.packages.len()), |o| format!("image {}", o.manifest_digest));
+                errln!("base {base}: {} files, {} bytes match its manifest ({what})", m.files, m.bytes)
+            }
             Err(e @ sandbox_engine::environment::EnvError::Tampered { .. }) => {
                 errln!("sandbox: error: {e}");
                 return Ok(ExitCode::from(VERIFY_TAMPERED));

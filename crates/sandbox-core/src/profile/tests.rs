@@ -196,3 +196,31 @@ fn debian_base_tables_are_checked() {
     Config::parse("[profiles.\"py-3.13\"]\nlanguage = \"python\"\n", "my.toml").expect("a dotted name");
     check("[profiles.\".hidden\"]\nlanguage = \"python\"\n", "profiles..hidden", "not first");
 }
+
+#[test]
+fn oci_environments_are_validated_field_by_field() {
+    let env = |base: &str, table: &str| format!("[environments.img]\nbase = \"{base}\"\n{table}");
+    let oci = |body: &str| env("oci", &format!("[environments.img.oci]\n{body}"));
+    let ok = Config::parse(&oci("source = \"/srv/images/python\"\nreference = \"3.13\"\npython = \"/usr/local/bin/python3\"\n"), "x.toml").unwrap();
+    let o = ok.environments["img"].oci.as_ref().expect("the [oci] table");
+    assert_eq!(
+        (o.python.as_str(), o.reference.as_deref(), o.python_version.as_deref(), o.skip_device_nodes),
+        ("/usr/local/bin/python3", Some("3.13"), None, false)
+    );
+    assert_eq!(Config::parse(&oci("source = \"/srv/i.tar\"\n"), "x.toml").unwrap().environments["img"].oci.as_ref().unwrap().python, "/usr/bin/python3");
+    check(&env("oci", ""), "environments.img.oci", "needs an [oci] table");
+    check(&env("host", "[environments.img.oci]\nsource = \"/srv/i\"\n"), "environments.img.oci", "needs base = \"oci\"");
+    check(
+        &env("oci", "[environments.img.oci]\nsource = \"/srv/i\"\n[environments.img.debian]\nsuite = \"trixie\"\npackages = [\"python3\"]\n"),
+        "environments.img.debian",
+        "needs base = \"debian\"",
+    );
+    check(&oci("source = \"images/python\"\n"), "environments.img.oci.source", "not an absolute path");
+    check(&oci("source = \"/srv/../etc\"\n"), "environments.img.oci.source", "without '..'");
+    check(&oci("source = \"/srv/i\"\nreference = \"a b\"\n"), "environments.img.oci.reference", "not a reference name");
+    check(&oci("source = \"/srv/i\"\npython = \"/opt/python/bin/python3\"\n"), "environments.img.oci.python", "under /usr, /bin or /sbin");
+    check(&oci("source = \"/srv/i\"\npython = \"/usr/../opt/python3\"\n"), "environments.img.oci.python", "not an absolute path");
+    check(&oci("source = \"/srv/i\"\npython_version = \"3\"\n"), "environments.img.oci.python_version", "major.minor");
+    check(&oci("source = \"/srv/i\"\nsha = \"x\"\n"), "environments.img.oci.sha", "unknown field");
+    check(&env("oci", "npm = [\"zod@3.25.76\"]\n[environments.img.oci]\nsource = \"/srv/i\"\n"), "environments.img.npm", "a oci base has no Node.js");
+}

@@ -19,6 +19,7 @@ mod http_attacks;
 mod limits;
 mod mcp;
 mod network;
+mod oci;
 mod placement;
 mod pool;
 mod selftest;
@@ -171,7 +172,7 @@ pub fn env() -> &'static Env {
             ro.display().to_string(),
             rw.display().to_string()
         );
-        std::fs::write(&config, format!("{}{TEST_CONFIG}{mounts}", runtime_toml())).unwrap();
+        std::fs::write(&config, format!("{}{TEST_CONFIG}{mounts}{}", runtime_toml(), oci::oci_test_config())).unwrap();
         let data = dir.join("data");
         Env { dir, config, data }
     })
