@@ -456,9 +456,16 @@ impl Environments {
         }
         say(progress, "checking and recording what was installed".into());
         make_world_readable(build)?;
-        if base.is_some() {
-            compile_bytecode(name, build, sandbox, progress)?;
-            make_world_readable(build)?;
+        // Bytecode for what has none: the packages, and a base's standard library that its
+        // packaging left uncompiled (Debian compiles it in a maintainer script, which a base
+        // never runs; OCI images usually ship it compiled, and a tree without one has nothing).
+        if let Some(b) = base {
+            let stdlib = b.python_version.as_ref().and_then(|v| self.bases().installed(&b.id).map(|dir| dir.join("rootfs").join(format!("usr/lib/python{v}"))));
+            let stdlib_uncompiled = stdlib.is_some_and(|d| d.is_dir() && !d.join("__pycache__").is_dir());
+            if !env.python.is_empty() || stdlib_uncompiled {
+                compile_bytecode(name, build, sandbox, progress)?;
+                make_world_readable(build)?;
+            }
         }
         if build.join("python").join("matplotlib").is_dir() {
             matplotlib_font_cache(name, build, sandbox, progress)?;
