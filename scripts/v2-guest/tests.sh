@@ -10,6 +10,7 @@
 #   clone3 CLONE_INTO_CGROUP (init born in its cgroup) placement::executions_live_under_the_services_own_cgroup
 #   a pooled sandbox (TypeScript, warm pass)          harness::typescript_function_returns_data (warm)
 #   readiness self-test, its not-ready cases          selftest::*
+#   environments as overlays in a user namespace      attacks::environment_mounts_do_not_reveal_host_paths
 COLD=(
   basics::python_prints_42
   placement::executions_live_under_the_services_own_cgroup
@@ -29,6 +30,7 @@ COLD=(
   attacks::landlock_blocks_paths_outside_the_rules_even_through_proc
   attacks::landlock_stops_truncate_and_device_ioctl_as_far_as_the_enforced_abi_reaches
   attacks::unlisted_syscalls_fail_with_enosys
+  attacks::environment_mounts_do_not_reveal_host_paths
   selftest::self_test_does_every_step_of_an_execution_once
   selftest::seccomp_forbidding_user_namespaces_makes_the_node_not_ready_naming_the_step
   selftest::read_only_cgroupfs_makes_the_node_not_ready_naming_the_step

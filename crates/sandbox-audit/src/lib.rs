@@ -170,8 +170,8 @@ pub struct StoredEvent {
 pub struct AuditRecord {
     /// Execution id.
     pub execution_id: String,
-    /// `running`, `finished`, `interrupted` or `rejected`.
-    pub state: String,
+    /// Where the execution is in its life.
+    pub state: RecordState,
     /// Final status (`ok`, `error`, `timeout`, ..., `rejected`, `interrupted`), or `running`.
     pub status: String,
     /// Who asked.
@@ -190,6 +190,32 @@ pub struct AuditRecord {
     pub result: Option<serde_json::Value>,
     /// Sequence number of the first event (the listing cursor).
     pub seq: i64,
+}
+
+/// Where an execution recorded in the log is: the kinds of its first and last events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordState {
+    /// Begun and not ended (or its service died and recovery has not run yet).
+    Running,
+    /// Ended with a `finish` event (any status).
+    Finished,
+    /// Its service died before `finish`; recovery marked it.
+    Interrupted,
+    /// Refused before it reached the engine (authentication, queue, body).
+    Rejected,
+}
+
+impl RecordState {
+    /// The wire name: `running`, `finished`, `interrupted` or `rejected`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Finished => "finished",
+            Self::Interrupted => "interrupted",
+            Self::Rejected => "rejected",
+        }
+    }
 }
 
 /// Every status a record can have: the final [`sandbox_core::Status`] values, and `interrupted`

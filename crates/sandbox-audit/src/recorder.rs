@@ -14,35 +14,9 @@ use sha2::{Digest, Sha256};
 
 use crate::{capped_text, AuditError, AuditStore, Begin, Caps, EventKind, Lease, NewEvent, SCHEMA_VERSION};
 
-/// The process that owns an execution: pid and start time (clock ticks since boot, from
-/// `/proc/<pid>/stat`), so a recycled pid is not mistaken for the owner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Owner {
-    /// Process id.
-    pub pid: u32,
-    /// Start time in clock ticks since boot.
-    pub start: u64,
-}
-
-impl Owner {
-    /// This process.
-    pub fn current() -> Self {
-        let pid = std::process::id();
-        Self { pid, start: process_start(pid).unwrap_or(0) }
-    }
-
-    /// Whether this owner is still running.
-    pub fn alive(&self) -> bool {
-        process_start(self.pid) == Some(self.start)
-    }
-}
-
-/// Field 22 (starttime) of `/proc/<pid>/stat`.
-fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 2..];
-    after_comm.split(' ').nth(19)?.parse().ok()
-}
+/// The process that owns an execution (pid and start time; the runtime's, shared with the
+/// engine's execution directories).
+pub use sandbox_runtime::process::Owner;
 
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))

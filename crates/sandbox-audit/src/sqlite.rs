@@ -7,7 +7,7 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::chain::RawEvent;
 use crate::head::{HeadFile, HeadLock, HeadMark};
-use crate::{event_hash, AuditError, AuditRecord, EventKind, ListFilter, NewEvent, Page, PruneReport, StoredEvent, VerifyReport, GENESIS};
+use crate::{event_hash, AuditError, AuditRecord, EventKind, ListFilter, NewEvent, Page, PruneReport, RecordState, StoredEvent, VerifyReport, GENESIS};
 
 /// Migrations, applied in order; `PRAGMA user_version` counts those applied.
 const MIGRATIONS: &[&str] = &[r"
@@ -349,14 +349,14 @@ pub(crate) fn record_of(events: &[StoredEvent]) -> Option<AuditRecord> {
     let first = events.first()?;
     let end = events.iter().rev().find(|e| matches!(e.kind, EventKind::Finish | EventKind::Interrupted));
     let (state, status) = match (first.kind, end.map(|e| e.kind)) {
-        (EventKind::Rejected, _) => ("rejected", "rejected".to_owned()),
-        (_, Some(EventKind::Interrupted)) => ("interrupted", "interrupted".to_owned()),
-        (_, Some(_)) => ("finished", end.map(|e| e.status.clone()).unwrap_or_default()),
-        (_, None) => ("running", "running".to_owned()),
+        (EventKind::Rejected, _) => (RecordState::Rejected, "rejected".to_owned()),
+        (_, Some(EventKind::Interrupted)) => (RecordState::Interrupted, "interrupted".to_owned()),
+        (_, Some(_)) => (RecordState::Finished, end.map(|e| e.status.clone()).unwrap_or_default()),
+        (_, None) => (RecordState::Running, "running".to_owned()),
     };
     Some(AuditRecord {
         execution_id: first.execution_id.clone(),
-        state: state.into(),
+        state,
         status,
         caller: first.caller.clone(),
         profile: first.profile.clone(),

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// A caller-visible failure, stable across releases. Serialized in `snake_case`
 /// (`"invalid_file_name"`); the CLI exits with [`ErrorCode::exit_code`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     /// The request is malformed (bad JSON shape, contradictory fields).

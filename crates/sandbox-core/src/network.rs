@@ -7,6 +7,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::RangeInclusive;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use utoipa::ToSchema;
 
@@ -24,10 +25,10 @@ pub enum Network {
 
 impl Network {
     /// `none` or `allowlist`, as the result's `enforcement.network` and the profile view say.
-    pub fn mode(&self) -> &'static str {
+    pub fn mode(&self) -> crate::wire::NetworkMode {
         match self {
-            Network::None => "none",
-            Network::Allowlist(_) => "allowlist",
+            Network::None => crate::wire::NetworkMode::None,
+            Network::Allowlist(_) => crate::wire::NetworkMode::Allowlist,
         }
     }
 }
@@ -278,7 +279,7 @@ pub const REPORT_MAX_ENTRIES: usize = 256;
 
 /// What an allowlist sandbox tried to reach (result field `network`, also in the audit record).
 /// Lists are in time order and capped at [`REPORT_MAX_ENTRIES`] entries each.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkReport {
     /// Connections let through.
@@ -296,7 +297,7 @@ pub struct NetworkReport {
 }
 
 /// One allowed connection.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AllowedConnection {
     /// The allowed name the connection went through: the sandbox's DNS gave out this address
@@ -324,7 +325,7 @@ pub struct AllowedConnection {
 }
 
 /// One refused attempt.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BlockedAttempt {
     /// The name the sandbox asked for: set on DNS entries (the question), and on

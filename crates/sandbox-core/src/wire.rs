@@ -3,13 +3,14 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::ErrorCode;
 
 /// A language the service runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Language {
     /// CPython 3 (the host's `python3` by default).
@@ -39,7 +40,7 @@ impl Language {
 }
 
 /// How code is invoked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Harness {
     /// Run the file as a program; stdout is the output.
@@ -50,8 +51,18 @@ pub enum Harness {
     Function,
 }
 
+impl Harness {
+    /// The wire name, `script` or `function`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Script => "script",
+            Self::Function => "function",
+        }
+    }
+}
+
 /// Content of one input file: UTF-8 text, or bytes as `{ "base64": "..." }` (RFC 4648 standard alphabet, padded).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(untagged)]
 pub enum FileContent {
     /// The file's text, written as UTF-8.
@@ -64,7 +75,7 @@ pub enum FileContent {
 }
 
 /// One execution request (DESIGN.md "Interfaces").
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExecutionRequest {
     /// Name of the profile to run under, e.g. `python-default`. Optional (absent or `""`): the
@@ -106,7 +117,7 @@ pub struct ExecutionRequest {
 }
 
 /// How an execution ended.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// The program exited with code 0.
@@ -142,7 +153,7 @@ impl Status {
 }
 
 /// One returned output file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OutputFile {
     /// The bytes, RFC 4648 base64.
@@ -156,20 +167,73 @@ pub struct OutputFile {
 }
 
 /// A workspace entry that was not returned, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SkippedFile {
     /// Workspace-relative name (lossy UTF-8 if the name was not UTF-8).
     pub name: String,
-    /// `symlink`, `not_regular_file`, `too_large`, `count_cap`, `bytes_cap` or `non_utf8_name`.
-    pub reason: String,
+    /// Why it was not returned.
+    pub reason: SkipReason,
     /// Size in bytes, where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
 }
 
+/// Why a workspace entry was not returned (`skippedFiles[].reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SkipReason {
+    /// A symbolic link (never followed).
+    Symlink,
+    /// Not a regular file (a device, FIFO or socket).
+    NotRegularFile,
+    /// A name that is not UTF-8 (listed lossily).
+    NonUtf8Name,
+    /// A path longer than the service accepts.
+    NameTooLong,
+    /// Deeper than the walk goes (64 levels).
+    TooDeep,
+    /// Past the profile's `files_max_count`.
+    CountCap,
+    /// Past the profile's `files_max_bytes`.
+    BytesCap,
+    /// Past the most directory entries one collection walks (100,000).
+    EntryCap,
+    /// Could not be opened or read.
+    Unreadable,
+    /// Changed while it was read (its size or identity moved).
+    ChangedWhileReading,
+    /// Stands for the entries past the list's cap (1,000), counted in its name.
+    ListCap,
+}
+
+impl SkipReason {
+    /// The wire name, e.g. `count_cap`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Symlink => "symlink",
+            Self::NotRegularFile => "not_regular_file",
+            Self::NonUtf8Name => "non_utf8_name",
+            Self::NameTooLong => "name_too_long",
+            Self::TooDeep => "too_deep",
+            Self::CountCap => "count_cap",
+            Self::BytesCap => "bytes_cap",
+            Self::EntryCap => "entry_cap",
+            Self::Unreadable => "unreadable",
+            Self::ChangedWhileReading => "changed_while_reading",
+            Self::ListCap => "list_cap",
+        }
+    }
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Resources the execution used, read from its cgroup.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceUsage {
     /// User plus system CPU time of every process of the execution, in ms.
@@ -179,7 +243,7 @@ pub struct ResourceUsage {
 }
 
 /// Where the wall time went, in ms.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Timing {
     /// Waiting for admission (0 without a queue).
@@ -200,7 +264,7 @@ pub struct Timing {
 }
 
 /// How a warm execution started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum WarmStart {
     /// Forked from a template (a Python interpreter with the environment's modules imported).
@@ -210,10 +274,12 @@ pub enum WarmStart {
 }
 
 /// A structured error: a rejection, a service failure, or (later) a program's exception.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecError {
-    /// For rejections and service failures, the stable [`ErrorCode`]; for programs, the exception type.
+    /// For rejections and service failures, the stable error code (`profile_not_found`,
+    /// `invalid_file_name`, `timeout_too_large`, `forbidden_profile`, `queue_full`,
+    /// `invalid_request`, ...); for programs, the exception type (e.g. `SyntaxError`).
     #[serde(rename = "type")]
     pub kind: String,
     /// Human-readable message.
@@ -240,28 +306,67 @@ impl ExecError {
 }
 
 /// What isolation was actually enforced for this execution (never silently weaker).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Enforcement {
-    /// `v1` or `v2`.
-    pub cgroup: String,
+    /// The cgroup hierarchy the limits were set in.
+    pub cgroup: CgroupVersion,
     /// The landlock ABI version enforced.
     pub landlock_abi: u32,
     /// Whether the seccomp filter was installed.
     pub seccomp: bool,
-    /// `none` for an empty network namespace, `allowlist` for the engine's filtered network.
-    pub network: String,
+    /// The network policy enforced.
+    pub network: NetworkMode,
+}
+
+/// A cgroup hierarchy version.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupVersion {
+    /// cgroup v1 (or a hybrid host's v1 controllers).
+    V1,
+    /// The unified cgroup v2 hierarchy.
+    #[default]
+    V2,
+}
+
+/// A network policy as enforced: what a profile's `network` asks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    /// An empty network namespace (loopback only).
+    #[default]
+    None,
+    /// The engine's filtered network: the profile's listed endpoints only.
+    Allowlist,
+}
+
+impl NetworkMode {
+    /// `none` or `allowlist`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Allowlist => "allowlist",
+        }
+    }
+}
+
+impl std::fmt::Display for NetworkMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The result of one execution (DESIGN.md "Interfaces").
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionResult {
-    /// Unique id (UUIDv7, time-ordered).
+    /// Unique id (UUIDv7, time-ordered); empty when the request was refused before an
+    /// execution was created (MCP arguments that are no request).
     pub execution_id: String,
     /// How it ended.
     pub status: Status,
-    /// Profile it ran under.
+    /// Profile it ran under (as requested when rejected).
     pub profile: String,
     /// Language it ran as, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -323,7 +428,7 @@ pub struct ExecutionResult {
 }
 
 /// An HTTP error body, `application/problem+json` (RFC 9457), with the stable [`ErrorCode`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Problem {
     /// A URI naming the problem type: `urn:sandbox:error:<code>`.
@@ -346,7 +451,7 @@ pub struct Problem {
 }
 
 /// What a caller may know of a profile: no host paths, no secrets.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProfileInfo {
     /// Profile name.
@@ -405,7 +510,7 @@ pub struct ProfileInfo {
 }
 
 /// An extra directory as the program sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MountInfo {
     /// Path inside the sandbox.
@@ -448,7 +553,7 @@ impl ProfileInfo {
             stderr_max_bytes: p.output.stderr_max_bytes,
             files_max_count: p.output.files_max_count,
             files_max_bytes: p.output.files_max_bytes,
-            network: p.network.mode().into(),
+            network: p.network.mode().as_str().into(),
             mounts: p.filesystem.mounts.iter().map(|m| MountInfo { path: m.sandbox.display().to_string(), read_only: m.read_only }).collect(),
             environment: p.environment.clone(),
             libraries: Vec::new(),
@@ -460,7 +565,7 @@ impl ProfileInfo {
 }
 
 /// `GET /v1/profiles` body.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, JsonSchema)]
 pub struct ProfileList {
     /// The profiles the caller may use, by name.
     pub profiles: Vec<ProfileInfo>,

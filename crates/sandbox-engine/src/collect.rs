@@ -15,7 +15,7 @@ use nix::dir::Dir;
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
 use sandbox_core::path::MAX_PATH_BYTES;
-use sandbox_core::wire::{OutputFile, SkippedFile};
+use sandbox_core::wire::{OutputFile, SkipReason, SkippedFile};
 use sandbox_core::Admitted;
 use sha2::{Digest, Sha256};
 
@@ -47,15 +47,15 @@ pub(crate) fn collect(workspace: &Path, inputs: &[(String, [u8; 32])], a: &Admit
     let mut w = Walk { a, inputs, files: BTreeMap::new(), skipped: Vec::new(), skipped_more: 0, total: 0, seen: 0 };
     w.dir(root, "", 0);
     if w.skipped_more > 0 {
-        w.skipped.push(SkippedFile { name: format!("… and {} more", w.skipped_more), reason: "list_cap".into(), size: None });
+        w.skipped.push(SkippedFile { name: format!("… and {} more", w.skipped_more), reason: SkipReason::ListCap, size: None });
     }
     Ok((w.files, w.skipped))
 }
 
 impl Walk<'_> {
-    fn skip(&mut self, name: String, reason: &str, size: Option<u64>) {
+    fn skip(&mut self, name: String, reason: SkipReason, size: Option<u64>) {
         if self.skipped.len() < MAX_SKIPPED {
-            self.skipped.push(SkippedFile { name, reason: reason.into(), size });
+            self.skipped.push(SkippedFile { name, reason, size });
         } else {
             self.skipped_more += 1;
         }
@@ -74,46 +74,46 @@ impl Walk<'_> {
                 v
             }
             Err(_) => {
-                self.skip(prefix.trim_end_matches('/').to_owned(), "unreadable", None);
+                self.skip(prefix.trim_end_matches('/').to_owned(), SkipReason::Unreadable, None);
                 return;
             }
         };
         for raw in names {
             self.seen += 1;
             if self.seen > MAX_ENTRIES {
-                self.skip(prefix.to_owned(), "entry_cap", None);
+                self.skip(prefix.to_owned(), SkipReason::EntryCap, None);
                 return;
             }
             let Some(name) = raw.to_str().map(|n| format!("{prefix}{n}")) else {
-                self.skip(format!("{prefix}{}", raw.to_string_lossy()), "non_utf8_name", None);
+                self.skip(format!("{prefix}{}", raw.to_string_lossy()), SkipReason::NonUtf8Name, None);
                 continue;
             };
             if name.len() > MAX_PATH_BYTES {
-                self.skip(name.chars().take(200).collect::<String>() + "…", "name_too_long", None);
+                self.skip(name.chars().take(200).collect::<String>() + "…", SkipReason::NameTooLong, None);
                 continue;
             }
             let Ok(st) = fstatat(fd.as_fd(), raw.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) else {
-                self.skip(name, "unreadable", None);
+                self.skip(name, SkipReason::Unreadable, None);
                 continue;
             };
             let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
             if kind == SFlag::S_IFDIR {
                 if depth + 1 >= MAX_DEPTH {
-                    self.skip(name, "too_deep", None);
+                    self.skip(name, SkipReason::TooDeep, None);
                     continue;
                 }
                 match openat(fd.as_fd(), raw.as_os_str(), OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty()) {
                     Ok(sub) => self.dir(sub, &format!("{name}/"), depth + 1),
-                    Err(_) => self.skip(name, "unreadable", None),
+                    Err(_) => self.skip(name, SkipReason::Unreadable, None),
                 }
                 continue;
             }
             if kind == SFlag::S_IFLNK {
-                self.skip(name, "symlink", None);
+                self.skip(name, SkipReason::Symlink, None);
                 continue;
             }
             if kind != SFlag::S_IFREG {
-                self.skip(name, "not_regular_file", None);
+                self.skip(name, SkipReason::NotRegularFile, None);
                 continue;
             }
             if let Some(globs) = &self.a.outputs {
@@ -129,23 +129,23 @@ impl Walk<'_> {
         let caps = &self.a.profile.output;
         let size = u64::try_from(listed.st_size).unwrap_or(0);
         if self.files.len() >= caps.files_max_count as usize {
-            return self.skip(name, "count_cap", Some(size));
+            return self.skip(name, SkipReason::CountCap, Some(size));
         }
         if self.total + size > caps.files_max_bytes {
-            return self.skip(name, "bytes_cap", Some(size));
+            return self.skip(name, SkipReason::BytesCap, Some(size));
         }
         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
         let Ok(fd) = openat(dir.as_fd(), raw, flags, Mode::empty()) else {
-            return self.skip(name, "unreadable", Some(size));
+            return self.skip(name, SkipReason::Unreadable, Some(size));
         };
         match fstat(fd.as_fd()) {
             Ok(now)
                 if now.st_ino == listed.st_ino && now.st_dev == listed.st_dev && SFlag::from_bits_truncate(now.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG => {}
-            _ => return self.skip(name, "changed_while_reading", Some(size)),
+            _ => return self.skip(name, SkipReason::ChangedWhileReading, Some(size)),
         }
         let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
         if std::fs::File::from(fd).take(caps.files_max_bytes - self.total).read_to_end(&mut bytes).is_err() {
-            return self.skip(name, "unreadable", Some(size));
+            return self.skip(name, SkipReason::Unreadable, Some(size));
         }
         let sha: [u8; 32] = Sha256::digest(&bytes).into();
         if self.inputs.iter().any(|(n, h)| *n == name && *h == sha) {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use sandbox_core::profile::{Profile, RuntimeConfig, ENV_MOUNT};
-use sandbox_core::{Admitted, Config, Harness, Language};
+use sandbox_core::{Admitted, Config, Language};
 
 /// The Python interpreter of `profile`'s runs, as the sandbox sees it: its environment's base's
 /// `/usr/bin/python3` ([`crate::base::BASE_PYTHON`]), or `[runtime] python` (a host path, bound
@@ -59,10 +59,7 @@ pub const INPUT_FILE: &str = "/code/input.json";
 pub fn program_command(a: &Admitted, config: &Config) -> (Vec<String>, Vec<(String, String)>) {
     let rt = &config.runtime;
     let harness = format!("{CODE_DIR}/{}", harness_source(a.language).0);
-    let mode = match a.harness {
-        Harness::Script => "script".to_owned(),
-        Harness::Function => "function".to_owned(),
-    };
+    let mode = a.harness.as_str().to_owned();
     let argv = match a.language {
         Language::Python => vec![python_of(config, &a.profile), "-B".into(), harness, mode],
         Language::Typescript => {
@@ -108,7 +105,7 @@ fn node_flags(profile: &Profile, rt: &RuntimeConfig) -> Vec<String> {
     // V8's heap limit below the cgroup's, so a heap overflow ends as V8's own
     // "heap out of memory" rather than a kill with no message.
     let heap_mib = (profile.limits.memory_max_bytes >> 20) * 3 / 4;
-    vec![rt.node.display().to_string(), "--enable-source-maps".into(), format!("--max-old-space-size={}", heap_mib.max(16))]
+    vec![rt.node_binary(profile.node.as_deref()).display().to_string(), "--enable-source-maps".into(), format!("--max-old-space-size={}", heap_mib.max(16))]
 }
 
 /// The argv and environment of a warm template for `profile` (Python): the program's

@@ -322,14 +322,17 @@ impl Engine {
         }
         let on_base = p.environment.as_ref().and_then(|e| self.opts.config.environments.get(e)).and_then(base::base_of).is_some();
         let bin = match p.language {
-            Language::Python => &self.opts.config.runtime.python,
-            Language::Typescript => &self.opts.config.runtime.node,
+            Language::Python => self.opts.config.runtime.python.clone(),
+            Language::Typescript => self.opts.config.runtime.node_binary(p.node.as_deref()),
         };
         // A base's interpreter is checked with the base (installed with the environment).
         if !on_base && !bin.is_file() {
-            let hint = match p.language {
-                Language::Python => "install python3 or set [runtime] python",
-                Language::Typescript => "scripts/install-node.sh installs it, or set [runtime] node",
+            let hint = match (p.language, &p.node) {
+                (Language::Python, _) => "install python3 or set [runtime] python".to_owned(),
+                (Language::Typescript, None) => "scripts/install-node.sh installs it, or set [runtime] node".to_owned(),
+                (Language::Typescript, Some(line)) => {
+                    format!("`bash scripts/install-node.sh {line}` installs the release of that line pinned there, from the npm registry")
+                }
             };
             return Err(runtime(format!("{} runtime {} not found ({hint})", p.language.as_str(), bin.display())));
         }
@@ -530,8 +533,7 @@ impl Engine {
                 return result;
             }
         };
-        result.enforcement =
-            Some(Enforcement { cgroup: layout.version().into(), landlock_abi: 0, seccomp: true, network: admitted.profile.network.mode().into() });
+        result.enforcement = Some(Enforcement { cgroup: cgroup_version(&layout), landlock_abi: 0, seccomp: true, network: admitted.profile.network.mode() });
         let templates = self.templates.get();
         let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output, self.abort.subscribe(), templates, member).await;
         let collect_start = Instant::now();
@@ -617,18 +619,12 @@ fn internal(id: &str, request: &ExecutionRequest, message: String) -> ExecutionR
     }
 }
 
-/// Start time of process `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
-pub(crate) fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 2..];
-    after_comm.split(' ').nth(19)?.parse().ok()
-}
-
-/// Parent pid of process `pid` (field 4 of `/proc/<pid>/stat`).
-pub(crate) fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 2..];
-    after_comm.split(' ').nth(1)?.parse().ok()
+/// The wire name of the cgroup hierarchy `layout` (the runtime knows no wire types).
+fn cgroup_version(layout: &sandbox_runtime::cgroup::Layout) -> sandbox_core::wire::CgroupVersion {
+    match layout {
+        sandbox_runtime::cgroup::Layout::V1 { .. } => sandbox_core::wire::CgroupVersion::V1,
+        sandbox_runtime::cgroup::Layout::V2 { .. } => sandbox_core::wire::CgroupVersion::V2,
+    }
 }
 
 /// Runs blocking `f` (a file system, cgroup or database call) on tokio's blocking pool, so the

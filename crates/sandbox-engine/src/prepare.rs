@@ -18,6 +18,7 @@ use sandbox_core::wire::{OutputFile, SkippedFile};
 use sandbox_core::{Admitted, Language};
 
 use sandbox_runtime::cgroup::{self, Cgroup, Layout, Usage};
+use sandbox_runtime::process::{parent_of, Owner};
 use sandbox_runtime::spec::{BindMount, Rlimits, RootFile, SpawnSpec, SANDBOX_UID, UID_SLOTS};
 
 use crate::command::{code_file, harness_source, program_command, CODE_DIR, INPUT_FILE};
@@ -318,7 +319,7 @@ impl Prepared {
             fs::DirBuilder::new().mode(0o755).create(d).map_err(io_err("create", d))?;
         }
         let run = serde_json::json!({
-            "mode": match a.harness { sandbox_core::Harness::Script => "script", sandbox_core::Harness::Function => "function" },
+            "mode": a.harness.as_str(),
             "env": self.spec.env.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
         });
         let run_file = RootFile { sandbox_path: format!("{CODE_DIR}/_sandbox_run.json"), content: run.to_string(), mode: 0o444 };
@@ -376,7 +377,8 @@ impl Prepared {
         self.init_pid = pid;
         self.init = pid.and_then(|pid| {
             let fd = sandbox_runtime::pidfd_open(pid).ok()?;
-            (parent.is_none() || crate::parent_of(pid) == parent).then(|| Arc::new(fd))
+            let parent_now = u32::try_from(pid).ok().and_then(parent_of).and_then(|p| i32::try_from(p).ok());
+            (parent.is_none() || parent_now == parent).then(|| Arc::new(fd))
         });
     }
 
@@ -623,13 +625,9 @@ pub(crate) fn root_files(language: Language, uid: u32, code: Option<(&str, Optio
     .collect()
 }
 
-/// "<pid> <start time>" of this process, read from /proc once (it cannot change).
-pub(crate) fn owner_line() -> &'static str {
-    static LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    LINE.get_or_init(|| {
-        let pid = std::process::id();
-        format!("{pid} {}\n", crate::process_start(pid).unwrap_or(0))
-    })
+/// "<pid> <start time>" of this process ([`Owner`]), the content of an execution's `owner` file.
+pub(crate) fn owner_line() -> String {
+    format!("{}\n", Owner::current())
 }
 
 /// Removes what executions of dead owners left in `<data_dir>/executions` (a service killed
@@ -655,10 +653,7 @@ pub(crate) fn sweep(opts: &EngineOptions, layout: Option<&Layout>) -> Vec<String
                 String::new()
             }
         };
-        let mut parts = owner.split_whitespace().map(|p| p.parse::<u64>().unwrap_or(0));
-        let (pid, start) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-        let alive = u32::try_from(pid).ok().and_then(crate::process_start) == Some(start) && pid != 0;
-        if alive {
+        if Owner::parse(&owner).is_some_and(|o| o.alive()) {
             continue;
         }
         tracing::warn!(execution_id = %id, "sweeping what a dead service left behind");

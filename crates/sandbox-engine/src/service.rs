@@ -293,11 +293,7 @@ pub fn default_profile(config: &sandbox_core::Config, caller: &Caller, language:
 /// largest profile); never below 1.
 pub fn default_concurrency(config: &sandbox_core::Config) -> u32 {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let mem_total = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| m.lines().find_map(|l| l.strip_prefix("MemTotal:").map(|v| v.trim().trim_end_matches(" kB").parse::<u64>().ok())))
-        .flatten()
-        .map_or(u64::MAX, |kib| kib * 1024);
+    let mem_total = nix::sys::sysinfo::sysinfo().map_or(u64::MAX, |s| s.ram_total());
     let largest = config.profiles.values().map(|p| p.limits.memory_max_bytes).max().unwrap_or(1).max(1);
     let pooled: u64 = config.profiles.values().filter(|p| p.warm.mode == sandbox_core::profile::WarmMode::Pool).map(|p| u64::from(p.warm.pool_size)).sum();
     let by_memory = usize::try_from((mem_total / largest).saturating_sub(pooled)).unwrap_or(usize::MAX);

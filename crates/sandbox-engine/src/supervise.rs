@@ -52,7 +52,7 @@ pub(crate) struct RunOutcome {
     killed_at_teardown: u32,
     timed_out: bool,
     output_stopped: bool,
-    failure: Option<String>,
+    failure: Option<SuperviseError>,
     stdout: Captured,
     stderr: Captured,
     /// What the harness wrote on its side channel (fd 4).
@@ -65,6 +65,82 @@ pub(crate) struct RunOutcome {
     pub(crate) warm: bool,
     /// Run in a pooled sandbox.
     pub(crate) pooled: bool,
+}
+
+/// Why an execution could not be run to its end (status `internal_error`, the message naming
+/// the step and its cause: [`SuperviseError::message`]). A warm start that fails so starts cold.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SuperviseError {
+    /// A descriptor the run needs could not be made, or made async (`what`: `pipe`,
+    /// `socketpair`, `fd mapping`, `side channel`, `control socket`, `stdin pipe`, ...).
+    #[error("{what}")]
+    Descriptor {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The helper (our binary re-executed) did not start.
+    #[error("spawning the helper {}", helper.display())]
+    SpawnHelper {
+        helper: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The helper started without a stdout or stderr pipe.
+    #[error("no {0} pipe")]
+    MissingPipe(&'static str),
+    /// The spawn spec could not be sent on the control socket.
+    #[error("sending the spec")]
+    SendSpec(#[source] std::io::Error),
+    /// A warm start's code directory could not be written.
+    #[error("writing the execution's code directory")]
+    WarmFiles(#[source] crate::prepare::PrepareError),
+    /// A warm start could not take a detached copy of one of the execution's mounts.
+    #[error("open_tree {}", path.display())]
+    OpenTree {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A warm start could not open one of the execution's cgroup files for the child.
+    #[error("open {}", path.display())]
+    OpenCgroupFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The blocking task that asks the template to fork panicked or was cancelled.
+    #[error("fork task")]
+    ForkTask(#[source] tokio::task::JoinError),
+    /// The template refused or failed the fork.
+    #[error("{0}")]
+    Fork(String),
+    /// The warm child was gone before the engine could know its pid.
+    #[error("the warm child ended at once")]
+    WarmChildGone,
+    /// The warm child ended before its program started.
+    #[error("the warm child ended before its program started")]
+    WarmChildEnded,
+    /// The pooled sandbox's helper was already reaped.
+    #[error("the pooled sandbox's helper is gone")]
+    PooledHelperGone,
+    /// The sandbox's set-up failed inside (the runtime's step and message, from its `Failed` event).
+    #[error("sandbox set-up failed at {step}: {message}")]
+    SetUp { step: String, message: String },
+    /// The service shut down while the execution ran.
+    #[error("the service shut down before the execution ended")]
+    ShutDown,
+}
+
+impl SuperviseError {
+    /// The error and its causes, `: `-separated: the text of the caller's `internal_error`.
+    pub(crate) fn message(&self) -> String {
+        sandbox_runtime::selftest::chain(self)
+    }
+
+    fn descriptor(what: &'static str) -> impl FnOnce(std::io::Error) -> Self {
+        move |source| Self::Descriptor { what, source }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -106,7 +182,8 @@ pub(crate) async fn run(
                     return out;
                 }
                 Err(why) => {
-                    tracing::warn!(reason = %why.failure.unwrap_or_default(), "the template could not start the execution; starting it cold");
+                    let reason = why.failure.as_ref().map(SuperviseError::message).unwrap_or_default();
+                    tracing::warn!(%reason, "the template could not start the execution; starting it cold");
                     prepared.stop().await;
                     prepared.set_init(None, None);
                 }
@@ -160,8 +237,8 @@ async fn attempt(
     let mut out = RunOutcome::default();
     let warm = matches!(start, Start::Warm(_));
     macro_rules! bail {
-        ($($t:tt)*) => {{
-            out.failure = Some(format!($($t)*));
+        ($e:expr) => {{
+            out.failure = Some($e);
             return if warm { Err(out) } else { Ok(out) };
         }};
     }
@@ -170,30 +247,30 @@ async fn attempt(
             let MemberLaunch { mut helper, ctl, stdin, stdout, stderr, side, landlock_abi } = m;
             let launched = match helper.0.take() {
                 Some(h) => launch_pooled(h, ctl, [stdin, stdout, stderr], landlock_abi),
-                None => Err("the pooled sandbox's helper is gone".to_owned()),
+                None => Err(SuperviseError::PooledHelperGone),
             };
-            (Ok(side), launched)
+            (side, launched)
         }
         Start::Cold | Start::Warm(_) => {
             // The harness's side channel: the program writes its return value or error to fd 4.
             let (side_read, side_write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
                 Ok(p) => p,
-                Err(e) => bail!("pipe: {e}"),
+                Err(e) => bail!(SuperviseError::Descriptor { what: "pipe", source: e.into() }),
             };
             let launched = match start {
                 Start::Warm(t) => launch_warm(prepared, a, side_write, t).await,
                 _ => launch_cold(opts, prepared, a, side_write),
             };
-            (Ok(side_read), launched)
+            (side_read, launched)
         }
     };
-    let side_read = match side_read.and_then(|fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(|e| format!("side channel: {e}"))) {
+    let side_read = match tokio::net::unix::pipe::Receiver::from_owned_fd(side_read).map_err(SuperviseError::descriptor("side channel")) {
         Ok(r) => r,
-        Err(e) => bail!("{e}"),
+        Err(e) => bail!(e),
     };
     let mut l = match launched {
         Ok(l) => l,
-        Err(e) => bail!("{e}"),
+        Err(e) => bail!(e),
     };
     let (ctl_read, mut ctl_write) = l.ctl.into_split();
     let mut exec_at: Option<Instant> = None;
@@ -203,7 +280,7 @@ async fn attempt(
         exec_at = Some(l.spawned_at);
         out.landlock_abi = *landlock_abi;
         let header = serde_json::json!({
-            "mode": match a.harness { sandbox_core::Harness::Script => "script", sandbox_core::Harness::Function => "function" },
+            "mode": a.harness.as_str(),
             "env": a.env,
         });
         let mut line = header.to_string().into_bytes();
@@ -214,7 +291,7 @@ async fn attempt(
         let mut spec_line = serde_json::to_vec(&prepared.spec).expect("the spawn spec always serializes");
         spec_line.push(b'\n');
         if let Err(e) = ctl_write.write_all(&spec_line).await {
-            bail!("sending the spec: {e}");
+            bail!(SuperviseError::SendSpec(e));
         }
     }
 
@@ -254,7 +331,7 @@ async fn attempt(
                         out.landlock_abi = landlock_abi;
                     }
                     Ok(Event::Failed { step, message }) => {
-                        out.failure.get_or_insert(format!("sandbox set-up failed at {step}: {message}"));
+                        out.failure.get_or_insert(SuperviseError::SetUp { step, message });
                     }
                     Ok(Event::Exited { code, signal, killed_at_teardown }) => {
                         out.exit = Some((code, signal));
@@ -280,7 +357,7 @@ async fn attempt(
             true = async { abort.wait_for(|a| *a).await.is_ok() }, if out.failure.is_none() => {
                 tracing::warn!("service shutting down: ending the execution");
                 aborted = true;
-                out.failure = Some("the service shut down before the execution ended".into());
+                out.failure = Some(SuperviseError::ShutDown);
                 prepared.signal_init(Signal::SIGKILL);
                 prepared.stop().await;
             }
@@ -322,7 +399,7 @@ async fn attempt(
     out.run_ms = ms(ended.saturating_duration_since(exec_at));
     if warm && never_started {
         if out.failure.is_none() {
-            out.failure = Some("the warm child ended before its program started".into());
+            out.failure = Some(SuperviseError::WarmChildEnded);
         }
         return Err(out);
     }
@@ -331,30 +408,31 @@ async fn attempt(
 
 /// Cold start: our binary re-executed as the helper, with the control socket on fd 3, the side
 /// channel on fd 4 and, for allowlist profiles, the network channel on fd 5.
-fn launch_cold(opts: &EngineOptions, _prepared: &Prepared, a: &Admitted, side_write: std::os::fd::OwnedFd) -> Result<Launched, String> {
-    let (engine_end, helper_end) = std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+fn launch_cold(opts: &EngineOptions, _prepared: &Prepared, a: &Admitted, side_write: std::os::fd::OwnedFd) -> Result<Launched, SuperviseError> {
+    let (engine_end, helper_end) = std::os::unix::net::UnixStream::pair().map_err(SuperviseError::descriptor("socketpair"))?;
     let mut cmd = tokio::process::Command::new(&opts.helper);
     cmd.arg0(HELPER_ARGV0).env_clear().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
     let mut fds = vec![FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD }, FdMapping { parent_fd: side_write, child_fd: RESULT_FD }];
     // Allowlist profiles: a second socket on which the helper sends the sandbox's TUN device.
     let mut net_channel = None;
     if let sandbox_core::network::Network::Allowlist(allow) = &a.profile.network {
-        let (engine, helper) = std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+        let (engine, helper) = std::os::unix::net::UnixStream::pair().map_err(SuperviseError::descriptor("socketpair"))?;
         fds.push(FdMapping { parent_fd: helper.into(), child_fd: sandbox_runtime::tun::NET_FD });
         net_channel = Some((engine, allow));
     }
-    cmd.fd_mappings(fds).map_err(|e| format!("fd mapping: {e}"))?;
+    cmd.fd_mappings(fds).map_err(|e| SuperviseError::Descriptor { what: "fd mapping", source: std::io::Error::other(e) })?;
     let spawned_at = Instant::now();
     let spawned = cmd.spawn();
     // The command holds the helper's end of the control socket; drop it so that end's only
     // copies live in the helper and init, and EOF means both have exited.
     drop(cmd);
-    let mut child = spawned.map_err(|e| format!("spawning the helper {}: {e}", opts.helper.display()))?;
+    let mut child = spawned.map_err(|source| SuperviseError::SpawnHelper { helper: opts.helper.clone(), source })?;
     let network = net_channel.map(|(channel, allow)| Network::start(channel, allow, opts.config.network.upstream_dns));
-    let ctl = engine_end.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(engine_end)).map_err(|e| format!("control socket: {e}"))?;
+    let ctl =
+        engine_end.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(engine_end)).map_err(SuperviseError::descriptor("control socket"))?;
     let stdin = child.stdin.take().map(|p| Box::pin(p) as Pin<Box<dyn AsyncWrite + Send>>);
-    let stdout = Box::pin(child.stdout.take().ok_or("no stdout pipe")?);
-    let stderr = Box::pin(child.stderr.take().ok_or("no stderr pipe")?);
+    let stdout = Box::pin(child.stdout.take().ok_or(SuperviseError::MissingPipe("stdout"))?);
+    let stderr = Box::pin(child.stderr.take().ok_or(SuperviseError::MissingPipe("stderr"))?);
     Ok(Launched { ctl, stdin, stdout, stderr, helper: Some(child), warm_child: None, pooled: None, network, spawned_at })
 }
 
@@ -364,7 +442,7 @@ fn launch_pooled(
     ctl: std::os::unix::net::UnixStream,
     [stdin, stdout, stderr]: [std::os::fd::OwnedFd; 3],
     landlock_abi: u32,
-) -> Result<Launched, String> {
+) -> Result<Launched, SuperviseError> {
     let mut l = async_ends(ctl, stdin, stdout, stderr, Instant::now())?;
     l.pooled = Some((helper, landlock_abi));
     Ok(l)
@@ -378,11 +456,11 @@ fn async_ends(
     stdout: std::os::fd::OwnedFd,
     stderr: std::os::fd::OwnedFd,
     spawned_at: Instant,
-) -> Result<Launched, String> {
-    let ctl = ctl.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(ctl)).map_err(|e| format!("control socket: {e}"))?;
-    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).map_err(|e| format!("stdin pipe: {e}"))?;
-    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).map_err(|e| format!("stdout pipe: {e}"))?;
-    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr).map_err(|e| format!("stderr pipe: {e}"))?;
+) -> Result<Launched, SuperviseError> {
+    let ctl = ctl.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(ctl)).map_err(SuperviseError::descriptor("control socket"))?;
+    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).map_err(SuperviseError::descriptor("stdin pipe"))?;
+    let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).map_err(SuperviseError::descriptor("stdout pipe"))?;
+    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr).map_err(SuperviseError::descriptor("stderr pipe"))?;
     Ok(Launched {
         ctl,
         stdin: Some(Box::pin(stdin)),
@@ -400,15 +478,15 @@ fn async_ends(
 /// execution's cgroup itself, first thing, through the cgroup files the engine opened and passed
 /// along (a process that moves its own single thread skips the v1 global lock, an RCU grace
 /// period when another process moves it), so nothing of the execution runs outside it.
-async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os::fd::OwnedFd, template: Arc<Template>) -> Result<Launched, String> {
-    prepared.write_warm_files(a).map_err(|e| format!("writing the execution's code directory: {e}"))?;
+async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os::fd::OwnedFd, template: Arc<Template>) -> Result<Launched, SuperviseError> {
+    prepared.write_warm_files(a).map_err(SuperviseError::WarmFiles)?;
     // Detached copies of the execution's mounts: the child attaches them in its own mount
     // namespace; the template never sees a host path.
     let warm = prepared.dir.join("warm");
-    let tree = |p: std::path::PathBuf| sandbox_runtime::open_tree_clone(&p).map_err(|e| format!("open_tree {}: {e}", p.display()));
+    let tree = |path: std::path::PathBuf| sandbox_runtime::open_tree_clone(&path).map_err(|source| SuperviseError::OpenTree { path, source });
     let trees = [tree(prepared.workspace.clone())?, tree(warm.join("code"))?, tree(warm.join("etc/passwd"))?, tree(warm.join("etc/group"))?];
-    let (engine_end, child_end) = std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
-    let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"));
+    let (engine_end, child_end) = std::os::unix::net::UnixStream::pair().map_err(SuperviseError::descriptor("socketpair"))?;
+    let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| SuperviseError::Descriptor { what: "pipe", source: e.into() });
     let (stdin_r, stdin_w) = pipe()?;
     let (stdout_r, stdout_w) = pipe()?;
     let (stderr_r, stderr_w) = pipe()?;
@@ -417,7 +495,10 @@ async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os:
         .spec
         .cgroup_join
         .iter()
-        .map(|f| std::fs::OpenOptions::new().write(true).open(f).map(std::os::fd::OwnedFd::from).map_err(|e| format!("open {}: {e}", f.display())))
+        .map(|f| {
+            let opened = std::fs::OpenOptions::new().write(true).open(f);
+            opened.map(std::os::fd::OwnedFd::from).map_err(|source| SuperviseError::OpenCgroupFile { path: f.clone(), source })
+        })
         .collect::<Result<_, _>>()?;
     let spawned_at = Instant::now();
     let pidfd = tokio::task::spawn_blocking(move || {
@@ -430,8 +511,9 @@ async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os:
         r
     })
     .await
-    .map_err(|e| format!("fork task: {e}"))??;
-    let child = crate::warm::pidfd_pid(&pidfd).ok_or("the warm child ended at once")?;
+    .map_err(SuperviseError::ForkTask)?
+    .map_err(SuperviseError::Fork)?;
+    let child = crate::warm::pidfd_pid(&pidfd).ok_or(SuperviseError::WarmChildGone)?;
     let mut l = async_ends(engine_end, stdin_w, stdout_r, stderr_r, spawned_at)?;
     l.warm_child = Some(child);
     Ok(l)
@@ -515,6 +597,7 @@ pub(crate) fn fill_result(r: &mut ExecutionResult, a: &Admitted, run: RunOutcome
         && r.stderr.contains("JavaScript heap out of memory");
     r.oom_killed = (usage.oom_kills > 0 && (signal.is_some() || run.exit.is_none())) || v8_heap;
     r.status = if let Some(f) = run.failure {
+        let f = f.message();
         tracing::error!(failure = %f, "execution failed");
         r.error = Some(ExecError::new("internal_error", format!("{f} (execution {})", r.execution_id)));
         Status::InternalError
@@ -607,3 +690,6 @@ fn text(bytes: Vec<u8>) -> (String, Option<String>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -37,7 +37,7 @@ pub use rmcp::transport::streamable_http_server::StreamableHttpService;
 pub use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::schema::{ExecuteArgs, ExecuteOutput, ListProfilesArgs, ProfilesOutput};
+use crate::schema::{ExecuteArgs, ListProfilesArgs};
 use crate::store::Store;
 
 /// Name of the tool that runs code.
@@ -212,11 +212,11 @@ pub fn execute_request(args: Option<rmcp::model::JsonObject>) -> Result<Executio
     };
     Ok(ExecutionRequest {
         profile,
-        language: Some(args.language.language().as_str().into()),
+        language: Some(args.language.as_str().into()),
         code: args.code,
         harness: args.harness.map(|h| h.as_str().into()),
         timeout,
-        files: args.files.into_iter().map(|(k, v)| (k, v.into())).collect(),
+        files: args.files,
         input: args.input,
         ..Default::default()
     })
@@ -278,7 +278,7 @@ pub fn tools(config: &sandbox_core::Config, principal: Option<&Principal>) -> Ve
     }
     let execute = Tool::new(EXECUTE_TOOL, execute_description, Arc::new(input))
         .with_title("Execute code in a sandbox")
-        .with_raw_output_schema(rmcp::handler::server::common::schema_for_output::<ExecuteOutput>())
+        .with_raw_output_schema(schema::execute_output_schema())
         .with_annotations(ToolAnnotations::new().read_only(true).destructive(false).idempotent(false).open_world(false));
     let profiles = Tool::new(
         PROFILES_TOOL,
@@ -288,7 +288,7 @@ pub fn tools(config: &sandbox_core::Config, principal: Option<&Principal>) -> Ve
         rmcp::handler::server::common::schema_for_input::<ListProfilesArgs>().expect("an object schema"),
     )
     .with_title("List sandbox profiles")
-    .with_raw_output_schema(rmcp::handler::server::common::schema_for_output::<ProfilesOutput>())
+    .with_raw_output_schema(schema::profiles_output_schema())
     .with_annotations(ToolAnnotations::new().read_only(true).destructive(false).idempotent(true).open_world(false));
     vec![execute, profiles]
 }

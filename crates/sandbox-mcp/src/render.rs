@@ -9,6 +9,7 @@
 
 use std::fmt::Write as _;
 
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use sandbox_core::wire::ExecutionResult;
 use sandbox_core::Status;
@@ -35,35 +36,22 @@ pub fn file_uri(execution_id: &str, name: &str) -> String {
     format!("sandbox://executions/{execution_id}/files/{}", percent_encode(name))
 }
 
+/// Bytes escaped in a file name of a resource URI: all but RFC 3986 unreserved characters and `/`.
+const ESCAPED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~').remove(b'/');
+
 /// `name` with every byte outside RFC 3986 unreserved characters and `/` percent-encoded.
 pub fn percent_encode(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
+    utf8_percent_encode(name, ESCAPED).to_string()
 }
 
 /// The inverse of [`percent_encode`]; `None` for a malformed escape or non-UTF-8 result.
 pub fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+    // percent_decode_str leaves a malformed escape as it is; a URI of ours never has one.
+    let malformed = s.match_indices('%').any(|(i, _)| !s.get(i + 1..i + 3).is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit())));
+    if malformed {
+        return None;
     }
-    String::from_utf8(out).ok()
+    percent_encoding::percent_decode_str(s).decode_utf8().ok().map(std::borrow::Cow::into_owned)
 }
 
 /// The resource URI of an execution's whole stdout or stderr (`stream` is `stdout`/`stderr`).

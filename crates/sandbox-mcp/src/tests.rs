@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use sandbox_core::wire::{Enforcement, ExecError, OutputFile, SkippedFile};
+use sandbox_core::wire::{CgroupVersion, Enforcement, ExecError, NetworkMode, OutputFile, SkipReason, SkippedFile};
 use sandbox_core::{Config, ExecutionResult, Status};
 
 use super::*;
@@ -23,7 +23,7 @@ fn full_result() -> ExecutionResult {
         signal: Some(9),
         signal_name: Some("SIGKILL".into()),
         files: BTreeMap::from([("a.txt".into(), OutputFile { base64: "YQ==".into(), size: 1, sha256: "ca97".into(), mime_type: "text/plain".into() })]),
-        skipped_files: vec![SkippedFile { name: "link".into(), reason: "symlink".into(), size: Some(3) }],
+        skipped_files: vec![SkippedFile { name: "link".into(), reason: SkipReason::Symlink, size: Some(3) }],
         return_data: Some(json!({"k": 1})),
         network: Some(sandbox_core::network::NetworkReport {
             allowed: vec![sandbox_core::network::AllowedConnection {
@@ -49,7 +49,7 @@ fn full_result() -> ExecutionResult {
             blocked_omitted: 0,
             buffer_peak_bytes: 0,
         }),
-        enforcement: Some(Enforcement { cgroup: "v2".into(), landlock_abi: 3, seccomp: true, network: "none".into() }),
+        enforcement: Some(Enforcement { cgroup: CgroupVersion::V2, landlock_abi: 3, seccomp: true, network: NetworkMode::None }),
         error: Some(ExecError {
             field: Some("code".into()),
             line: Some(1),
@@ -93,7 +93,7 @@ fn check_described(value: &Value, schema: &Value, defs: &Value, path: &str) {
 #[test]
 fn the_output_schema_describes_every_field_of_a_result() {
     let out = render::tool_result(&full_result());
-    let schema = Value::Object((*rmcp::handler::server::common::schema_for_output::<ExecuteOutput>()).clone());
+    let schema = Value::Object((*schema::execute_output_schema()).clone());
     let value = out.structured_content.expect("structured");
     check_described(&value, &schema, &schema["$defs"], "structuredContent");
     for required in schema["required"].as_array().expect("required") {

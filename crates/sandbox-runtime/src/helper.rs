@@ -11,6 +11,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{getppid, pipe, Uid};
 
 use crate::spec::{Event, SpawnSpec, CONTROL_FD};
+use crate::step::{step, StepError};
 use crate::sys::{self, Forked};
 
 /// `argv[0]` the engine gives the helper; the binary's `main` dispatches on it before anything
@@ -35,18 +36,12 @@ pub fn helper_main() -> ! {
     };
     let code = match run(&ctl) {
         Ok(code) => code,
-        Err((step, message)) => {
+        Err(StepError { step, message }) => {
             send(&ctl, &Event::Failed { step: step.into(), message });
             1
         }
     };
     std::process::exit(code)
-}
-
-type StepError = (&'static str, String);
-
-fn step<T, E: std::fmt::Display>(name: &'static str, r: Result<T, E>) -> Result<T, StepError> {
-    r.map_err(|e| (name, e.to_string()))
 }
 
 fn run(ctl: &UnixStream) -> Result<i32, StepError> {
@@ -56,7 +51,7 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
     // Die with the engine: an orphaned helper would leave init running.
     step("pdeathsig", nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL))?;
     if engine_gone(&spec) {
-        return Err(("pdeathsig", "the engine exited before the helper started".into()));
+        return Err(StepError::new("pdeathsig", "the engine exited before the helper started"));
     }
     // Init and everything it starts are born inside the execution's cgroup: on v2 created there
     // directly (clone3 with CLONE_INTO_CGROUP), else the helper joins it first. "0" names the
@@ -107,7 +102,7 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
         // An euid change clears the parent-death signal: set it again.
         step("pdeathsig", nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL))?;
         if engine_gone(&spec) {
-            return Err(("pdeathsig", "the engine exited while the helper cloned init".into()));
+            return Err(StepError::new("pdeathsig", "the engine exited while the helper cloned init"));
         }
     }
     match step("clone", cloned)? {
@@ -135,7 +130,7 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
                     Ok(WaitStatus::Exited(_, code)) => return Ok(code),
                     Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
                     Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-                    Err(e) => return Err(("wait_init", e.to_string())),
+                    Err(e) => return Err(StepError::new("wait_init", e.to_string())),
                 }
             }
         }

@@ -13,6 +13,7 @@ use nix::unistd::{Gid, Pid, Uid};
 
 use crate::helper::send;
 use crate::spec::{Event, SpawnSpec, SANDBOX_UID};
+use crate::step::{step, StepError};
 use crate::sys::{self, Forked};
 
 /// The program's RLIMIT_CORE (soft and hard): 1 is the value `fs/coredump.c` reserves to stop a
@@ -32,18 +33,12 @@ pub(crate) fn init_main(spec: &SpawnSpec, go: OwnedFd, ctl: &UnixStream) -> ! {
     drop(go);
     let code = match setup_and_supervise(spec, ctl) {
         Ok(()) => 0,
-        Err((step, message)) => {
+        Err(StepError { step, message }) => {
             send(ctl, &Event::Failed { step: step.into(), message });
             1
         }
     };
     std::process::exit(code)
-}
-
-pub(crate) type StepError = (&'static str, String);
-
-pub(crate) fn step<T, E: std::fmt::Display>(name: &'static str, r: Result<T, E>) -> Result<T, StepError> {
-    r.map_err(|e| (name, e.to_string()))
 }
 
 fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepError> {
@@ -65,11 +60,11 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepErr
     // Refuse a kernel below the profile's landlock minimum before anything runs.
     let landlock_abi = crate::wall::enforceable_abi();
     if landlock_abi < spec.landlock_min_abi {
-        return Err(("landlock", crate::wall::below_minimum(landlock_abi, spec.landlock_min_abi)));
+        return Err(StepError::new("landlock", crate::wall::below_minimum(landlock_abi, spec.landlock_min_abi)));
     }
     let program = match step("fork", sys::fork())? {
         Forked::Child => {
-            let (name, message) = match exec_program(spec) {
+            let StepError { step: name, message } = match exec_program(spec) {
                 Err(e) => e,
                 Ok(never) => match never {},
             };
@@ -171,7 +166,7 @@ fn exec_program(spec: &SpawnSpec) -> Result<std::convert::Infallible, StepError>
     let argv: Vec<CString> = step("argv", spec.argv.iter().map(|a| CString::new(a.as_str())).collect::<Result<_, _>>())?;
     let env: Vec<CString> = step("env", spec.env.iter().map(|(k, v)| CString::new(format!("{k}={v}"))).collect::<Result<_, _>>())?;
     let err = nix::unistd::execve(&argv[0], &argv, &env).expect_err("execve returns only on failure");
-    Err(("exec", format!("{}: {err}", spec.argv[0])))
+    Err(StepError::new("exec", format!("{}: {err}", spec.argv[0])))
 }
 
 /// Every rlimit of the program that does not come from the profile, as (resource, soft = hard).
@@ -255,10 +250,10 @@ pub(crate) fn drop_privileges(spec: &SpawnSpec) -> Result<(), StepError> {
     step("setresuid", nix::unistd::setresuid(uid, uid, uid))?;
     let left = step("capabilities", caps::read(None, caps::CapSet::Permitted))?;
     if !left.is_empty() {
-        return Err(("capabilities", format!("capabilities survived the uid change: {left:?}")));
+        return Err(StepError::new("capabilities", format!("capabilities survived the uid change: {left:?}")));
     }
     step("no_new_privs", nix::sys::prctl::set_no_new_privs())?;
     // Exactly the ABI init reported, or nothing runs.
-    crate::wall::restrict(spec).map_err(|e| ("landlock", e))?;
-    crate::seccomp::install().map_err(|e| ("seccomp", e))
+    crate::wall::restrict(spec).map_err(|e| StepError::new("landlock", e))?;
+    crate::seccomp::install().map_err(|e| StepError::new("seccomp", e))
 }

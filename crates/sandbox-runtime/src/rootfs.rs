@@ -11,10 +11,10 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
 use crate::spec::{SpawnSpec, WARM_LIB_DIR, WARM_TREES};
 
-type StepError = (&'static str, String);
+use crate::step::StepError;
 
 fn step<T, E: std::fmt::Display>(name: &'static str, what: &Path, r: Result<T, E>) -> Result<T, StepError> {
-    r.map_err(|e| (name, format!("{}: {e}", what.display())))
+    r.map_err(|e| StepError::new(name, format!("{}: {e}", what.display())))
 }
 
 /// Device nodes bound from the host's /dev.
@@ -87,16 +87,21 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
             step("mask", &target, mount(Some("tmpfs"), &target, Some("tmpfs"), flags, Some("size=4k,mode=0555")))?;
         }
     }
+    let mut hider = PathHider::new(root);
     for m in &spec.mounts {
         let target = inside(root, &m.sandbox_path);
         step("mount_dir", &target, fs::DirBuilder::new().recursive(true).mode(0o755).create(&target))?;
         if m.read_only {
-            bind_ro(&m.host, &target, true)?;
+            if !hider.mount_ro(&m.host, &target)? {
+                bind_ro(&m.host, &target, true)?;
+            }
         } else {
             step("mount_rw", &target, mount(Some(&m.host), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>))?;
             remount_bind(&target, nosuid_nodev)?;
         }
     }
+
+    hider.finish()?;
 
     // pivot_root(".", ".") stacks the old root under the new one; detaching it leaves only ours.
     step("chdir_root", root, nix::unistd::chdir(root))?;
@@ -205,6 +210,82 @@ fn bind_system_dir(root: &Path, from: &Path, dir: &Path) -> Result<(), StepError
         return step("system_link", &target, std::os::unix::fs::symlink(to, &target));
     }
     bind_ro(&source, &target, true)
+}
+
+/// Read-only mounts of host directories that do not show the host path in the sandbox's
+/// `/proc/self/mountinfo`.
+///
+/// A bind mount's mountinfo line gives its root as the path inside the source filesystem (field
+/// 4, proc(5)): binding `/var/lib/sandbox/environments/python-analysis-<hash>` tells the program
+/// where the service keeps its data. An overlay (overlayfs(5)) is a filesystem of its own whose
+/// root is `/`; its only record of the source is its `lowerdir=` option, which the kernel shows
+/// as it was given: `/proc/self/fd/N`, a descriptor of init's that no longer exists once the
+/// program runs. An overlay without an upper layer needs two lower layers, so the second
+/// is an empty tmpfs mounted for the purpose and gone before the program starts.
+///
+/// Sources that are the root of their own filesystem (a tmpfs such as a pooled sandbox's code
+/// directory, whose files are written after the mount) show only `/` and stay binds, as do
+/// sources with submounts (an overlay would hide them). Where the kernel refuses overlayfs in a
+/// user namespace (before 5.11) or on the source's filesystem, [`mount_ro`](Self::mount_ro)
+/// answers `false` and the caller binds as before: the path shows, the isolation is the same.
+struct PathHider {
+    empty: PathBuf,
+    /// The empty layer's descriptor, once mounted; `None` before the first use.
+    empty_fd: Option<std::os::fd::OwnedFd>,
+    /// The kernel refused an overlay once: bind the rest without trying again.
+    refused: bool,
+}
+
+impl PathHider {
+    fn new(root: &Path) -> Self {
+        PathHider { empty: root.join(".sandbox-empty-layer"), empty_fd: None, refused: false }
+    }
+
+    /// Mounts `src` read-only (and nosuid, nodev) at `target` as an overlay; `Ok(false)` when
+    /// the source must or can only be bound instead.
+    fn mount_ro(&mut self, src: &Path, target: &Path) -> Result<bool, StepError> {
+        use nix::fcntl::{open, OFlag};
+        use nix::sys::stat::Mode;
+        use std::os::fd::AsRawFd;
+        if self.refused {
+            return Ok(false);
+        }
+        let own_root = match (fs::metadata(src), fs::metadata(src.join(".."))) {
+            (Ok(m), Ok(parent)) => std::os::unix::fs::MetadataExt::dev(&m) != std::os::unix::fs::MetadataExt::dev(&parent),
+            _ => true,
+        };
+        if own_root || src == Path::new("/") || !submounts(src)?.is_empty() {
+            return Ok(false);
+        }
+        let dir = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        if self.empty_fd.is_none() {
+            step("empty_layer", &self.empty, fs::DirBuilder::new().mode(0o755).create(&self.empty))?;
+            let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+            step("empty_layer", &self.empty, mount(Some("tmpfs"), &self.empty, Some("tmpfs"), flags, Some("size=4k,mode=0555")))?;
+            self.empty_fd = Some(step("empty_layer", &self.empty, open(&self.empty, dir, Mode::empty()))?);
+        }
+        let empty_fd = self.empty_fd.as_ref().map(AsRawFd::as_raw_fd).unwrap_or(-1);
+        let src_fd = step("overlay_source", src, open(src, dir, Mode::empty()))?;
+        let data = format!("lowerdir=/proc/self/fd/{}:/proc/self/fd/{empty_fd}", src_fd.as_raw_fd());
+        let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+        match mount(Some("overlay"), target, Some("overlay"), flags, Some(data.as_str())) {
+            Ok(()) => Ok(true),
+            Err(_) => {
+                self.refused = true;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Removes the empty layer from the root (the overlays keep their own reference to it).
+    fn finish(self) -> Result<(), StepError> {
+        if self.empty_fd.is_some() {
+            drop(self.empty_fd);
+            step("empty_layer", &self.empty, umount2(&self.empty, MntFlags::MNT_DETACH))?;
+            step("empty_layer", &self.empty, fs::remove_dir(&self.empty))?;
+        }
+        Ok(())
+    }
 }
 
 /// Bind-mounts `src` on `target` (created as a directory or an empty file) and makes it read-only.

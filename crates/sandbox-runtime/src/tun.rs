@@ -7,6 +7,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::step::{step, StepError};
 use crate::sys;
 
 /// File descriptor number, in the helper, of the unix socket the TUN descriptor is sent on
@@ -29,12 +30,6 @@ pub const SANDBOX_IPV6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x5b, 0, 0, 0, 0, 0, 2)
 pub const MTU: u16 = 65_535;
 /// Prefix length of the IPv6 link.
 pub const PREFIX_IPV6: u8 = 64;
-
-type StepError = (&'static str, String);
-
-fn step<T, E: std::fmt::Display>(name: &'static str, r: Result<T, E>) -> Result<T, StepError> {
-    r.map_err(|e| (name, e.to_string()))
-}
 
 /// In the helper, once init exists and before it runs on: joins `init`'s network namespace
 /// (for good: the helper does nothing else on the network), creates and configures the device

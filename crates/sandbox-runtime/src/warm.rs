@@ -27,8 +27,8 @@ use nix::sys::signal::Signal;
 use nix::sys::wait::{waitpid, WaitStatus};
 
 use crate::helper::send;
-use crate::init::{step, StepError};
 use crate::spec::{Event, SpawnSpec, WARM_TREES};
+use crate::step::{step, StepError};
 use crate::sys::{self, Forked};
 
 /// Namespaces a template's child enters (the user namespace stays the template's).
@@ -51,7 +51,7 @@ pub fn enter(ctl_fd: i32) -> i32 {
             drop(ctl);
             0
         }
-        Err((name, message)) => {
+        Err(StepError { step: name, message }) => {
             send(&ctl, &Event::Failed { step: name.into(), message });
             1
         }
@@ -66,7 +66,7 @@ fn child(ctl: &UnixStream) -> Result<(), StepError> {
     // Into the execution's cgroup before anything else: "0" moves this (single-threaded)
     // process, through the files the engine opened (its credentials are the ones checked).
     for i in 0..spec.cgroup_join.len() {
-        let fd = i32::try_from(WARM_TREES.len() + 5 + i).map_err(|e| ("cgroup_join", e.to_string()))?;
+        let fd = i32::try_from(WARM_TREES.len() + 5 + i).map_err(|e| StepError::new("cgroup_join", e.to_string()))?;
         let file = std::fs::File::from(step("cgroup_join", sys::take_fd(fd))?);
         step("cgroup_join", std::io::Write::write_all(&mut &file, b"0"))?;
     }
@@ -104,7 +104,7 @@ fn child(ctl: &UnixStream) -> Result<(), StepError> {
         // Refuse a kernel below the profile's landlock minimum before anything runs.
         let abi = crate::wall::enforceable_abi();
         if abi < spec.landlock_min_abi {
-            return Err(("landlock", crate::wall::below_minimum(abi, spec.landlock_min_abi)));
+            return Err(StepError::new("landlock", crate::wall::below_minimum(abi, spec.landlock_min_abi)));
         }
         match step("fork", sys::fork())? {
             Forked::Child => Ok(nix::unistd::Pid::from_raw(0)),
@@ -116,7 +116,7 @@ fn child(ctl: &UnixStream) -> Result<(), StepError> {
     };
     match init() {
         Ok(_) => {}
-        Err((name, message)) => {
+        Err(StepError { step: name, message }) => {
             send(ctl, &Event::Failed { step: name.into(), message });
             sys::exit_now(1)
         }

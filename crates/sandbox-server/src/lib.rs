@@ -83,3 +83,6 @@ pub fn app(state: AppState) -> Router {
 pub fn problem(code: sandbox_core::ErrorCode, detail: impl Into<String>) -> Problem {
     problem::new(code, detail.into(), None, None)
 }
+
+#[cfg(test)]
+mod tests;

@@ -51,7 +51,7 @@ fn chosen_data_dir(explicit: Option<&Path>) -> PathBuf {
     if let Some(p) = std::env::var_os("SANDBOX_DATA_DIR") {
         return PathBuf::from(p);
     }
-    if nix_is_root() {
+    if nix::unistd::geteuid().is_root() {
         return PathBuf::from("/var/lib/sandbox");
     }
     std::env::var_os("XDG_STATE_HOME")
@@ -61,15 +61,11 @@ fn chosen_data_dir(explicit: Option<&Path>) -> PathBuf {
         .join("sandbox")
 }
 
-fn nix_is_root() -> bool {
-    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false)
-}
-
 /// This node's id: `[service] node_id` (or `--node-id`), else the host name
-/// (`/proc/sys/kernel/hostname`: in Kubernetes the pod's name), else `node`.
+/// (gethostname(2): in Kubernetes the pod's name), else `node`.
 pub fn node_id(config: &Config) -> String {
     if let Some(id) = config.service.node_id.as_deref().filter(|id| !id.is_empty()) {
         return id.to_owned();
     }
-    std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty()).unwrap_or_else(|| "node".into())
+    nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).filter(|h| !h.is_empty()).unwrap_or_else(|| "node".into())
 }

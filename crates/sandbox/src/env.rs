@@ -120,6 +120,7 @@ fn step_profile(name: &str, language: Language, description: String) -> Profile 
         network: Default::default(),
         env: Default::default(),
         environment: Some(name.to_owned()),
+        node: None,
         warm: Default::default(),
         landlock_min_abi: sandbox_core::profile::LANDLOCK_MIN_ABI_DEFAULT,
     }

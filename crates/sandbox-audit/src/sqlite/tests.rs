@@ -2,7 +2,7 @@
 //! The store suite: every test runs on SQLite and, when `SANDBOX_TEST_POSTGRES_URL` names a
 //! server (CI starts one), on PostgreSQL, so both backends keep the same behaviour.
 
-use crate::{open_store, AuditStore, EventKind, ListFilter, NewEvent, PruneReport, VerifyReport};
+use crate::{open_store, AuditStore, EventKind, ListFilter, NewEvent, PruneReport, RecordState, VerifyReport};
 
 fn event(id: &str, kind: EventKind, status: &str) -> NewEvent {
     NewEvent {
@@ -100,8 +100,8 @@ fn records_join_events_and_list(s: &mut dyn AuditStore) {
     filled(s);
     let r = s.get("e1").unwrap().unwrap();
     assert_eq!((r.state.as_str(), r.status.as_str(), r.caller.as_str()), ("finished", "error", "alice"));
-    assert_eq!(s.get("r1").unwrap().unwrap().state, "rejected");
-    assert_eq!(s.get("e9").unwrap().unwrap().state, "running");
+    assert_eq!(s.get("r1").unwrap().unwrap().state, RecordState::Rejected);
+    assert_eq!(s.get("e9").unwrap().unwrap().state, RecordState::Running);
     let page = s.list(&ListFilter { limit: 2, ..Default::default() }).unwrap();
     let ids: Vec<&str> = page.records.iter().map(|r| r.execution_id.as_str()).collect();
     assert_eq!(ids, ["e9", "r1"]);
@@ -234,7 +234,7 @@ fn retention_prefix(s: &mut dyn AuditStore) {
     assert_eq!(r, PruneReport { events: 6, through_seq: 6 });
     assert_eq!(s.verify().unwrap().broken, None);
     assert!(s.get("e0").unwrap().is_none());
-    assert_eq!(s.get("e9").unwrap().unwrap().state, "running");
+    assert_eq!(s.get("e9").unwrap().unwrap().state, RecordState::Running);
     // Keeping nothing still stops at e9's begin: only the rejection (seq 7) before it goes.
     assert_eq!(s.prune(None, Some(0), 1_800_000_000_000).unwrap(), PruneReport { events: 1, through_seq: 7 });
     assert_eq!(s.prune(None, Some(0), 1_800_000_000_000).unwrap().events, 0);

@@ -139,3 +139,60 @@ fn debian_base_tables_are_checked() {
     Config::parse("[profiles.\"py-3.13\"]\nlanguage = \"python\"\n", "my.toml").expect("a dotted name");
     check("[profiles.\".hidden\"]\nlanguage = \"python\"\n", "profiles..hidden", "not first");
 }
+
+/// The Rust `Default`s and `defaults.toml` say the same: `[runtime]` is `RuntimeConfig::default()`
+/// field for field, and the built-in `*-default` profiles write out exactly the defaults of a
+/// profile that names nothing (limits, filesystem, output, harness, network, landlock, warm),
+/// but for the deliberate differences listed here.
+#[test]
+fn defaults_toml_and_the_rust_defaults_agree() {
+    /// (profile, table, key): values of a default profile that deliberately differ from the
+    /// Rust default of the field.
+    const DELIBERATE: &[(&str, &str, &str)] = &[
+        // Warm::default() serves a profile with an environment; the bare interpreter needs less.
+        ("python-default", "warm", "template_memory_max_bytes"),
+        // A default profile starts warm; Warm::default() is off (set a mode to opt in).
+        ("python-default", "warm", "mode"),
+        ("typescript-default", "warm", "mode"),
+    ];
+    let file: toml::Table = DEFAULTS_TOML.parse().expect("defaults.toml is TOML");
+    fn table(v: &toml::Value) -> toml::Table {
+        v.as_table().cloned().expect("a table")
+    }
+    fn rust(v: &impl Serialize) -> toml::Table {
+        table(&toml::Value::try_from(v).expect("a Rust default serializes"))
+    }
+    assert_eq!(table(&file["runtime"]), rust(&RuntimeConfig::default()), "[runtime] of defaults.toml and RuntimeConfig::default()");
+    let defaults: [(&str, toml::Table); 4] = [
+        ("limits", rust(&Limits::default())),
+        ("filesystem", rust(&Filesystem::default())),
+        ("output", rust(&OutputCaps::default())),
+        ("warm", rust(&Warm::default())),
+    ];
+    let scalars = toml::Table::from_iter([
+        ("harness".to_owned(), toml::Value::try_from(Harness::default()).unwrap()),
+        ("network".to_owned(), toml::Value::from("none")),
+        ("landlock_min_abi".to_owned(), toml::Value::from(i64::from(LANDLOCK_MIN_ABI_DEFAULT))),
+    ]);
+    assert_eq!(Network::default(), Network::None, "the scalar above");
+    for name in ["python-default", "typescript-default"] {
+        let profile = table(&file["profiles"][name]);
+        let deliberate = |t: &str, k: &str| DELIBERATE.contains(&(name, t, k));
+        for (key, want) in &scalars {
+            assert_eq!(profile.get(key), Some(want), "profiles.{name}.{key} of defaults.toml and the Rust default");
+        }
+        for (t, rust) in &defaults {
+            let written = table(&profile[*t]);
+            for (key, value) in &written {
+                let want = rust.get(key).unwrap_or_else(|| panic!("profiles.{name}.{t}.{key}: no such field"));
+                assert!(deliberate(t, key) || value == want, "profiles.{name}.{t}.{key} = {value} in defaults.toml, {want} in the Rust default");
+                assert!(!deliberate(t, key) || value != want, "profiles.{name}.{t}.{key} agrees now: drop it from DELIBERATE");
+            }
+            // Every field is written out, but for warm settings that do not apply to the mode.
+            if *t != "warm" {
+                let missing: Vec<&String> = rust.keys().filter(|k| !written.contains_key(*k)).collect();
+                assert!(missing.is_empty(), "profiles.{name}.{t} of defaults.toml leaves out {missing:?}");
+            }
+        }
+    }
+}

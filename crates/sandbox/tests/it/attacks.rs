@@ -66,6 +66,31 @@ pub(crate) fn no_host_paths_leak_through_mountinfo_or_cmdline_on(profile: &str) 
     assert_eq!(last, "['0', '1', '2', '3', '4']", "no other fd of the service leaks");
 }
 
+/// Finding 10: an environment is mounted without its host path. A bind of
+/// `<environments_dir>/python-analysis-<hash>` would show that path as the mount's root in
+/// mountinfo (field 4); the environment is an overlay whose root is `/` instead, in every mode
+/// (cold, warm template, pool) and for both languages.
+#[test]
+fn environment_mounts_do_not_reveal_host_paths() {
+    environments_installed();
+    let places = [test_environments_dir(), env().data.display().to_string()];
+    let py = run("python-analysis", "print(open('/proc/self/mountinfo').read())", &[]);
+    let ts = run(
+        "typescript-analysis",
+        "import Papa from 'papaparse';\nimport { readFileSync } from 'node:fs';\nconsole.log(readFileSync('/proc/self/mountinfo', 'utf8'));",
+        &[],
+    );
+    for r in [&py, &ts] {
+        assert_eq!(r.status(), "ok", "{r:?}");
+        let env_line = r.stdout().lines().find(|l| l.contains(" /opt/sandbox/env ")).unwrap_or_else(|| panic!("no environment mount: {r:?}"));
+        assert_eq!(env_line.split(' ').nth(3), Some("/"), "the mount's root is its own: {env_line}");
+        for place in &places {
+            assert!(!r.stdout().contains(place.as_str()), "mountinfo shows {place}: {}", r.stdout());
+        }
+    }
+    assert!(ts.stdout().lines().any(|l| l.contains(" /node_modules ") && l.split(' ').nth(3) == Some("/")), "{ts:?}");
+}
+
 #[test]
 fn root_filesystem_is_read_only() {
     root_filesystem_is_read_only_on("python-default");
@@ -191,8 +216,13 @@ pub(crate) fn landlock_blocks_paths_outside_the_rules_even_through_proc_on(profi
     // /proc/self/root is the sandbox root; reading files through it is allowed only where the rules allow.
     let code = "import os, errno\nfor p in ['/proc/self/root/etc/passwd', '/workspace/../etc/hostname']:\n    \
                 try:\n        open(p).read(); print('read')\n    except OSError as e:\n        print(errno.errorcode[e.errno])";
-    let lines = attempt_on(profile, code);
-    assert_eq!(lines, ["read", "read"], "the synthesized /etc is readable; nothing outside exists: {lines:?}");
+    let r = run(profile, code, &[]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    let lines: Vec<&str> = r.stdout().lines().collect();
+    assert_eq!(lines, ["read", "read"], "the synthesized /etc is readable; nothing outside exists: {r:?}");
+    // The reads above passed through landlock, not around it: without landlock this test fails.
+    let abi = r.json["enforcement"]["landlockAbi"].as_u64().unwrap_or(0);
+    assert!(abi >= 1, "landlock was not enforced (ABI {abi}): {r:?}");
 }
 
 #[test]

@@ -350,3 +350,32 @@ fn serve_logs_plain_text_with_execution_ids() {
         assert!(lines[0].contains(&format!("execution_id={id}")), "{event} without the id {id}:\n{text}");
     }
 }
+
+/// A TypeScript profile runs on the Node.js line it names (`node = "22"`), with its environment's
+/// packages, under the same walls (the interpreter is under the read-only /usr); a line that is
+/// not installed makes the profile unavailable with the command that installs it.
+#[test]
+fn typescript_runs_on_the_node_line_its_profile_names() {
+    environments_installed();
+    let code = "import { writeFileSync } from 'node:fs';\nlet wrote = 'wrote';\ntry { writeFileSync(process.execPath, 'x'); } catch (e: any) { wrote = e.code; }\nconsole.log(process.version, wrote);";
+    for (profile, line) in [("ts-node22", "v22."), ("ts-node24", "v24."), ("typescript-default", "v26.")] {
+        let r = run(profile, code, &[]);
+        assert_eq!(r.status(), "ok", "{r:?}");
+        let out = r.stdout().trim();
+        assert!(out.starts_with(line), "{profile} runs Node.js {line}: {out}");
+        assert!(out.ends_with(" EROFS"), "the interpreter is read-only: {out}");
+    }
+    let r = run("ts-node24", "import _ from 'lodash';\nconsole.log(_.sum([1, 2]));", &[]);
+    assert_eq!(r.stdout().trim(), "3", "{r:?}");
+
+    let text = format!("{}[profiles.ts-node-missing]\nlanguage = \"typescript\"\nnode = \"19\"\n", runtime_toml());
+    let cfg = scratch_file("node-missing.toml", text.as_bytes());
+    let out = Command::new(bin())
+        .args(["--config", cfg.to_str().unwrap(), "--data-dir", env().data.to_str().unwrap()])
+        .args(["run", "--profile", "ts-node-missing", "-c", "console.log(1)"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("runtime_unavailable") && stderr.contains("node-19/bin/node") && stderr.contains("scripts/install-node.sh 19"), "{stderr}");
+}

@@ -7,6 +7,7 @@ mod audit;
 mod bases;
 mod basics;
 mod cases;
+mod deps;
 mod docs;
 mod doors;
 mod environments;
@@ -76,6 +77,16 @@ memory_max_bytes = 268435456
 pids_max = 64
 timeout_ms = 10000
 grace_ms = 1000
+
+# Node.js release lines (scripts/install-node.sh provisions 22, 24 and 26).
+[profiles.ts-node22]
+language = "typescript"
+node = "22"
+
+[profiles.ts-node24]
+language = "typescript"
+node = "24"
+environment = "typescript-analysis"
 
 [profiles.py-half-cpu]
 language = "python"
