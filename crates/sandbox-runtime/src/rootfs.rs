@@ -41,17 +41,38 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
 
     // The system directories: the host's, or those of the environment's base (an unpacked root
     // filesystem), bound at the same paths either way.
+    // A base's directories are mounted as overlays (`PathHider`), so that mountinfo does not name
+    // where the service keeps its bases; the host's own are binds (their paths are the same
+    // inside).
     let from = spec.system_root.as_deref().unwrap_or(Path::new("/"));
+    let mut hider = PathHider::new(root);
+    let mut base_hider = spec.system_root.is_some().then_some(&mut hider);
     for dir in &spec.system_dirs {
-        bind_system_dir(root, from, dir)?;
+        bind_system_dir(root, from, dir, base_hider.as_deref_mut())?;
     }
     mkdir(root, "/etc")?;
     for file in &spec.etc_binds {
         let source = source_of(from, file);
         // A symlink of a base would be bound as what it names on the host: only plain files and
         // directories reached without one are bound, a base's symlinks are skipped.
-        if source.exists() && (spec.system_root.is_none() || !through_symlink(from, file)) {
-            bind_ro(&source, &inside(root, file.to_str().unwrap_or("/etc/missing")), source.is_dir())?;
+        if !source.exists() || (spec.system_root.is_some() && through_symlink(from, file)) {
+            continue;
+        }
+        let target = inside(root, file.to_str().unwrap_or("/etc/missing"));
+        match base_hider.as_deref_mut() {
+            // A base's small /etc files are copied into the root (no mount, no path shown).
+            Some(_) if source.is_file() && fs::metadata(&source).is_ok_and(|m| m.len() <= BASE_ETC_FILE_COPY_MAX) => {
+                let bytes = step("etc_copy", &source, fs::read(&source))?;
+                step("etc_copy", &target, fs::write(&target, bytes))?;
+                step("etc_copy", &target, fs::set_permissions(&target, fs::Permissions::from_mode(0o444)))?;
+            }
+            Some(h) if source.is_dir() => {
+                step("mount_dir", &target, fs::DirBuilder::new().recursive(true).mode(0o755).create(&target))?;
+                if !h.mount_ro(&source, &target)? {
+                    bind_ro(&source, &target, true)?;
+                }
+            }
+            _ => bind_ro(&source, &target, source.is_dir())?,
         }
     }
     for f in &spec.root_files {
@@ -87,7 +108,6 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
             step("mask", &target, mount(Some("tmpfs"), &target, Some("tmpfs"), flags, Some("size=4k,mode=0555")))?;
         }
     }
-    let mut hider = PathHider::new(root);
     for m in &spec.mounts {
         let target = inside(root, &m.sandbox_path);
         step("mount_dir", &target, fs::DirBuilder::new().recursive(true).mode(0o755).create(&target))?;
@@ -209,8 +229,9 @@ fn source_of(from: &Path, path: &Path) -> PathBuf {
 
 /// Binds the system directory `dir` of the root `from` (`/`: the host's) read-only at the same
 /// path, or copies it as a symlink if it is one (merged-/usr systems have `/bin -> usr/bin`).
-/// Missing directories are skipped.
-fn bind_system_dir(root: &Path, from: &Path, dir: &Path) -> Result<(), StepError> {
+/// Missing directories are skipped. With `hider` (a base's directories), an overlay that does not
+/// show the base's host path ([`PathHider`]) where the kernel allows one.
+fn bind_system_dir(root: &Path, from: &Path, dir: &Path, hider: Option<&mut PathHider>) -> Result<(), StepError> {
     let source = source_of(from, dir);
     let Ok(meta) = fs::symlink_metadata(&source) else { return Ok(()) };
     let target = inside(root, dir.to_str().unwrap_or("/missing"));
@@ -223,8 +244,18 @@ fn bind_system_dir(root: &Path, from: &Path, dir: &Path) -> Result<(), StepError
         }
         return step("system_link", &target, std::os::unix::fs::symlink(to, &target));
     }
+    if let Some(h) = hider {
+        step("mount_dir", &target, fs::DirBuilder::new().recursive(true).mode(0o755).create(&target))?;
+        if h.mount_ro(&source, &target)? {
+            return Ok(());
+        }
+    }
     bind_ro(&source, &target, true)
 }
+
+/// A base's `/etc` file up to this size (bytes) is copied into the sandbox's root rather than
+/// bound (`mime.types` is ~60 KiB).
+const BASE_ETC_FILE_COPY_MAX: u64 = 1 << 20;
 
 /// Read-only mounts of host directories that do not show the host path in the sandbox's
 /// `/proc/self/mountinfo`.

@@ -61,6 +61,10 @@ pub(crate) fn no_host_paths_leak_through_mountinfo_or_cmdline_on(profile: &str) 
     let data = env().data.to_str().unwrap();
     assert!(!r.stdout().contains(data), "mountinfo shows the data directory: {r:?}");
     assert!(!r.stdout().contains("/work/"), "{r:?}");
+    // Nor where environments and their bases live (a base's system directories are overlays).
+    for place in [test_environments_dir().as_str(), "/bases/", "/rootfs/"] {
+        assert!(!r.stdout().contains(place), "mountinfo shows {place}: {r:?}");
+    }
     let last = r.stdout().lines().last().unwrap();
     // stdio, listdir's own fd (3) and the harness's side channel (4, a pipe only the engine reads).
     assert_eq!(last, "['0', '1', '2', '3', '4']", "no other fd of the service leaks");
