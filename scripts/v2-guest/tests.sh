@@ -17,8 +17,8 @@ COLD=(
   limits::memory_past_the_limit_is_memory_limit
   limits::half_cpu_profile_gets_about_half_a_cpu
   timeouts::busy_loop_times_out
-  timeouts::ignoring_sigterm_gets_sigkill
-  timeouts::detached_grandchild_holding_stdout_does_not_stall
+  cases::c11
+  cases::c02
   attacks::host_secret_file_is_invisible
   attacks::host_processes_and_pid1_are_invisible
   attacks::no_host_paths_leak_through_mountinfo_or_cmdline
