@@ -87,6 +87,21 @@ def descendants(root):
             todo.append(c)
     return found
 
+def live_descendants(root):
+    """How many of `root`'s descendants are running (not zombies). A template reaps the children
+    it forked when the next fork request comes (template.py `serve`), so the last executions of
+    each template wait there as zombies until then: they hold a pid but no memory, descriptors
+    or mounts, and their number is bounded by the concurrency, not the executions served."""
+    n = 0
+    for p in descendants(root):
+        try:
+            stat = open(f"/proc/{p}/stat").read()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2] != "Z":
+            n += 1
+    return n
+
 def netns_of(pid):
     try:
         return os.readlink(f"/proc/{pid}/ns/net")
@@ -247,13 +262,13 @@ def run(work, data):
             full = all(m.get(k.replace("_pool_ready", "_pool_size")) == v for k, v in m.items() if "_pool_ready" in k) \
                 and all(v == 1 for k, v in m.items() if "_template_ready" in k)
             entries = sorted(n for n in os.listdir(executions_dir)) if os.path.isdir(executions_dir) else []
-            state = (full, sum(fd_kinds(pid).values()), len(descendants(pid)), len(mount_lines(pid)), tuple(entries))
+            state = (full, sum(fd_kinds(pid).values()), live_descendants(pid), len(mount_lines(pid)), tuple(entries))
             if state != last or not full:
                 last, stable_since = state, time.monotonic()
             elif time.monotonic() - stable_since >= 1.0:
                 break
             time.sleep(0.1)
-        return {"fds": fd_kinds(pid), "children": len(descendants(pid)), "mounts": len(mount_lines(pid)),
+        return {"fds": fd_kinds(pid), "children": live_descendants(pid), "mounts": len(mount_lines(pid)),
                 "entries": last[4] if last else (), "rss_kib": read_kib(pid, "VmRSS"), "warm": metrics(),
                 "host_mounts": sum(data in l for l in mount_lines(1))}
 
