@@ -311,10 +311,7 @@ impl Bases {
             bytes,
             tree_sha256,
         };
-        let file = build.join("manifest.json");
-        fs::write(&file, serde_json::to_vec_pretty(&manifest).expect("JSON serializes")).map_err(io("write", &file))?;
-        let target = self.dir.join(id);
-        fs::rename(build, &target).map_err(io("rename", &target))?;
+        let target = self.publish(build, id, &manifest)?;
         progress(&format!(
             "base {id} installed: {} packages, {} MiB, python {}",
             manifest.packages.len(),
@@ -322,6 +319,18 @@ impl Bases {
             manifest.python_version.as_deref().unwrap_or("-")
         ));
         Ok((target, manifest))
+    }
+
+    /// Writes `manifest.json` into the finished build directory `build` (the manifest comes last:
+    /// a base without one is not installed) and renames it into place as base `id`; returns its
+    /// directory.
+    /// Errors: [`EnvError::Io`] naming the file or the target.
+    fn publish(&self, build: &Path, id: &str, manifest: &BaseManifest) -> Result<PathBuf, EnvError> {
+        let file = build.join("manifest.json");
+        fs::write(&file, serde_json::to_vec_pretty(manifest).expect("JSON serializes")).map_err(io("write", &file))?;
+        let target = self.dir.join(id);
+        fs::rename(build, &target).map_err(io("rename", &target))?;
+        Ok(target)
     }
 
     /// Imports the OCI image `o` unless a base of the same image manifest is installed, and
@@ -424,10 +433,7 @@ impl Bases {
             bytes,
             tree_sha256,
         };
-        let file = build.join("manifest.json");
-        fs::write(&file, serde_json::to_vec_pretty(&manifest).expect("JSON serializes")).map_err(io("write", &file))?;
-        let target = self.dir.join(id);
-        fs::rename(build, &target).map_err(io("rename", &target))?;
+        let target = self.publish(build, id, &manifest)?;
         progress(&format!(
             "base {id} installed: {} layers, {files} files, {} MiB, python {} ({})",
             image.layers.len(),
