@@ -28,6 +28,9 @@ cargo test --workspace 2>&1 | tee "$log" || status=1
 # The attack, limit, timeout, file, harness and real-world-case tests, and the Debian base's, again, every Python
 # execution forked from a warm template (`sandbox run --warm`): same expected outcomes.
 SANDBOX_TEST_WARM=1 cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: bases:: oci::oci_base_ 2>&1 | tee -a "$log" || status=1
+# The same suites with every execution in a pre-started pooled sandbox (`sandbox run --warm=pool`;
+# python-default's own warm mode under `sandbox serve`, and TypeScript's).
+SANDBOX_TEST_WARM=pool cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: 2>&1 | tee -a "$log" || status=1
 # Fuzzing (issue 12, item 11): every fuzz target of fuzz/ for 25 s from its recorded corpus.
 bash scripts/fuzz.sh 25 2>&1 | tee -a "$log" || status=1
 # Soak (item 12), short: 500 executions of the mix through the debug `sandbox serve`, then the

@@ -186,19 +186,20 @@ impl Engine {
     }
 
     /// Like [`Engine::enable_warm`], for `profile` alone and whatever its `[warm] mode` says
-    /// (`sandbox run --warm`, and the tests that run the attack suite warm): a template for a
-    /// Python profile, a pool (of one) for a TypeScript one. Returns false when the profile
-    /// cannot start warm (an allowlist network): it runs cold.
+    /// (`sandbox run --warm`, and the tests that run the attack suite warm): with `pool` false,
+    /// a template for a Python profile and a pool (of one) for a TypeScript one; with `pool`
+    /// true, a pool of one for either (`sandbox run --warm=pool`). Returns false when the
+    /// profile cannot start warm (an allowlist network): it runs cold.
     /// Errors: as [`Engine::enable_warm`].
-    pub fn enable_warm_for(&self, profile: &str) -> Result<bool, String> {
+    pub fn enable_warm_for(&self, profile: &str, pool: bool) -> Result<bool, String> {
         use sandbox_core::profile::WarmMode;
         let mut opts = EngineOptions::clone(&self.opts);
         for (name, p) in &mut opts.config.profiles {
             let can = name == profile && matches!(p.network, sandbox_core::network::Network::None);
             p.warm.mode = match p.language {
                 _ if !can => WarmMode::Off,
-                Language::Python => WarmMode::Template,
-                Language::Typescript => {
+                Language::Python if !pool => WarmMode::Template,
+                Language::Python | Language::Typescript => {
                     p.warm.pool_size = 1;
                     WarmMode::Pool
                 }

@@ -5,10 +5,11 @@
 //! [`Prepared::new_member`] makes its directory, uid, workspace tmpfs and cgroup with the
 //! profile's limits; the helper builds its namespaces, root, landlock and seccomp exactly as for
 //! a cold run, and execs the harness in `pool` mode, which imports the environment's `preload`
-//! modules, says ready (one byte on the side channel) and blocks reading a header line on its
+//! modules, says ready (one byte on the side channel) and blocks reading one byte on its
 //! stdin. An execution takes a member ([`Pools::checkout`]), writes its inputs into the
-//! workspace and its code into the member's `code/` tmpfs (read-only at `/code` inside), and
-//! sends the header (harness mode, the request's environment) followed by the request's stdin.
+//! workspace, its code and `_sandbox_run.json` (harness mode, the request's environment) into
+//! the member's `code/` tmpfs (read-only at `/code` inside), and sends a newline (go) followed
+//! by the request's stdin.
 //! From there on it is supervised, collected and torn down like a cold run, and the member is
 //! gone: nothing of one execution can reach another, because no sandbox serves twice.
 //!
@@ -106,7 +107,7 @@ pub(crate) struct MemberLaunch {
     pub(crate) helper: Reaped,
     /// The engine's end of the control socket; `Started` and `Spawned` were read already.
     pub(crate) ctl: UnixStream,
-    /// Write end of the program's stdin: the header line goes first.
+    /// Write end of the program's stdin: the go byte (a newline) goes first.
     pub(crate) stdin: OwnedFd,
     /// Read ends of stdout, stderr and the side channel (its ready byte consumed).
     pub(crate) stdout: OwnedFd,

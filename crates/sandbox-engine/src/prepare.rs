@@ -176,13 +176,16 @@ impl Prepared {
         Ok(p)
     }
 
-    /// Gives a pooled sandbox its execution: the input files into the workspace, the code and
-    /// the function's input into `code/`.
+    /// Gives a pooled sandbox its execution: the input files into the workspace; the code, the
+    /// function's input and `_sandbox_run.json` (`{"mode": "script"|"function", "env": {NAME:
+    /// value}}`: the harness mode and the request's environment) into `code/`.
     /// Errors: [`PrepareError::Io`] (e.g. code larger than the `code/` tmpfs).
     pub(crate) fn fill_member(&mut self, opts: &EngineOptions, a: &Admitted, code: &str) -> Result<(), PrepareError> {
         self.write_inputs(a, opts.config.runtime.uid_base)?;
         let dir = self.dir.join("code");
         write_ro(&dir.join(code_file(a.language)), code.as_bytes())?;
+        let run = serde_json::json!({ "mode": a.harness.as_str(), "env": a.env });
+        write_ro(&dir.join("_sandbox_run.json"), run.to_string().as_bytes())?;
         if let Some(input) = a.input_json.as_deref() {
             let name = INPUT_FILE.strip_prefix(&format!("{CODE_DIR}/")).unwrap_or("input.json");
             write_ro(&dir.join(name), input.as_bytes())?;

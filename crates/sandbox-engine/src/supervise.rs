@@ -217,7 +217,7 @@ struct Launched {
     /// The warm child's host pid: its only child is the execution's pid 1.
     warm_child: Option<i32>,
     /// A pooled sandbox's helper, and the landlock ABI its `Spawned` reported (the program is
-    /// running already; the header goes before the stdin).
+    /// running already; the go byte goes before the stdin).
     pooled: Option<(std::process::Child, u32)>,
     network: Option<Network>,
     spawned_at: Instant,
@@ -276,17 +276,14 @@ async fn attempt(
     let mut exec_at: Option<Instant> = None;
     let mut stdin_data = a.stdin.clone();
     if let Some((_, landlock_abi)) = &l.pooled {
-        // The program runs already: its clock starts now, and its first stdin line is the header.
+        // The program runs already: its clock starts now. Its code and `_sandbox_run.json` are
+        // in /code (`Prepared::fill_member`); one newline on its stdin says go, and the rest of
+        // stdin is the program's.
         exec_at = Some(l.spawned_at);
         out.landlock_abi = *landlock_abi;
-        let header = serde_json::json!({
-            "mode": a.harness.as_str(),
-            "env": a.env,
-        });
-        let mut line = header.to_string().into_bytes();
-        line.push(b'\n');
-        line.extend_from_slice(&stdin_data);
-        stdin_data = line;
+        let mut go = vec![b'\n'];
+        go.extend_from_slice(&stdin_data);
+        stdin_data = go;
     } else {
         let mut spec_line = serde_json::to_vec(&prepared.spec).expect("the spawn spec always serializes");
         spec_line.push(b'\n');
@@ -436,7 +433,7 @@ fn launch_cold(opts: &EngineOptions, _prepared: &Prepared, a: &Admitted, side_wr
     Ok(Launched { ctl, stdin, stdout, stderr, helper: Some(child), warm_child: None, pooled: None, network, spawned_at })
 }
 
-/// Pooled start: the member's helper and pipes, its program waiting for the header.
+/// Pooled start: the member's helper and pipes, its program waiting for its go byte.
 fn launch_pooled(
     helper: std::process::Child,
     ctl: std::os::unix::net::UnixStream,

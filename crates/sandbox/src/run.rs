@@ -11,6 +11,16 @@ use sandbox_core::{Config, ErrorCode, ExecutionRequest, Status};
 use sandbox_engine::{Caller, Chunk, NoHooks, Service, StreamKind};
 
 /// Arguments of `sandbox run`.
+/// How `sandbox run --warm` starts the execution.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum WarmStart {
+    /// The language's own way: a Python profile forks from a template, a TypeScript one takes a
+    /// pooled sandbox.
+    Fork,
+    /// A pooled sandbox, for either language.
+    Pool,
+}
+
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     /// Profile to run under. Default: `python-default` or `typescript-default` by language.
@@ -63,13 +73,14 @@ pub struct RunArgs {
     #[arg(long)]
     install: bool,
     /// Start the execution warm, as `sandbox serve` does for warm profiles (here whatever the
-    /// profile's `[warm] mode` says): a Python profile forks from a template, a TypeScript one
+    /// profile's `[warm] mode` says): `--warm` (`--warm=fork`): a Python profile forks from a
+    /// template, a TypeScript one runs in a pre-started pooled sandbox; `--warm=pool`: either
     /// runs in a pre-started pooled sandbox. Starts the template or pool, waits until it is
     /// ready, runs, and stops it. Slower than a cold run for one execution; for checking the
-    /// warm path. A profile that cannot start warm (an allowlist network) runs cold, and says so
-    /// on stderr.
-    #[arg(long)]
-    warm: bool,
+    /// warm paths. A profile that cannot start warm (an allowlist network) runs cold, and says
+    /// so on stderr.
+    #[arg(long, value_enum, num_args = 0..=1, require_equals = true, default_missing_value = "fork", value_name = "HOW")]
+    warm: Option<WarmStart>,
     /// Run on a `sandbox serve` at this URL (e.g. http://127.0.0.1:8080) instead of locally.
     /// Exits 5 when the service cannot be reached.
     #[arg(long, value_name = "URL")]
@@ -114,8 +125,8 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
     let engine = std::sync::Arc::new(engine);
     // A data directory no sandbox can use (`mktemp -d` makes one) is refused here, with the fix,
     // by the availability check every door makes (runtime_unavailable, exit 3).
-    if args.warm && engine.availability(&request.profile).is_ok() {
-        if engine.enable_warm_for(&request.profile).map_err(|why| anyhow::anyhow!("--warm: {why}"))? {
+    if let Some(how) = args.warm.filter(|_| engine.availability(&request.profile).is_ok()) {
+        if engine.enable_warm_for(&request.profile, how == WarmStart::Pool).map_err(|why| anyhow::anyhow!("--warm: {why}"))? {
             let ready = engine
                 .wait_warm(&request.profile, std::time::Duration::from_secs(300))
                 .map_err(|why| anyhow::anyhow!("--warm: the warm start of profile {:?} failed: {why}", request.profile))?;

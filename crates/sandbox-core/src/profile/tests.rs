@@ -113,8 +113,8 @@ fn defaults_toml_and_the_rust_defaults_agree() {
     /// (profile, table, key): values of a default profile that deliberately differ from the
     /// Rust default of the field.
     const DELIBERATE: &[(&str, &str, &str)] = &[
-        // Warm::default() serves a profile with an environment; the bare interpreter needs less.
-        ("python-default", "warm", "template_memory_max_bytes"),
+        // A short Python program starts quickest with more than two sandboxes waiting.
+        ("python-default", "warm", "pool_size"),
         // A default profile starts warm; Warm::default() is off (set a mode to opt in).
         ("python-default", "warm", "mode"),
         ("typescript-default", "warm", "mode"),

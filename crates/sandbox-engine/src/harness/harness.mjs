@@ -5,10 +5,10 @@
 // {type, message, traceback, line, column} with the caller's main.ts positions, goes to the
 // side channel (fd 4) as one JSON object; never to stdout.
 // "pool" (a pre-started sandbox of a warm pool): imports the modules named in SANDBOX_PRELOAD,
-// writes one byte "R" to fd 4 (ready; the engine consumes it), then blocks reading one header
-// line from stdin, {"mode": "script"|"function", "env": {NAME: value}}, written by the engine
-// once an execution takes this sandbox and its code is in /code; the rest of stdin is the
-// program's. It then goes on as that mode.
+// writes one byte "R" to fd 4 (ready; the engine consumes it), then blocks reading one byte, a
+// newline, from stdin: the engine writes it once an execution takes this sandbox and its code
+// and /code/_sandbox_run.json, {"mode": "script"|"function", "env": {NAME: value}}, are in
+// /code; the rest of stdin is the program's. It then goes on as that mode.
 import { existsSync, readFileSync, readSync, writeSync } from "node:fs";
 
 let mode = process.argv[2] ?? "script";
@@ -29,23 +29,21 @@ if (mode === "pool") {
   for (const [k, v] of Object.entries(header.env ?? {})) process.env[k] = String(v);
 }
 
-// One line from fd 0, byte by byte, so nothing of the program's stdin after it is consumed.
+// The go byte from fd 0 (one byte, so nothing of the program's stdin after it is consumed),
+// then the execution's run file.
 function readHeader() {
-  const bytes = [];
   const one = Buffer.alloc(1);
   const wait = new Int32Array(new SharedArrayBuffer(4));
   for (;;) {
-    let n;
     try {
-      n = readSync(0, one, 0, 1, null);
+      readSync(0, one, 0, 1, null);
+      break;
     } catch (e) {
       if (e.code === "EAGAIN") { Atomics.wait(wait, 0, 0, 1); continue; }
       throw e;
     }
-    if (n === 0 || one[0] === 10) break;
-    bytes.push(one[0]);
   }
-  return bytes.length ? JSON.parse(Buffer.from(bytes).toString("utf8")) : {};
+  return JSON.parse(readFileSync("/code/_sandbox_run.json", "utf8"));
 }
 
 function send(obj) {

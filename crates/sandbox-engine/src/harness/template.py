@@ -14,9 +14,17 @@ and seccomp; that process then runs the same harness as a cold execution.
 """
 
 import gc
+
+# What every child needs (its run file, the harness's result, its clock, what `finish` uses) is
+# imported once here, not per execution.
+import atexit  # noqa: F401
+import io  # noqa: F401
+import json
 import os
 import socket
 import sys
+import threading  # noqa: F401
+import time
 
 CHANNEL = 4
 
@@ -90,8 +98,6 @@ def child(fds, lib, harness):
     if lib.sandbox_warm_enter(3) != 0:
         os._exit(127)
     # From here on: the execution's sandboxed program, uid, cwd /workspace.
-    import json
-
     with open("/code/_sandbox_run.json", encoding="utf-8") as f:
         run = json.load(f)
     os.environ.clear()
@@ -100,8 +106,6 @@ def child(fds, lib, harness):
     config = os.environ.get("MPLCONFIGDIR")
     if config and "matplotlib" in sys.modules:
         os.makedirs(config, exist_ok=True)
-    import time
-
     time.tzset()
     # Fresh random state: `random` reseeds itself after fork; numpy's global generator would not.
     numpy = sys.modules.get("numpy")
@@ -114,46 +118,7 @@ def child(fds, lib, harness):
     importlib.invalidate_caches()
     # The side channel must not reach children the program starts.
     os.set_inheritable(4, False)
-    try:
-        harness.run(run["mode"])
-        code = 0
-    except SystemExit as e:
-        code = exit_status(e.code)
-    finish(code)
-
-
-def exit_status(code):
-    """The exit status the interpreter gives an uncaught SystemExit (Python's handle_system_exit)."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    try:
-        sys.stderr.write(f"{code}\n")
-    except Exception:  # noqa: BLE001 - as the interpreter does, an unprintable message is dropped
-        pass
-    return 1
-
-
-def finish(code):
-    """What a normal interpreter exit does that a program can observe, in its order (non-daemon
-    threads joined, atexit handlers, stdio flushed), then _exit: the interpreter's own teardown
-    would touch, and so copy, every object inherited from the template (~50 MB, ~100 ms for pandas)."""
-    try:
-        import threading
-
-        threading._shutdown()
-    except Exception:  # noqa: BLE001 - a thread that fails to join does not change the status
-        pass
-    import atexit
-
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - a closed or broken stream, as at a normal exit
-            pass
-    os._exit(code)
+    harness.run_and_exit(run["mode"])
 
 
 def blas_threads(n):
@@ -230,6 +195,8 @@ def main():
     lib = ctypes.CDLL(os.environ.pop("SANDBOX_WARM_LIB"))
     lib.sandbox_warm_enter.argtypes = [ctypes.c_int]
     lib.sandbox_warm_enter.restype = ctypes.c_int
+    lib.sandbox_warm_prepare.restype = ctypes.c_int
+    lib.sandbox_warm_prepare()
     spec = importlib.util.spec_from_file_location("_sandbox_harness", "/code/_sandbox_harness.py")
     harness = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(harness)

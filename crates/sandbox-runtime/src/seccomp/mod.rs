@@ -423,13 +423,44 @@ const NETLINK_ROUTE: u64 = libc::NETLINK_ROUTE as u64;
 /// on the whole register could be dodged with junk in the high half.
 const LOW32: u64 = 0xffff_ffff;
 
-/// Builds and loads both filters on the calling thread (no_new_privs must be set).
-/// Errors: libseccomp's message.
+/// The two filters as classic BPF programs (`struct sock_filter` arrays, 8 bytes an
+/// instruction), argument rules first: built once per process by libseccomp, which takes
+/// milliseconds for lists this long, then only loaded. A warm template builds them before its
+/// first fork ([`prepare`]), so its children only load them.
+static PROGRAMS: std::sync::OnceLock<Result<[Vec<u8>; 2], String>> = std::sync::OnceLock::new();
+
+/// Builds both filters into this process's cache, if not yet built. Errors: libseccomp's message.
+pub(crate) fn prepare() -> Result<(), String> {
+    PROGRAMS.get_or_init(|| Ok([compile(&arguments_filter())?, compile(&calls_filter())?])).as_ref().map(|_| ()).map_err(Clone::clone)
+}
+
+/// Loads both filters on the calling thread (no_new_privs must be set), building them first if
+/// this process has not ([`prepare`]). The kernel gets exactly the program libseccomp would have
+/// loaded (`seccomp_export_bpf` of the same context); libseccomp sets no filter flag by default,
+/// and neither does this. Errors: libseccomp's message, or the kernel's refusal.
 pub(crate) fn install() -> Result<(), String> {
-    let arguments = arguments_filter().map_err(|e| e.to_string())?;
-    let calls = calls_filter().map_err(|e| e.to_string())?;
-    arguments.load().map_err(|e| e.to_string())?;
-    calls.load().map_err(|e| e.to_string())
+    prepare()?;
+    let Some(Ok(programs)) = PROGRAMS.get() else { return Err("the seccomp filters were not built".into()) };
+    for program in programs {
+        crate::sys::seccomp_load(program).map_err(|e| format!("seccomp(SECCOMP_SET_MODE_FILTER): {e}"))?;
+    }
+    Ok(())
+}
+
+/// One filter context exported as BPF (through a memfd: this libseccomp has no in-memory export).
+fn compile(filter: &Result<ScmpFilterContext, libseccomp::error::SeccompError>) -> Result<Vec<u8>, String> {
+    use std::io::{Read, Seek};
+
+    let filter = filter.as_ref().map_err(ToString::to_string)?;
+    let fd = nix::sys::memfd::memfd_create(c"seccomp-bpf", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).map_err(|e| format!("memfd_create: {e}"))?;
+    let mut file = std::fs::File::from(fd);
+    filter.export_bpf(&file).map_err(|e| e.to_string())?;
+    let mut program = Vec::new();
+    file.rewind().and_then(|()| file.read_to_end(&mut program)).map_err(|e| format!("reading the exported filter: {e}"))?;
+    if program.is_empty() || !program.len().is_multiple_of(std::mem::size_of::<libc::sock_filter>()) {
+        return Err(format!("libseccomp exported {} bytes, not a BPF program", program.len()));
+    }
+    Ok(program)
 }
 
 /// Which calls exist: [`ALLOWED`] allowed, [`DENIED`] EPERM, everything else ENOSYS (among them

@@ -64,3 +64,14 @@ fn both_filters_build() {
     calls_filter().expect("the calls filter builds");
     arguments_filter().expect("the arguments filter builds");
 }
+
+#[test]
+fn both_filters_build_into_whole_bpf_programs() {
+    prepare().unwrap();
+    let Some(Ok([arguments, calls])) = PROGRAMS.get() else { panic!("not built") };
+    for program in [arguments, calls] {
+        assert!(!program.is_empty() && program.len().is_multiple_of(8) && program.len() / 8 <= 4096, "{} bytes", program.len());
+    }
+    // The calls filter is the long one: every allowed name is a comparison.
+    assert!(calls.len() / 8 > ALLOWED.len() / 2, "{} instructions for {} allowed calls", calls.len() / 8, ALLOWED.len());
+}

@@ -328,6 +328,26 @@ pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Ve
     Ok((msg.bytes, fds))
 }
 
+/// `seccomp(SECCOMP_SET_MODE_FILTER, 0, &prog)`: loads one classic BPF program, given as its
+/// `struct sock_filter` array (8 bytes an instruction), on the calling thread.
+/// Errors: `EINVAL` for a program that is not whole instructions or longer than BPF_MAXINSNS,
+/// and the kernel's refusal (`EACCES` without no_new_privs, `EINVAL` from the verifier).
+pub fn seccomp_load(program: &[u8]) -> io::Result<()> {
+    let unit = std::mem::size_of::<libc::sock_filter>();
+    let len = u16::try_from(program.len() / unit).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    if !program.len().is_multiple_of(unit) || len == 0 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let prog = libc::sock_fprog { len, filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut() };
+    // SAFETY: `prog` points at `len` whole instructions that live until the call returns; the
+    // kernel copies the program and verifies it before using it.
+    let r = unsafe { libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, &raw const prog) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The warm-start entry point, exported as the C symbol `sandbox_warm_enter` from
 /// `libsandbox_warm.so` (crate `sandbox-warm`), which a template's forked child calls through
 /// ctypes with its control socket's descriptor number. See [`crate::warm::enter`].
@@ -337,5 +357,13 @@ pub mod warm_ffi {
     #[unsafe(no_mangle)]
     pub extern "C" fn sandbox_warm_enter(ctl_fd: i32) -> i32 {
         crate::warm::enter(ctl_fd)
+    }
+
+    /// `int sandbox_warm_prepare(void)`: builds, in the template before its first fork, what
+    /// every child would otherwise build alone (the seccomp filters), so children only load it.
+    /// 0 when built; non-zero when not (each child then builds, and reports, its own).
+    #[unsafe(no_mangle)]
+    pub extern "C" fn sandbox_warm_prepare() -> i32 {
+        i32::from(crate::seccomp::prepare().is_err())
     }
 }

@@ -507,8 +507,8 @@ fn rlimits_inside_are_the_documented_values() {
     let code = "import resource as r\nfor n in ['CPU','FSIZE','DATA','STACK','CORE','RSS','NPROC','NOFILE','MEMLOCK','AS','MSGQUEUE','NICE','RTPRIO','RTTIME','SIGPENDING']:\n    \
                 s, h = r.getrlimit(getattr(r, 'RLIMIT_' + n))\n    print(n, 'inf' if s == r.RLIM_INFINITY else s, 'inf' if h == r.RLIM_INFINITY else h)";
     let mut c = sandbox(&["run", "--json", "--profile", "python-default", "-c", code]);
-    if warm_mode() {
-        c.arg("--warm");
+    if let Some(flag) = warm_flag() {
+        c.arg(flag);
     }
     // The service itself runs with raised limits an administrator might give it.
     let mut c = with_raised_limits(c);

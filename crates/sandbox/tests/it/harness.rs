@@ -123,6 +123,19 @@ fn after_an_uncaught_exception_atexit_handlers_still_run() {
     assert_eq!(r.status, 1);
 }
 
+/// A warm child ends with `_exit` after its own finalization (template.py `finalize`): what a
+/// program leaves to the interpreter's exit must still happen, as it does cold.
+#[test]
+fn objects_left_at_exit_are_finalized_as_a_normal_exit_does() {
+    let code = "f = open('left-open.txt', 'w')\nf.write('flushed at exit')\n\
+                class Noisy:\n    def __del__(self):\n        print('finalized')\nkeep = Noisy()\n\
+                import json\njson.kept = open('in-a-module.txt', 'w')\njson.kept.write('also flushed')\n";
+    let r = run("python-default", code, &[]);
+    assert_eq!((r.status(), r.stdout()), ("ok", "finalized\n"), "{r:?}");
+    assert_eq!(r.file_bytes("left-open.txt").as_deref(), Some(&b"flushed at exit"[..]), "{r:?}");
+    assert_eq!(r.file_bytes("in-a-module.txt").as_deref(), Some(&b"also flushed"[..]), "{r:?}");
+}
+
 #[test]
 fn python_syntax_error_has_line_and_column() {
     let r = run("python-default", "x = 1\ny = (\nprint(x)\nz = ]\n", &[]);

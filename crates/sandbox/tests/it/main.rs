@@ -251,18 +251,29 @@ impl std::fmt::Debug for Run {
     }
 }
 
-/// Whether this test process runs executions warm (`SANDBOX_TEST_WARM=1`): every [`run`] then
-/// forks its execution from a template (`sandbox run --warm`), so the attack, limit, timeout,
-/// file and real-world-case tests prove the warm path as they prove the cold one.
+/// Whether this test process runs executions warm: with `SANDBOX_TEST_WARM=1` every [`run`]
+/// forks its Python execution from a template and takes a pooled sandbox for TypeScript
+/// (`sandbox run --warm`); with `SANDBOX_TEST_WARM=pool` both languages take a pooled sandbox
+/// (`--warm=pool`). So the attack, limit, timeout, file and real-world-case tests prove each
+/// warm path as they prove the cold one.
 pub fn warm_mode() -> bool {
-    std::env::var("SANDBOX_TEST_WARM").is_ok_and(|v| v == "1")
+    warm_flag().is_some()
+}
+
+/// The `sandbox run` flag of [`warm_mode`], if any.
+pub fn warm_flag() -> Option<&'static str> {
+    match std::env::var("SANDBOX_TEST_WARM").as_deref() {
+        Ok("1") => Some("--warm"),
+        Ok("pool") => Some("--warm=pool"),
+        _ => None,
+    }
 }
 
 /// Runs `code` under `profile` with extra CLI `args`, as JSON.
 pub fn run(profile: &str, code: &str, args: &[&str]) -> Run {
     let mut all = vec!["run", "--json", "--profile", profile, "-c", code];
-    if warm_mode() {
-        all.push("--warm");
+    if let Some(flag) = warm_flag() {
+        all.push(flag);
     }
     all.extend_from_slice(args);
     let start = Instant::now();
@@ -272,7 +283,10 @@ pub fn run(profile: &str, code: &str, args: &[&str]) -> Run {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
     let run = Run { json, status: out.status.code().unwrap_or(-1), elapsed, stderr: String::from_utf8_lossy(&out.stderr).into_owned() };
     if warm_mode() && !run.stderr.contains("cannot start warm") && !matches!(run.status(), "rejected" | "?") && run.json["timing"].is_object() {
-        assert_eq!(run.json["timing"]["warm"], true, "SANDBOX_TEST_WARM=1 but the execution started cold: {run:?}");
+        assert_eq!(run.json["timing"]["warm"], true, "SANDBOX_TEST_WARM is set but the execution started cold: {run:?}");
+        if warm_flag() == Some("--warm=pool") {
+            assert_eq!(run.json["timing"]["warmStart"], "pool", "SANDBOX_TEST_WARM=pool but the execution did not take a pooled sandbox: {run:?}");
+        }
     }
     run
 }
