@@ -264,11 +264,12 @@ def finalize(inherited):
             pass
 
 
-def run_and_exit(mode):
+def run_and_exit(mode, inherited=None):
     """Runs the caller's code in a warm process (a template's child, a pooled sandbox) and ends
-    it as a normal interpreter exit would, through `finish`: never returns. The modules loaded
-    so far are the harness's and the preloads', not the run's."""
-    inherited = dict(sys.modules)
+    it as a normal interpreter exit would, through `finish`: never returns. `inherited`: the
+    modules that are not the run's ({name: module}; default: those loaded now)."""
+    if inherited is None:
+        inherited = dict(sys.modules)
     try:
         run(mode)
         code = 0

@@ -76,6 +76,14 @@ def threads():
     return len(os.listdir("/proc/self/task"))
 
 
+# Import path entries that are an execution's own: its code and its workspace (the harness puts
+# /workspace on the path).
+EXECUTION_PATHS = ("/code", "/workspace", "")
+
+# The modules every child starts with (sys.modules once the template is ready), taken once here:
+# a child that copied sys.modules itself would touch, and so copy, every module object's page.
+INHERITED = {}
+
 # Descriptors of a fork request, in order, and where the child places each: control socket (3),
 # stdin, stdout, stderr, side channel (4), the execution's detached mounts (workspace, code,
 # /etc/passwd, /etc/group: 5-8, which sandbox_warm_enter attaches), then the execution's cgroup
@@ -112,13 +120,15 @@ def child(fds, lib, harness):
     if numpy is not None:
         numpy.random.seed()
     blas_threads(run["env"].get("OPENBLAS_NUM_THREADS"))
-    import importlib
-
-    sys.path_importer_cache.clear()
-    importlib.invalidate_caches()
+    # The execution's own directories get fresh import finders; every other path entry is a
+    # read-only directory the template saw as it is, so its finder and cached listing stay
+    # valid. (Dropping them all would free every cached listing, and so copy the pages that
+    # hold them: ~20 ms for the analysis environment.)
+    for entry in EXECUTION_PATHS:
+        sys.path_importer_cache.pop(entry, None)
     # The side channel must not reach children the program starts.
     os.set_inheritable(4, False)
-    harness.run_and_exit(run["mode"])
+    harness.run_and_exit(run["mode"], INHERITED)
 
 
 def blas_threads(n):
@@ -201,6 +211,7 @@ def main():
     harness = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(harness)
     preload()
+    INHERITED.update(sys.modules)
     gc.collect()
     gc.freeze()
     channel.sendall(b"ready\n")

@@ -136,6 +136,18 @@ fn objects_left_at_exit_are_finalized_as_a_normal_exit_does() {
     assert_eq!(r.file_bytes("in-a-module.txt").as_deref(), Some(&b"also flushed"[..]), "{r:?}");
 }
 
+/// Input files import from the workspace, after the standard library and the environment: an
+/// input named json.py does not replace the json module. (A warm child keeps the template's
+/// import caches for the read-only directories and gets fresh ones for /code and /workspace.)
+#[test]
+fn input_modules_import_from_the_workspace_after_the_standard_library() {
+    let helper = scratch_file("helper.py", b"VALUE = 42\n");
+    let shadow = scratch_file("json.py", b"raise SystemExit('the input json.py was imported')\n");
+    let (helper, shadow) = (format!("helper.py={}", helper.display()), format!("json.py={}", shadow.display()));
+    let r = run("python-default", "import helper, json, csv\nprint(helper.VALUE, json.dumps([1]), csv.QUOTE_ALL)", &["--file", &helper, "--file", &shadow]);
+    assert_eq!((r.status(), r.stdout()), ("ok", "42 [1] 1\n"), "{r:?}");
+}
+
 #[test]
 fn python_syntax_error_has_line_and_column() {
     let r = run("python-default", "x = 1\ny = (\nprint(x)\nz = ]\n", &[]);
