@@ -291,6 +291,7 @@ impl Prepared {
             },
             tun: matches!(profile.network, sandbox_core::network::Network::Allowlist(_)),
             landlock_min_abi: profile.landlock_min_abi,
+            seccomp_bpf: seccomp_bpf(),
         };
         if spec.tun {
             // The engine answers DNS at the gateway of the sandbox's TUN (sandbox-network).
@@ -681,4 +682,11 @@ pub(crate) fn sweep(opts: &EngineOptions, layout: Option<&Layout>) -> Vec<String
         swept.push(id);
     }
     swept
+}
+
+/// The seccomp filters every sandbox loads, built once in this process
+/// (`sandbox_runtime::seccomp_programs`); empty if they cannot be built, and then each
+/// sandbox's init builds them and reports the error.
+pub(crate) fn seccomp_bpf() -> Vec<Vec<u8>> {
+    sandbox_runtime::seccomp_programs().map(|p| p.to_vec()).unwrap_or_default()
 }

@@ -501,6 +501,8 @@ impl Templates {
             },
             tun: false,
             landlock_min_abi: profile.landlock_min_abi,
+            // The template's program loads no filter; each child's spec carries them.
+            seccomp_bpf: Vec::new(),
         })
     }
 }

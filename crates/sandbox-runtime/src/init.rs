@@ -255,5 +255,5 @@ pub(crate) fn drop_privileges(spec: &SpawnSpec) -> Result<(), StepError> {
     step("no_new_privs", nix::sys::prctl::set_no_new_privs())?;
     // Exactly the ABI init reported, or nothing runs.
     crate::wall::restrict(spec).map_err(|e| StepError::new("landlock", e))?;
-    crate::seccomp::install().map_err(|e| StepError::new("seccomp", e))
+    crate::seccomp::install_given(&spec.seccomp_bpf).map_err(|e| StepError::new("seccomp", e))
 }

@@ -104,6 +104,12 @@ pub struct SpawnSpec {
     /// kernel offering less (0: a kernel without landlock may run it). The best ABI the kernel
     /// offers is enforced either way.
     pub landlock_min_abi: u32,
+    /// The program's seccomp filters as classic BPF programs, each a `struct sock_filter` array
+    /// (8 bytes an instruction), argument rules first: what [`crate::seccomp_programs`] built
+    /// once in the engine's process, so that no sandbox spends the ~2 ms libseccomp takes.
+    /// Empty: the program's init builds them itself.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seccomp_bpf: Vec<Vec<u8>>,
 }
 
 fn default_program_uid() -> u32 {

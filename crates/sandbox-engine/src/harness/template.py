@@ -205,8 +205,6 @@ def main():
     lib = ctypes.CDLL(os.environ.pop("SANDBOX_WARM_LIB"))
     lib.sandbox_warm_enter.argtypes = [ctypes.c_int]
     lib.sandbox_warm_enter.restype = ctypes.c_int
-    lib.sandbox_warm_prepare.restype = ctypes.c_int
-    lib.sandbox_warm_prepare()
     spec = importlib.util.spec_from_file_location("_sandbox_harness", "/code/_sandbox_harness.py")
     harness = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(harness)

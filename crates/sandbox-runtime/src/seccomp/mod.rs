@@ -425,13 +425,24 @@ const LOW32: u64 = 0xffff_ffff;
 
 /// The two filters as classic BPF programs (`struct sock_filter` arrays, 8 bytes an
 /// instruction), argument rules first: built once per process by libseccomp, which takes
-/// milliseconds for lists this long, then only loaded. A warm template builds them before its
-/// first fork ([`prepare`]), so its children only load them.
+/// milliseconds for lists this long, then only loaded. The engine builds them once and passes
+/// them to every sandbox in its spec.
 static PROGRAMS: std::sync::OnceLock<Result<[Vec<u8>; 2], String>> = std::sync::OnceLock::new();
 
 /// Builds both filters into this process's cache, if not yet built. Errors: libseccomp's message.
-pub(crate) fn prepare() -> Result<(), String> {
+fn prepare() -> Result<(), String> {
     PROGRAMS.get_or_init(|| Ok([compile(&arguments_filter())?, compile(&calls_filter())?])).as_ref().map(|_| ()).map_err(Clone::clone)
+}
+
+/// Both filters as BPF programs (argument rules first), built on the first call in this
+/// process and kept: the engine builds them once and passes them in every
+/// [`crate::spec::SpawnSpec`] (`seccomp_bpf`). Errors: libseccomp's message.
+pub fn programs() -> Result<&'static [Vec<u8>; 2], String> {
+    prepare()?;
+    match PROGRAMS.get() {
+        Some(Ok(programs)) => Ok(programs),
+        _ => Err("the seccomp filters were not built".into()),
+    }
 }
 
 /// Loads both filters on the calling thread (no_new_privs must be set), building them first if
@@ -439,8 +450,21 @@ pub(crate) fn prepare() -> Result<(), String> {
 /// loaded (`seccomp_export_bpf` of the same context); libseccomp sets no filter flag by default,
 /// and neither does this. Errors: libseccomp's message, or the kernel's refusal.
 pub(crate) fn install() -> Result<(), String> {
-    prepare()?;
-    let Some(Ok(programs)) = PROGRAMS.get() else { return Err("the seccomp filters were not built".into()) };
+    install_programs(programs()?)
+}
+
+/// Loads `given` (the spec's `seccomp_bpf`: both programs, built by the engine), or, when it
+/// is empty, what [`install`] loads. Errors: anything but two programs, or the kernel's refusal
+/// (a malformed program fails its verifier: the set-up fails, nothing runs unfiltered).
+pub(crate) fn install_given(given: &[Vec<u8>]) -> Result<(), String> {
+    match given.len() {
+        0 => install(),
+        2 => install_programs(given),
+        n => Err(format!("the spawn spec carries {n} seccomp programs, not 2")),
+    }
+}
+
+fn install_programs(programs: &[Vec<u8>]) -> Result<(), String> {
     for program in programs {
         crate::sys::seccomp_load(program).map_err(|e| format!("seccomp(SECCOMP_SET_MODE_FILTER): {e}"))?;
     }

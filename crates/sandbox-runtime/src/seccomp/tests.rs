@@ -75,3 +75,19 @@ fn both_filters_build_into_whole_bpf_programs() {
     // The calls filter is the long one: every allowed name is a comparison.
     assert!(calls.len() / 8 > ALLOWED.len() / 2, "{} instructions for {} allowed calls", calls.len() / 8, ALLOWED.len());
 }
+
+#[test]
+fn a_spec_with_other_than_two_programs_is_refused_before_anything_loads() {
+    let one = programs().unwrap()[0].clone();
+    let err = install_given(&[one]).unwrap_err();
+    assert!(err.contains("1 seccomp programs, not 2"), "{err}");
+}
+
+#[test]
+fn the_programs_the_engine_passes_survive_the_spawn_spec() {
+    let spec = crate::spec::SpawnSpec { seccomp_bpf: programs().unwrap().to_vec(), ..Default::default() };
+    let back: crate::spec::SpawnSpec = serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
+    assert_eq!(back.seccomp_bpf, spec.seccomp_bpf);
+    let without: crate::spec::SpawnSpec = serde_json::from_str(&serde_json::to_string(&crate::spec::SpawnSpec::default()).unwrap()).unwrap();
+    assert!(without.seccomp_bpf.is_empty());
+}

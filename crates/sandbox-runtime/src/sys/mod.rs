@@ -358,12 +358,4 @@ pub mod warm_ffi {
     pub extern "C" fn sandbox_warm_enter(ctl_fd: i32) -> i32 {
         crate::warm::enter(ctl_fd)
     }
-
-    /// `int sandbox_warm_prepare(void)`: builds, in the template before its first fork, what
-    /// every child would otherwise build alone (the seccomp filters), so children only load it.
-    /// 0 when built; non-zero when not (each child then builds, and reports, its own).
-    #[unsafe(no_mangle)]
-    pub extern "C" fn sandbox_warm_prepare() -> i32 {
-        i32::from(crate::seccomp::prepare().is_err())
-    }
 }
