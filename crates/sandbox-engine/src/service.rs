@@ -289,14 +289,24 @@ pub fn default_profile(config: &sandbox_core::Config, caller: &Caller, language:
 }
 
 /// One execution slot per core, fewer when memory could not hold that many runs of the
-/// largest profile besides the warm pools' pre-started sandboxes (each counts as one run of the
-/// largest profile); never below 1.
+/// largest profile besides the warm pools' pre-started sandboxes (each counts as one run of its
+/// own profile: its memory limit, bytes); never below 1.
 pub fn default_concurrency(config: &sandbox_core::Config) -> u32 {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mem_total = nix::sys::sysinfo::sysinfo().map_or(u64::MAX, |s| s.ram_total());
+    concurrency_for(config, cores, mem_total)
+}
+
+/// [`default_concurrency`] for `cores` and `mem_total` bytes.
+fn concurrency_for(config: &sandbox_core::Config, cores: usize, mem_total: u64) -> u32 {
     let largest = config.profiles.values().map(|p| p.limits.memory_max_bytes).max().unwrap_or(1).max(1);
-    let pooled: u64 = config.profiles.values().filter(|p| p.warm.mode == sandbox_core::profile::WarmMode::Pool).map(|p| u64::from(p.warm.pool_size)).sum();
-    let by_memory = usize::try_from((mem_total / largest).saturating_sub(pooled)).unwrap_or(usize::MAX);
+    let pooled: u64 = config
+        .profiles
+        .values()
+        .filter(|p| p.warm.mode == sandbox_core::profile::WarmMode::Pool)
+        .map(|p| u64::from(p.warm.pool_size).saturating_mul(p.limits.memory_max_bytes))
+        .fold(0, u64::saturating_add);
+    let by_memory = usize::try_from(mem_total.saturating_sub(pooled) / largest).unwrap_or(usize::MAX);
     u32::try_from(cores.min(by_memory).max(1)).unwrap_or(1)
 }
 
