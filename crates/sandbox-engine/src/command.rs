@@ -31,9 +31,16 @@ pub fn code_file(language: Language) -> &'static str {
 /// or calls its `main(input)`, and reports the return value or an uncaught error on the side
 /// channel (fd 4, [`sandbox_runtime::spec::RESULT_FD`]).
 pub fn harness_source(language: Language) -> (&'static str, &'static str) {
+    harness_files(language)[0]
+}
+
+/// Every file of `language`'s harness as (file name under [`CODE_DIR`], source), the one the
+/// interpreter runs first: Python's is split so that a cold script run compiles only what it
+/// needs (`_sandbox_harness_lib.py` holds errors, the function harness and warm starts).
+pub fn harness_files(language: Language) -> &'static [(&'static str, &'static str)] {
     match language {
-        Language::Python => ("_sandbox_harness.py", include_str!("harness/harness.py")),
-        Language::Typescript => ("_sandbox_harness.mjs", include_str!("harness/harness.mjs")),
+        Language::Python => &[("_sandbox_harness.py", include_str!("harness/harness.py")), ("_sandbox_harness_lib.py", include_str!("harness/harness_lib.py"))],
+        Language::Typescript => &[("_sandbox_harness.mjs", include_str!("harness/harness.mjs"))],
     }
 }
 

@@ -21,7 +21,7 @@ use sandbox_runtime::cgroup::{self, Cgroup, Layout, Usage};
 use sandbox_runtime::process::{parent_of, Owner};
 use sandbox_runtime::spec::{BindMount, Rlimits, RootFile, SpawnSpec, SANDBOX_UID, UID_SLOTS};
 
-use crate::command::{code_file, harness_source, program_command, CODE_DIR, INPUT_FILE};
+use crate::command::{code_file, harness_files, program_command, CODE_DIR, INPUT_FILE};
 use crate::EngineOptions;
 
 /// Host files under /etc bound read-only into every sandbox.
@@ -165,8 +165,9 @@ impl Prepared {
             source,
         })?;
         p.code_mounted = true;
-        let (name, source) = harness_source(profile.language);
-        write_ro(&code.join(name), source.as_bytes())?;
+        for (name, source) in harness_files(profile.language) {
+            write_ro(&code.join(name), source.as_bytes())?;
+        }
         let (argv, mut env) = crate::command::pool_command(profile, &opts.config);
         env.push(("SANDBOX_PRELOAD".into(), preload.join(",")));
         let files = root_files(profile.language, p.uid.uid(), None).into_iter().filter(|f| !f.sandbox_path.starts_with(&format!("{CODE_DIR}/"))).collect();
@@ -627,9 +628,9 @@ pub(crate) fn root_files(language: Language, uid: u32, code: Option<(&str, Optio
         // No resolver: the network namespace is empty (allowlist profiles get one in `new`).
         f("/etc/resolv.conf", "", 0o444),
         f("/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", 0o444),
-        f(&format!("{CODE_DIR}/{}", harness_source(language).0), harness_source(language).1, 0o444),
     ]
     .into_iter()
+    .chain(harness_files(language).iter().map(|(name, source)| f(&format!("{CODE_DIR}/{name}"), source, 0o444)))
     .chain(code.map(|(code, _)| f(&format!("{CODE_DIR}/{}", code_file(language)), code, 0o444)))
     .chain(code.and_then(|(_, input)| input).map(|json| f(INPUT_FILE, json, 0o444)))
     .collect()

@@ -128,7 +128,7 @@ def child(fds, lib, harness):
         sys.path_importer_cache.pop(entry, None)
     # The side channel must not reach children the program starts.
     os.set_inheritable(4, False)
-    harness.run_and_exit(run["mode"], INHERITED)
+    harness.lib().run_and_exit(run["mode"], harness.run, INHERITED)
 
 
 def blas_threads(n):
@@ -208,6 +208,8 @@ def main():
     spec = importlib.util.spec_from_file_location("_sandbox_harness", "/code/_sandbox_harness.py")
     harness = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(harness)
+    # The rest of the harness (errors, the function harness, the warm exit) is every child's.
+    harness.lib()
     preload()
     INHERITED.update(sys.modules)
     gc.collect()

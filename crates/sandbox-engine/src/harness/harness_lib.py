@@ -1,0 +1,280 @@
+"""The rest of the Sandbox Service's Python harness (see _sandbox_harness.py): what a run needs
+only on the way out of an error, for the function harness, or for a warm start. A cold script
+run that succeeds never compiles this file; a template and a pooled sandbox load it before
+their caller's code arrives."""
+
+import sys
+
+PATH = "/code/main.py"
+HARNESS = "/code/_sandbox_harness.py"
+
+
+def send(obj, side):
+    import json
+
+    write(json.dumps(obj, ensure_ascii=False, allow_nan=False), side)
+
+
+def write(text, side):
+    import os
+
+    if side is None:
+        return
+    view = memoryview(text.encode())
+    while view:
+        view = view[os.write(side, view):]
+
+
+def qualified(t):
+    mod = getattr(t, "__module__", "builtins")
+    return t.__qualname__ if mod in ("builtins", "__main__", "main") else f"{mod}.{t.__qualname__}"
+
+
+def fail(exc, side, kind=None):
+    """Reports `exc` (on stderr and the side channel) as an uncaught exception would end the
+    program, then raises SystemExit(1)."""
+    import traceback
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in (HARNESS, __file__):
+        tb = tb.tb_next
+    te = traceback.TracebackException(type(exc), exc, tb)
+    text = f"{kind}: {exc}\n" if kind else "".join(te.format())
+    line = column = None
+    if isinstance(exc, SyntaxError) and exc.filename == PATH:
+        line, column = exc.lineno, exc.offset
+    else:
+        for frame in te.stack:
+            if frame.filename == PATH:
+                line = frame.lineno
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ itself fails
+        message = f"<unprintable {type(exc).__name__} object>"
+    err = {"type": kind or qualified(type(exc)), "message": message, "traceback": text}
+    if line is not None:
+        err["line"] = line
+    if column is not None:
+        err["column"] = column
+    send({"error": err}, side)
+    # As an uncaught exception would: exit status 1 after atexit handlers and non-daemon
+    # threads, nothing more printed.
+    raise SystemExit(1) from None
+
+
+class ReturnValueNotSerializable(TypeError):
+    pass
+
+
+def jsonable(v, where, depth=0, seen=()):
+    if depth > 500:
+        raise ReturnValueNotSerializable(f"{where} is nested more than 500 levels deep")
+    if isinstance(v, (dict, list, tuple)):
+        if id(v) in seen:
+            raise ReturnValueNotSerializable(f"{where} contains itself (a cycle), which JSON cannot represent")
+        seen = seen + (id(v),)
+    if v is None or isinstance(v, (bool, str, int)):
+        return v
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            raise ReturnValueNotSerializable(f"{where} is {v!r}, which JSON cannot represent; return None or a string instead")
+        return v
+    if isinstance(v, dict):
+        out = {}
+        for k, x in v.items():
+            if isinstance(k, bool) or not isinstance(k, (str, int)):
+                raise ReturnValueNotSerializable(f"{where} has a key {k!r} of type {type(k).__name__}; JSON object keys are strings")
+            out[str(k)] = jsonable(x, f"{where}[{k!r}]", depth + 1, seen)
+        return out
+    if isinstance(v, (list, tuple)):
+        return [jsonable(x, f"{where}[{i}]", depth + 1, seen) for i, x in enumerate(v)]
+    # numpy scalars and arrays become Python values (int64 -> int, ndarray -> list).
+    if type(v).__module__ == "numpy" and hasattr(v, "tolist"):
+        return jsonable(v.tolist(), where, depth + 1)
+    hint = ""
+    if type(v).__module__.startswith("pandas"):
+        hint = " (for a pandas object use .to_dict() or .tolist())"
+    raise ReturnValueNotSerializable(f"{where} is a {qualified(type(v))}, which JSON cannot represent{hint}")
+
+
+def call_main(module):
+    """The function harness: `main(input)` of the caller's module, with /code/input.json's value
+    (None without one), awaited if it is a coroutine. Returns its value."""
+    main = module.__dict__.get("main")
+    if not callable(main):
+        raise NameError("the function harness calls main(input), but the code defines no function named main")
+    import json
+    import types
+
+    try:
+        with open("/code/input.json", encoding="utf-8") as f:
+            value = json.load(f)
+    except FileNotFoundError:
+        value = None
+    result = main(value)
+    if isinstance(result, types.CoroutineType):
+        import asyncio
+
+        result = asyncio.run(result)
+    return result
+
+
+def report(result, side):
+    """The function's return value to the side channel as {"returnData": value}; a value JSON
+    cannot hold is a ReturnValueNotSerializable error instead."""
+    try:
+        payload = jsonable(result, "return value")
+    except ReturnValueNotSerializable as exc:
+        exc.__traceback__ = None
+        fail(exc, side, "ReturnValueNotSerializable")
+    import json
+
+    try:
+        text = json.dumps({"returnData": payload}, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:  # e.g. an int past the 4300-digit conversion limit
+        exc.__traceback__ = None
+        fail(ReturnValueNotSerializable(f"return value cannot be written as JSON: {exc}"), side, "ReturnValueNotSerializable")
+    sys.stdout.flush()
+    write(text, side)
+
+
+def exit_status(code):
+    """The exit status the interpreter gives an uncaught SystemExit (Python's handle_system_exit)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        sys.stderr.write(f"{code}\n")
+    except Exception:  # noqa: BLE001 - as the interpreter does, an unprintable message is dropped
+        pass
+    return 1
+
+
+def finish(code, inherited):
+    """What a normal interpreter exit does that a program can observe, in its order (non-daemon
+    threads joined, atexit handlers, the program's objects finalized, stdio flushed), then
+    _exit: in a template's child the interpreter's own teardown would touch, and so copy, every
+    object inherited from the template (~50 MB, ~100 ms for pandas); in a pooled sandbox it
+    would tear down every preloaded module (~3 ms for the standard library alone)."""
+    import os
+
+    try:
+        import threading
+
+        threading._shutdown()
+    except Exception:  # noqa: BLE001 - a thread that fails to join does not change the status
+        pass
+    import atexit
+
+    atexit._run_exitfuncs()
+    finalize(inherited)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or broken stream, as at a normal exit
+            pass
+    os._exit(code)
+
+
+def finalize(inherited):
+    """The part of the interpreter's finalization (CPython's `finalize_modules`) that reaches
+    the program's own objects, so a warm run ends as a cold one does: the modules the execution
+    added (its `__main__` or `main`, what it imported) leave `sys.modules` and their globals are
+    set to None (names starting with `_` first, as `_PyModule_Clear` does), then a collection
+    runs. So `__del__` methods run and a file left open at module level (`f = open("out.csv",
+    "w"); f.write(...)`) is flushed and closed: its last reference goes while its buffer and
+    file are intact (left to the cyclic collector instead, a buffered file in a cycle can be
+    closed before it is flushed, CPython's bpo-17852). Then any file object still open is
+    flushed. Objects from before the run (the template's, or a pooled sandbox's preloads) are
+    frozen (gc.freeze) and neither collected nor cleared, so a template's pages stay shared."""
+    import gc
+    import io
+
+    namespaces = []
+    for name, module in list(sys.modules.items()):
+        if inherited.get(name) is not module:
+            del sys.modules[name]
+            namespace = getattr(module, "__dict__", None)
+            if isinstance(namespace, dict):
+                namespaces.append(namespace)
+    module = namespace = None
+    try:
+        while namespaces:
+            namespace = namespaces.pop()
+            for underscored in (True, False):
+                for key in [k for k in namespace if isinstance(k, str) and k.startswith("_") == underscored and k != "__builtins__"]:
+                    namespace[key] = None
+        namespace = None
+        gc.collect()
+    except Exception:  # noqa: BLE001 - as at a normal exit, finalization errors change no status
+        pass
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, io.IOBase) and not obj.closed:
+                obj.flush()
+        except Exception:  # noqa: BLE001 - a file that cannot flush is dropped, as at a normal exit
+            pass
+
+
+def run_and_exit(mode, run, inherited=None):
+    """Runs the caller's code with `run` (the harness's) in a warm process (a template's child,
+    a pooled sandbox) and ends it as a normal interpreter exit would, through `finish`: never
+    returns. `inherited`: the modules that are not the run's ({name: module}; default: those
+    loaded now)."""
+    if inherited is None:
+        inherited = dict(sys.modules)
+    try:
+        run(mode)
+        code = 0
+    except SystemExit as e:
+        code = exit_status(e.code)
+    except BaseException:  # noqa: BLE001 - what the interpreter would print for an escape from run
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finish(code, inherited)
+
+
+def pool():
+    """Waits as a pooled sandbox (see the module's doc); returns the mode to run."""
+    import os
+
+    for name in filter(None, os.environ.pop("SANDBOX_PRELOAD", "").split(",")):
+        try:
+            __import__(name)
+        except Exception:  # It fails again, with its message, in the caller's code.
+            pass
+    # Imported while waiting, not after the code arrives (the header is JSON, and so is the
+    # result): a pooled sandbox's caller pays for nothing the harness could load beforehand.
+    # What `finish` needs, loaded now rather than on the caller's clock.
+    import atexit  # noqa: F401
+    import gc
+    import io  # noqa: F401
+    import json
+    import threading  # noqa: F401
+
+    # What is loaded now is not the run's: `finish` leaves it alone, as a template's child does.
+    gc.collect()
+    gc.freeze()
+    os.write(4, b"R")
+    # One byte: nothing of the program's stdin after it is consumed. EOF: the engine is gone,
+    # and so is the execution; /code/_sandbox_run.json is missing and the harness stops.
+    while True:
+        try:
+            os.read(0, 1)
+            break
+        except InterruptedError:
+            continue
+    with open("/code/_sandbox_run.json", encoding="utf-8") as f:
+        header = json.load(f)
+    for k, v in (header.get("env") or {}).items():
+        os.environ[k] = str(v)
+    return "function" if header.get("mode") == "function" else "script"
