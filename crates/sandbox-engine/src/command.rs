@@ -127,6 +127,12 @@ pub fn template_command(profile: &Profile, config: &Config, preload: &[String], 
             *v = "1".into();
         }
     }
+    // OpenBLAS reads this once, when numpy loads it in the template: the worker threads a child
+    // starts (`blas_threads` in template.py, the profile's count) sleep as soon as they are idle
+    // instead of spinning for ~0.1 s (its default). A thread spinning on the other core made
+    // every copy-on-write fault of the child a cross-core TLB shootdown: ~4x the kernel time,
+    // +70 ms on the data-analyst job's first run in a child.
+    env.push(("OPENBLAS_THREAD_TIMEOUT".into(), "4".into()));
     env.push(("SANDBOX_PRELOAD".into(), preload.join(",")));
     env.push(("SANDBOX_WARM_LIB".into(), warm_lib.into()));
     (argv, env)

@@ -323,3 +323,26 @@ fn cgroup_dirs_of(pid: i32) -> Vec<String> {
         })
         .collect()
 }
+
+/// A warm child's BLAS runs the profile's thread count (python-analysis: cpu_max 2), as a cold
+/// run's does from OPENBLAS_NUM_THREADS, though its template's is single-threaded; the
+/// template's OpenBLAS settings (`OPENBLAS_THREAD_TIMEOUT`: idle workers sleep at once, so none
+/// spins while the child copies pages) do not reach the program's environment.
+#[test]
+fn a_warm_child_gets_the_profiles_blas_threads_and_not_the_templates_environment() {
+    environments_installed();
+    let code = "import ctypes, os, numpy\n\
+                lib = [l.split()[-1] for l in open('/proc/self/maps') if 'openblas' in l and l.rstrip().endswith('.so')][0]\n\
+                blas = ctypes.CDLL(lib)\n\
+                get = next(getattr(blas, n) for n in ('scipy_openblas_get_num_threads64_', 'openblas_get_num_threads64_', 'openblas_get_num_threads') if hasattr(blas, n))\n\
+                print(get(), os.environ.get('OPENBLAS_NUM_THREADS'), 'OPENBLAS_THREAD_TIMEOUT' in os.environ)";
+    for warm in [false, true] {
+        let mut args = vec!["run", "--json", "--profile", "python-analysis", "-c", code];
+        if warm {
+            args.push("--warm");
+        }
+        let out = sandbox(&args).output().unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!((json["stdout"].as_str(), json["timing"]["warm"].as_bool()), (Some("2 2 False\n"), Some(warm)), "{json:#}");
+    }
+}
