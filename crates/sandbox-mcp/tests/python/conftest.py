@@ -85,9 +85,16 @@ class Sandbox:
 
     def executions_left(self) -> list[str]:
         # A warm profile's running template or waiting pooled sandbox is not an execution (as in
-        # crates/sandbox/tests/it).
+        # crates/sandbox/tests/it); a pooled sandbox that has taken one (its run file is in its
+        # code directory) is.
         d = self.data / "executions"
-        return sorted(n for n in os.listdir(d) if not n.startswith(("template-", "pool-"))) if d.is_dir() else []
+
+        def execution(n: str) -> bool:
+            if n.startswith("template-"):
+                return False
+            return not n.startswith("pool-") or (d / n / "code" / "_sandbox_run.json").exists()
+
+        return sorted(n for n in os.listdir(d) if execution(n)) if d.is_dir() else []
 
     def audit(self) -> list[dict]:
         """Every audit record, newest first (`sandbox audit list --json`)."""

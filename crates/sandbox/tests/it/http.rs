@@ -83,13 +83,16 @@ impl Server {
         Client::new(&self.url, key.map(str::to_owned))
     }
 
-    /// Execution directories still on the host (a warm profile's running template or waiting pooled sandbox is not one).
+    /// Execution directories still on the host (a warm profile's running template or waiting
+    /// pooled sandbox is not one; a pooled sandbox that has taken an execution, its run file in
+    /// its code directory, is).
     pub fn executions_left(&self) -> Vec<String> {
-        std::fs::read_dir(self.data.join("executions"))
+        let dir = self.data.join("executions");
+        std::fs::read_dir(&dir)
             .map(|d| {
                 d.filter_map(Result::ok)
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|name| !name.starts_with("template-") && !name.starts_with("pool-"))
+                    .filter(|name| !name.starts_with("template-") && (!name.starts_with("pool-") || dir.join(name).join("code/_sandbox_run.json").exists()))
                     .collect()
             })
             .unwrap_or_default()
