@@ -10,7 +10,6 @@ use sandbox_core::wire::FileContent;
 use sandbox_core::{Config, ErrorCode, ExecutionRequest, Status};
 use sandbox_engine::{Caller, Chunk, NoHooks, Service, StreamKind};
 
-/// Arguments of `sandbox run`.
 /// How `sandbox run --warm` starts the execution.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum WarmStart {
@@ -21,6 +20,7 @@ enum WarmStart {
     Pool,
 }
 
+/// Arguments of `sandbox run`.
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     /// Profile to run under. Default: `python-default` or `typescript-default` by language.

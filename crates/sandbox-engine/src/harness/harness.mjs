@@ -24,14 +24,14 @@ if (mode === "pool") {
     try { await import(name); } catch {}
   }
   writeSync(SIDE, "R");
-  const header = readHeader();
-  mode = header.mode === "function" ? "function" : "script";
-  for (const [k, v] of Object.entries(header.env ?? {})) process.env[k] = String(v);
+  const run = readRun();
+  mode = run.mode === "function" ? "function" : "script";
+  for (const [k, v] of Object.entries(run.env ?? {})) process.env[k] = String(v);
 }
 
 // The go byte from fd 0 (one byte, so nothing of the program's stdin after it is consumed),
 // then the execution's run file.
-function readHeader() {
+function readRun() {
   const one = Buffer.alloc(1);
   const wait = new Int32Array(new SharedArrayBuffer(4));
   for (;;) {

@@ -10,9 +10,9 @@ Nothing is imported before the caller's code runs but what the interpreter has a
 (`json`, `traceback` and friends are imported on the way out, when they are needed), and this
 file holds only what a script run needs: the rest (errors, the function harness, warm starts) is
 in _sandbox_harness_lib.py, compiled only when a run needs it (a cold script run that succeeds
-saves its ~3 ms). A warm
-template imports this file as a module and calls `run(mode)` in each forked child; a template
-or a pooled sandbox has imported `json` while it waited, off the caller's clock.
+saves its ~3 ms). A warm template imports this file as a module and calls `run(mode)` in each
+forked child; a template or a pooled sandbox has loaded the rest, and imported what it uses,
+while it waited, off the caller's clock.
 
 `pool` (a pre-started sandbox of a warm pool): imports the modules named in SANDBOX_PRELOAD,
 writes one byte "R" to fd 4 (ready; the engine consumes it), then blocks reading one byte, a

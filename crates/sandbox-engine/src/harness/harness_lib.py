@@ -252,9 +252,8 @@ def pool():
             __import__(name)
         except Exception:  # It fails again, with its message, in the caller's code.
             pass
-    # Imported while waiting, not after the code arrives (the header is JSON, and so is the
-    # result): a pooled sandbox's caller pays for nothing the harness could load beforehand.
-    # What `finish` needs, loaded now rather than on the caller's clock.
+    # Imported while waiting, not on the caller's clock: json (the run file and the result) and
+    # what `finish` uses.
     import atexit  # noqa: F401
     import gc
     import io  # noqa: F401
@@ -265,14 +264,10 @@ def pool():
     gc.collect()
     gc.freeze()
     os.write(4, b"R")
-    # One byte: nothing of the program's stdin after it is consumed. EOF: the engine is gone,
-    # and so is the execution; /code/_sandbox_run.json is missing and the harness stops.
-    while True:
-        try:
-            os.read(0, 1)
-            break
-        except InterruptedError:
-            continue
+    # One byte: nothing of the program's stdin after it is consumed (os.read retries EINTR,
+    # PEP 475). EOF: the engine is gone, and so is the execution; /code/_sandbox_run.json is
+    # missing and the harness stops.
+    os.read(0, 1)
     with open("/code/_sandbox_run.json", encoding="utf-8") as f:
         header = json.load(f)
     for k, v in (header.get("env") or {}).items():

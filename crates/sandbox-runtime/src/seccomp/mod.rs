@@ -429,24 +429,15 @@ const LOW32: u64 = 0xffff_ffff;
 /// them to every sandbox in its spec.
 static PROGRAMS: std::sync::OnceLock<Result<[Vec<u8>; 2], String>> = std::sync::OnceLock::new();
 
-/// Builds both filters into this process's cache, if not yet built. Errors: libseccomp's message.
-fn prepare() -> Result<(), String> {
-    PROGRAMS.get_or_init(|| Ok([compile(&arguments_filter())?, compile(&calls_filter())?])).as_ref().map(|_| ()).map_err(Clone::clone)
-}
-
 /// Both filters as BPF programs (argument rules first), built on the first call in this
 /// process and kept: the engine builds them once and passes them in every
 /// [`crate::spec::SpawnSpec`] (`seccomp_bpf`). Errors: libseccomp's message.
 pub fn programs() -> Result<&'static [Vec<u8>; 2], String> {
-    prepare()?;
-    match PROGRAMS.get() {
-        Some(Ok(programs)) => Ok(programs),
-        _ => Err("the seccomp filters were not built".into()),
-    }
+    PROGRAMS.get_or_init(|| Ok([compile(&arguments_filter())?, compile(&calls_filter())?])).as_ref().map_err(Clone::clone)
 }
 
 /// Loads both filters on the calling thread (no_new_privs must be set), building them first if
-/// this process has not ([`prepare`]). The kernel gets exactly the program libseccomp would have
+/// this process has not ([`programs`]). The kernel gets exactly the program libseccomp would have
 /// loaded (`seccomp_export_bpf` of the same context); libseccomp sets no filter flag by default,
 /// and neither does this. Errors: libseccomp's message, or the kernel's refusal.
 pub(crate) fn install() -> Result<(), String> {

@@ -67,8 +67,7 @@ fn both_filters_build() {
 
 #[test]
 fn both_filters_build_into_whole_bpf_programs() {
-    prepare().unwrap();
-    let Some(Ok([arguments, calls])) = PROGRAMS.get() else { panic!("not built") };
+    let [arguments, calls] = programs().unwrap();
     for program in [arguments, calls] {
         assert!(!program.is_empty() && program.len().is_multiple_of(8) && program.len() / 8 <= 4096, "{} bytes", program.len());
     }
