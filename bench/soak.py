@@ -261,7 +261,10 @@ def run(work, data):
             m = metrics()
             full = all(m.get(k.replace("_pool_ready", "_pool_size")) == v for k, v in m.items() if "_pool_ready" in k) \
                 and all(v == 1 for k, v in m.items() if "_template_ready" in k)
-            entries = sorted(n for n in os.listdir(executions_dir)) if os.path.isdir(executions_dir) else []
+            # A pooled sandbox holding a run file has taken an execution: it is one.
+            taken = lambda n: n.startswith("pool-") and any(  # noqa: E731
+                os.path.exists(os.path.join(executions_dir, n, code, "_sandbox_run.json")) for code in ("code", "warm/code"))
+            entries = sorted(n + (" (taken)" if taken(n) else "") for n in os.listdir(executions_dir)) if os.path.isdir(executions_dir) else []
             state = (full, sum(fd_kinds(pid).values()), live_descendants(pid), len(mount_lines(pid)), tuple(entries))
             if state != last or not full:
                 last, stable_since = state, time.monotonic()
@@ -327,8 +330,9 @@ def run(work, data):
           f"{dict(base['fds'])} -> {dict(end['fds'])}")
     check("service_children_do_not_grow", end["children"] <= base["children"], f"{base['children']} -> {end['children']}")
     check("service_mounts_do_not_grow", end["mounts"] <= base["mounts"] and end["host_mounts"] <= base["host_mounts"])
-    check("only_templates_and_pools_in_executions_dir", all(e.startswith(("template-", "pool-")) for e in end["entries"]),
-          ", ".join(e for e in end["entries"] if not e.startswith(("template-", "pool-"))))
+    waiting = lambda e: e.startswith(("template-", "pool-")) and not e.endswith(" (taken)")  # noqa: E731
+    check("only_templates_and_waiting_pools_in_executions_dir", all(waiting(e) for e in end["entries"]),
+          ", ".join(e for e in end["entries"] if not waiting(e)))
     drift_mib = (end["rss_kib"] - base["rss_kib"]) / 1024
     check("service_rss_drift_within_bound", drift_mib <= RSS_DRIFT_MAX_MIB, f"{drift_mib:+.1f} MiB, bound {RSS_DRIFT_MAX_MIB:.0f}")
     live = [i for i in seen_ids if i and not i.startswith(("template-", "pool-"))

@@ -187,18 +187,28 @@ def descendants(pid):
 
 
 print()
-print("templates of the warm server (Rss and Pss of the interpreter process)")
+print("templates of the warm server (Rss and Pss of the interpreter process), and their children")
+print("forked ahead, waiting for a request (the program process; Pss counts its own copies)")
 for p in descendants(warm_pid):
     try:
         with open(f"/proc/{p}/cmdline", "rb") as f:
             if b"_sandbox_template.py" not in f.read():
                 continue
+        with open(f"/proc/{p}/stat") as f:
+            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{ppid}/comm") as f:
+            template = f.read().strip() == "sandbox-init"
+        with open(f"/proc/{p}/task/{p}/children") as f:
+            leaf = not f.read().split()
+        if not template and not leaf:
+            continue  # a forked child's own parent and its sandbox's pid 1
         with open(f"/proc/{p}/smaps_rollup") as f:
             fields = dict(line.split(":", 1) for line in f.read().splitlines()[1:])
     except OSError:
         continue
     kb = lambda k: int(fields[k].split()[0]) / 1024  # noqa: E731
-    print(f"  pid {p}: Rss {kb('Rss'):.1f} MiB, Pss {kb('Pss'):.1f} MiB")
+    what = "template" if template else "forked ahead"
+    print(f"  {what} pid {p}: Rss {kb('Rss'):.1f} MiB, Pss {kb('Pss'):.1f} MiB")
 print("each warm child's own memory is its execution cgroup's peak ('child peak MiB' above)")
 floor.stdin.close()
 floor.wait()

@@ -31,6 +31,9 @@ SANDBOX_TEST_WARM=1 cargo test -p sandbox --test it -- attacks:: limits:: timeou
 # The same suites with every execution in a pre-started pooled sandbox (`sandbox run --warm=pool`;
 # python-default's own warm mode under `sandbox serve`, and TypeScript's).
 SANDBOX_TEST_WARM=pool cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: 2>&1 | tee -a "$log" || status=1
+# And with every Python execution in a child its template forked and sandboxed before the
+# request (`sandbox run --warm=prefork`; python-analysis's own warm start under `sandbox serve`).
+SANDBOX_TEST_WARM=prefork cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: 2>&1 | tee -a "$log" || status=1
 # Fuzzing (issue 12, item 11): every fuzz target of fuzz/ for 25 s from its recorded corpus.
 bash scripts/fuzz.sh 25 2>&1 | tee -a "$log" || status=1
 # Soak (item 12), short: 500 executions of the mix through the debug `sandbox serve`, then the

@@ -89,8 +89,8 @@ export interface Timing {
   collectMs: number;
   /** Started warm (forked from a template, or in a pooled sandbox) rather than cold. */
   warm?: boolean;
-  /** How a warm run started; absent when cold. */
-  warmStart?: "template" | "pool";
+  /** How a warm run started (forked from a template at its start, in a pooled sandbox, or in a child forked ahead); absent when cold. */
+  warmStart?: "template" | "pool" | "prefork";
 }
 
 /** Isolation actually enforced. */

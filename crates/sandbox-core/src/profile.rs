@@ -452,12 +452,15 @@ pub struct Warm {
     /// Memory cap of the template's own cgroup (its interpreter and imported libraries, shared
     /// copy-on-write with its children, whose own pages count against the execution's limit), in bytes.
     pub template_memory_max_bytes: u64,
-    /// `pool`: how many pre-started sandboxes are kept waiting (1..=64). Each holds a uid and a
-    /// slot's worth of memory, counted when the service sizes its concurrency.
+    /// How many pre-started sandboxes are kept waiting. `pool`: sandboxes with their interpreter
+    /// started (1..=64). `template`: children forked from the template and sandboxed ahead of
+    /// their request, each waiting for its code (0..=64; 0: every execution forks its child
+    /// when it starts, ~15 ms more per start). Each holds a uid and a slot's worth of memory,
+    /// counted when the service sizes its concurrency.
     pub pool_size: u32,
-    /// `pool`: the least time between two pool refills, in ms (the rate cap: a burst that empties
-    /// the pool degrades to cold starts instead of starving the CPU with refills). A pooled
-    /// sandbox older than `max_age_ms` is replaced.
+    /// The least time between two pool refills, in ms (the rate cap: a burst that empties the
+    /// pool degrades to cold starts, or for a template to forks at the start, instead of
+    /// starving the CPU with refills). A pooled sandbox older than `max_age_ms` is replaced.
     pub pool_refill_interval_ms: u64,
 }
 
@@ -885,6 +888,8 @@ impl Config {
                 check_range(p.warm.max_forks, 1, 1 << 40, "").map_err(|m| err(at("warm.max_forks"), m))?;
                 check_range(p.warm.max_age_ms, 1_000, 30 * 86_400_000, "ms").map_err(|m| err(at("warm.max_age_ms"), m))?;
                 check_range(p.warm.template_memory_max_bytes, 16 << 20, 1 << 40, "bytes").map_err(|m| err(at("warm.template_memory_max_bytes"), m))?;
+                check_range(p.warm.pool_size.into(), 0, 64, "").map_err(|m| err(at("warm.pool_size"), m))?;
+                check_range(p.warm.pool_refill_interval_ms, 0, 60_000, "ms").map_err(|m| err(at("warm.pool_refill_interval_ms"), m))?;
             }
             if p.warm.mode == WarmMode::Pool {
                 if !matches!(p.network, Network::None) {

@@ -271,6 +271,10 @@ pub enum WarmStart {
     Template,
     /// In a pre-started single-use sandbox of the profile's pool.
     Pool,
+    /// In a child forked from a template and sandboxed before the request, waiting in the
+    /// profile's pool (`[warm] pool_size` of a template profile; the process-per-request
+    /// "prefork" model of Apache httpd's MPM of that name).
+    Prefork,
 }
 
 /// A structured error: a rejection, a service failure, or (later) a program's exception.

@@ -93,6 +93,19 @@ pub struct Unavailable {
     pub reason: String,
 }
 
+/// How [`Engine::enable_warm_for`] starts a profile warm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WarmFor {
+    /// The language's own way, at the execution's start: a Python profile forks from a
+    /// template, a TypeScript one takes a pooled sandbox.
+    Fork,
+    /// A Python profile takes a child forked from its template before the execution (a pool of
+    /// one); a TypeScript one a pooled sandbox.
+    Prefork,
+    /// A pooled sandbox with its own interpreter, for either language.
+    Pool,
+}
+
 /// The execution engine.
 pub struct Engine {
     /// Shared with the blocking threads that prepare executions.
@@ -188,24 +201,22 @@ impl Engine {
         self.start_warm(EngineOptions::clone(&self.opts))
     }
 
-    /// Like [`Engine::enable_warm`], for `profile` alone and whatever its `[warm] mode` says
-    /// (`sandbox run --warm`, and the tests that run the attack suite warm): with `pool` false,
-    /// a template for a Python profile and a pool (of one) for a TypeScript one; with `pool`
-    /// true, a pool of one for either (`sandbox run --warm=pool`). Returns false when the
-    /// profile cannot start warm (an allowlist network): it runs cold.
+    /// Like [`Engine::enable_warm`], for `profile` alone, started as `how` says (`sandbox run
+    /// --warm`, and the tests that run the attack suite warm); the pool that `how` uses holds
+    /// one sandbox. Returns false when the profile cannot start warm (an allowlist network): it
+    /// runs cold.
     /// Errors: as [`Engine::enable_warm`].
-    pub fn enable_warm_for(&self, profile: &str, pool: bool) -> Result<bool, String> {
+    pub fn enable_warm_for(&self, profile: &str, how: WarmFor) -> Result<bool, String> {
         use sandbox_core::profile::WarmMode;
         let mut opts = EngineOptions::clone(&self.opts);
         for (name, p) in &mut opts.config.profiles {
             let can = name == profile && matches!(p.network, sandbox_core::network::Network::None);
-            p.warm.mode = match p.language {
-                _ if !can => WarmMode::Off,
-                Language::Python if !pool => WarmMode::Template,
-                Language::Python | Language::Typescript => {
-                    p.warm.pool_size = 1;
-                    WarmMode::Pool
-                }
+            let python = p.language == Language::Python;
+            (p.warm.mode, p.warm.pool_size) = match how {
+                _ if !can => (WarmMode::Off, 0),
+                WarmFor::Fork if python => (WarmMode::Template, 0),
+                WarmFor::Prefork if python => (WarmMode::Template, 1),
+                WarmFor::Fork | WarmFor::Prefork | WarmFor::Pool => (WarmMode::Pool, 1),
             };
         }
         if opts.config.profiles.values().all(|p| p.warm.mode == WarmMode::Off) {
@@ -214,16 +225,20 @@ impl Engine {
         self.start_warm(opts)
     }
 
-    /// Blocks until `profile`'s template or pool is ready, or `patience` passes (`sandbox run
-    /// --warm`, `doctor`, tests). Returns whether it is; `Ok(false)` for a profile that is not warm.
+    /// Blocks until `profile`'s template and pool are ready, or `patience` passes (`sandbox run
+    /// --warm`, `doctor`, tests). Returns whether they are; `Ok(false)` for a profile that is not warm.
     /// Errors: its last template or pooled-sandbox start failed (the reason).
     pub fn wait_warm(&self, profile: &str, patience: std::time::Duration) -> Result<bool, String> {
-        if let Some(p) = self.pools.get().filter(|p| p.serves(profile)) {
-            return p.wait_ready(profile, patience);
+        let until = std::time::Instant::now() + patience;
+        let template = self.templates.get().filter(|t| t.serves(profile));
+        if let Some(t) = template {
+            if !t.wait_ready(profile, patience)? {
+                return Ok(false);
+            }
         }
-        match self.templates.get() {
-            Some(t) => t.wait_ready(profile, patience),
-            None => Ok(false),
+        match self.pools.get().filter(|p| p.serves(profile)) {
+            Some(p) => p.wait_ready(profile, until.saturating_duration_since(std::time::Instant::now())),
+            None => Ok(template.is_some()),
         }
     }
 
@@ -231,15 +246,17 @@ impl Engine {
         if self.templates.get().is_some() || self.pools.get().is_some() {
             return Ok(true);
         }
-        let pools = pool::Pools::start(opts.clone(), self.host.cgroup.clone(), |profile| self.availability(profile).is_ok())?;
+        let templates = warm::Templates::new(opts.clone(), self.host.cgroup.clone())?;
+        if let Some(t) = &templates {
+            t.start(|profile| self.availability(profile).is_ok());
+            let _ = self.templates.set(t.clone());
+        }
+        let pools = pool::Pools::start(opts, self.host.cgroup.clone(), templates.clone(), |profile| self.availability(profile).is_ok())?;
         let any_pool = pools.is_some();
         if let Some(p) = pools {
             let _ = self.pools.set(p);
         }
-        let Some(t) = warm::Templates::new(opts, self.host.cgroup.clone())? else { return Ok(any_pool) };
-        t.start(|profile| self.availability(profile).is_ok());
-        let _ = self.templates.set(t);
-        Ok(true)
+        Ok(templates.is_some() || any_pool)
     }
 
     /// The warm templates, if [`Engine::enable_warm`] started them (for `doctor`, `/metrics`

@@ -36,11 +36,15 @@ use sandbox_runtime::spec::{Event, CONTROL_FD, RESULT_FD};
 use sandbox_runtime::HELPER_ARGV0;
 
 use crate::prepare::Prepared;
+use crate::warm::{Template, Templates};
 use crate::EngineOptions;
 
 /// How long a member may take from spawn to ready (Node importing the environment's modules on
 /// a busy 2-core host).
 const READY_PATIENCE: Duration = Duration::from_secs(60);
+
+/// How long a pool of template children waits before it looks again for a ready template.
+const TEMPLATE_PATIENCE: Duration = Duration::from_millis(100);
 
 /// Counters exported as metrics.
 #[derive(Debug, Default)]
@@ -75,6 +79,8 @@ pub struct PoolStatus {
 pub struct Pools {
     opts: EngineOptions,
     layout: Layout,
+    /// The templates that fork the members of `template` profiles' pools.
+    templates: Option<Arc<Templates>>,
     state: Mutex<HashMap<String, Pool>>,
     wake: Condvar,
     closing: AtomicBool,
@@ -85,6 +91,8 @@ pub struct Pools {
 
 struct Pool {
     size: u32,
+    /// Members are children forked from the profile's template (else sandboxes of their own).
+    forked: bool,
     preload: Vec<String>,
     ready: VecDeque<Member>,
     failures: u32,
@@ -103,8 +111,10 @@ pub(crate) struct Member {
 
 /// The running parts of a member: what the supervisor takes over.
 pub(crate) struct MemberLaunch {
-    /// The helper (it exits once the sandbox's init does).
+    /// The helper (it exits once the sandbox's init does); none for a template's child.
     pub(crate) helper: Reaped,
+    /// A template's pre-forked child: its host pid (its only child is the sandbox's pid 1).
+    pub(crate) warm_child: Option<i32>,
     /// The engine's end of the control socket; `Started` and `Spawned` were read already.
     pub(crate) ctl: UnixStream,
     /// Write end of the program's stdin: the go byte (a newline) goes first.
@@ -157,24 +167,53 @@ impl Member {
         self.prepared.as_mut().expect("present until taken")
     }
 
+    /// A template's child waits under `SCHED_IDLE` (copying the template's pages it shares
+    /// only when a CPU has nothing else to do); its execution runs under the normal policy.
+    /// Every process of the sandbox is single-threaded until the go byte. Returns false when
+    /// that failed (the member is then discarded).
+    fn lift_idle(&self) -> bool {
+        if self.launch.as_ref().is_none_or(|l| l.warm_child.is_none()) {
+            return true;
+        }
+        match self.prepared.as_ref().and_then(|p| p.cgroup.as_ref()).map(|c| c.pids()) {
+            Some(Ok(pids)) => pids.into_iter().all(|pid| sandbox_runtime::sched_normal(pid).is_ok()),
+            _ => false,
+        }
+    }
+
     fn alive(&mut self) -> bool {
-        self.launch.as_mut().and_then(|l| l.helper.0.as_mut()).is_some_and(|h| matches!(h.try_wait(), Ok(None)))
+        let Some(launch) = self.launch.as_mut() else { return false };
+        match launch.helper.0.as_mut() {
+            Some(h) => matches!(h.try_wait(), Ok(None)),
+            // A template's child: its sandbox's pid 1 has not ended (its pidfd is not readable).
+            None => self.prepared.as_ref().and_then(|p| p.init.as_ref()).is_some_and(|fd| {
+                let mut fds = [nix::poll::PollFd::new(fd.as_fd(), nix::poll::PollFlags::POLLIN)];
+                matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(0))
+            }),
+        }
     }
 }
 
 impl Pools {
     /// Pools for the `pool` profiles of `opts.config` that `runnable` accepts (environment
-    /// installed, runtime present), filled in the background from now on. `None` when there are
+    /// installed, runtime present), and for the `template` profiles with a `pool_size` whose
+    /// template `templates` keeps, filled in the background from now on. `None` when there are
     /// none.
     /// Errors: the host has no usable cgroup layout.
-    pub fn start(opts: EngineOptions, layout: Option<Layout>, runnable: impl Fn(&str) -> bool) -> Result<Option<Arc<Self>>, String> {
+    pub fn start(
+        opts: EngineOptions,
+        layout: Option<Layout>,
+        templates: Option<Arc<Templates>>,
+        runnable: impl Fn(&str) -> bool,
+    ) -> Result<Option<Arc<Self>>, String> {
         let mut pools = HashMap::new();
         for (name, p) in &opts.config.profiles {
-            if p.warm.mode != WarmMode::Pool || !runnable(name) {
+            let forked = p.warm.mode == WarmMode::Template && templates.as_ref().is_some_and(|t| t.serves(name));
+            if !(p.warm.mode == WarmMode::Pool || forked) || p.warm.pool_size == 0 || !runnable(name) {
                 continue;
             }
             let preload = p.environment.as_ref().and_then(|e| opts.config.environments.get(e)).map(|e| e.preload.clone()).unwrap_or_default();
-            pools.insert(name.clone(), Pool { size: p.warm.pool_size, preload, ready: VecDeque::new(), failures: 0, retry_at: None, error: None });
+            pools.insert(name.clone(), Pool { size: p.warm.pool_size, forked, preload, ready: VecDeque::new(), failures: 0, retry_at: None, error: None });
         }
         if pools.is_empty() {
             return Ok(None);
@@ -183,6 +222,7 @@ impl Pools {
         let me = Arc::new(Self {
             opts,
             layout,
+            templates,
             state: Mutex::new(pools),
             wake: Condvar::new(),
             closing: AtomicBool::new(false),
@@ -213,7 +253,7 @@ impl Pools {
             let max_age = Duration::from_millis(a.profile.warm.max_age_ms);
             loop {
                 let mut m = self.state.lock().expect("pools lock").get_mut(&a.profile_name)?.ready.pop_front()?;
-                if m.alive() && m.born.elapsed() < max_age {
+                if m.alive() && m.born.elapsed() < max_age && m.lift_idle() {
                     return Some(m);
                 }
                 self.counters.discarded.fetch_add(1, Ordering::Relaxed);
@@ -292,16 +332,36 @@ impl Pools {
                 // The emptiest pool first.
                 wanting.sort_by_key(|(_, p)| p.ready.len());
                 match wanting.first() {
-                    Some((name, p)) => Some(((*name).clone(), p.preload.clone())),
+                    Some((name, p)) => Some(((*name).clone(), p.preload.clone(), p.forked)),
                     None => {
-                        // Nothing to do: sleep until a checkout wakes us (or a member ages).
-                        let _ = self.wake.wait_timeout(state, Duration::from_secs(1));
+                        // Nothing to do: sleep until a checkout wakes us, a pool may retry, or
+                        // a member ages.
+                        let retry = state
+                            .values()
+                            .filter(|p| p.ready.len() < p.size as usize)
+                            .filter_map(|p| p.retry_at)
+                            .min()
+                            .map(|t| t.saturating_duration_since(now));
+                        let nap = retry.unwrap_or(Duration::MAX).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                        let _ = self.wake.wait_timeout(state, nap);
                         None
                     }
                 }
             };
-            let Some((profile, preload)) = next else { continue };
-            let made = self.make(&profile, &preload);
+            let Some((profile, preload, forked)) = next else { continue };
+            let made = if forked {
+                // No ready template (starting, or replaced after it died): look again shortly,
+                // without counting a failure (executions fork or start cold meanwhile).
+                let Some(template) = self.templates.as_ref().and_then(|t| t.checkout(&profile)) else {
+                    if let Some(pool) = self.state.lock().expect("pools lock").get_mut(&profile) {
+                        pool.retry_at = Some(Instant::now() + TEMPLATE_PATIENCE);
+                    }
+                    continue;
+                };
+                self.make_forked(&profile, &template)
+            } else {
+                self.make(&profile, &preload)
+            };
             let interval = self.opts.config.profiles.get(&profile).map_or(0, |p| p.warm.pool_refill_interval_ms);
             {
                 let mut state = self.state.lock().expect("pools lock");
@@ -385,10 +445,11 @@ impl Pools {
         };
         let helper_pid = i32::try_from(helper.id()).ok();
         // From here on, dropping the member kills and reaps everything of it.
-        let mut member = Member {
+        let member = Member {
             prepared: Some(prepared),
             launch: Some(MemberLaunch {
                 helper: Reaped(Some(helper)),
+                warm_child: None,
                 ctl: engine_end,
                 stdin: stdin.into(),
                 stdout: stdout.into(),
@@ -398,6 +459,42 @@ impl Pools {
             }),
             born: Instant::now(),
         };
+        Self::await_ready(member, |init_pid| (Some(init_pid), helper_pid))
+    }
+
+    /// Forks one member of the `template` profile `profile_name` from `template` and waits
+    /// until it is sandboxed and ready.
+    fn make_forked(&self, profile_name: &str, template: &Template) -> Result<Member, String> {
+        let profile = self.opts.config.profiles.get(profile_name).ok_or("profile vanished")?;
+        let id = format!("pool-{}", uuid::Uuid::now_v7());
+        let prepared = Prepared::new_template_member(&self.opts, &self.layout, &id, profile)
+            .map_err(|e| std::iter::successors(Some(&e as &dyn std::error::Error), |c| c.source()).map(ToString::to_string).collect::<Vec<_>>().join(": "))?;
+        let (side_read, side_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+        let request = crate::supervise::fork_fds(&prepared, side_write).map_err(|e| e.message())?;
+        let child = request.fork(template, true).map_err(|e| e.message())?;
+        let pid = child.pid;
+        let member = Member {
+            prepared: Some(prepared),
+            launch: Some(MemberLaunch {
+                helper: Reaped(None),
+                warm_child: Some(pid),
+                ctl: child.ctl,
+                stdin: child.stdin,
+                stdout: child.stdout,
+                stderr: child.stderr,
+                side: side_read,
+                landlock_abi: 0,
+            }),
+            born: Instant::now(),
+        };
+        // The sandbox's pid 1 cannot name its host pid: it is the child's only child.
+        Self::await_ready(member, |_| (crate::warm::only_child(pid), Some(pid)))
+    }
+
+    /// Sends a started member its spawn spec, follows its set-up to `Spawned`, and waits for its
+    /// harness's ready byte. `init` maps the pid `Started` reports to init's host pid and the
+    /// parent it must have.
+    fn await_ready(mut member: Member, init: impl FnOnce(i32) -> (Option<i32>, Option<i32>)) -> Result<Member, String> {
         let mut line = serde_json::to_vec(&member.prepared_mut().spec).expect("the spawn spec always serializes");
         line.push(b'\n');
         let launch = member.launch.as_mut().expect("just made");
@@ -427,7 +524,8 @@ impl Pools {
         }
         launch.ctl.set_read_timeout(None).map_err(|e| e.to_string())?;
         wait_ready_byte(launch.side.as_fd(), READY_PATIENCE)?;
-        member.prepared_mut().set_init(init_pid, helper_pid);
+        let (pid, parent) = init_pid.map_or((None, None), init);
+        member.prepared_mut().set_init(pid, parent);
         Ok(member)
     }
 }

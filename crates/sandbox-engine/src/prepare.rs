@@ -177,15 +177,41 @@ impl Prepared {
         Ok(p)
     }
 
+    /// The host state of a template's pre-forked child of `profile` (see [`crate::pool`]):
+    /// everything [`Prepared::new`] makes but the inputs, plus the `warm/` tmpfs a warm child
+    /// binds (`code/` with the harness now and the code once an execution takes it, `etc/passwd`
+    /// and `etc/group` naming its uid).
+    /// Errors: [`PrepareError`]; whatever was made is undone by `Drop`.
+    pub(crate) fn new_template_member(opts: &EngineOptions, layout: &Layout, id: &str, profile: &sandbox_core::Profile) -> Result<Self, PrepareError> {
+        let mut p = Self::create(opts, layout, id, profile)?;
+        // The child never execs: its argv is unused, and its environment comes with the code.
+        let (argv, env) = crate::command::pool_command(profile, &opts.config);
+        let files = root_files(profile.language, p.uid.uid(), None).into_iter().filter(|f| !f.sandbox_path.starts_with(&format!("{CODE_DIR}/"))).collect();
+        p.spec = p.spec_for(opts, profile, profile.language, files, argv, env)?;
+        let room = profile.limits.code_max_bytes.saturating_mul(4).saturating_add(MEMBER_INPUT_MAX_BYTES);
+        let code = p.mount_warm(room)?;
+        for (name, source) in harness_files(profile.language) {
+            write_ro(&code.join(name), source.as_bytes())?;
+        }
+        Ok(p)
+    }
+
     /// Gives a pooled sandbox its execution: the input files into the workspace; the code, the
     /// function's input and `_sandbox_run.json` (`{"mode": "script"|"function", "env": {NAME:
-    /// value}}`: the harness mode and the request's environment) into `code/`.
-    /// Errors: [`PrepareError::Io`] (e.g. code larger than the `code/` tmpfs).
+    /// value}}`: the harness mode and the request's environment, or for a template's child the
+    /// program's whole environment) into its code directory (`code/`, a template child's
+    /// `warm/code/`).
+    /// Errors: [`PrepareError::Io`] (e.g. code larger than the code tmpfs).
     pub(crate) fn fill_member(&mut self, opts: &EngineOptions, a: &Admitted, code: &str) -> Result<(), PrepareError> {
         self.write_inputs(a, opts.config.runtime.uid_base)?;
-        let dir = self.dir.join("code");
+        let (dir, env) = if self.warm_mounted {
+            // A template's child clears its environment and takes this one whole.
+            (self.dir.join("warm/code"), program_command(a, &opts.config).1.into_iter().collect::<std::collections::BTreeMap<_, _>>())
+        } else {
+            (self.dir.join("code"), a.env.clone().into_iter().collect())
+        };
         write_ro(&dir.join(code_file(a.language)), code.as_bytes())?;
-        let run = serde_json::json!({ "mode": a.harness.as_str(), "env": a.env });
+        let run = serde_json::json!({ "mode": a.harness.as_str(), "env": env });
         write_ro(&dir.join("_sandbox_run.json"), run.to_string().as_bytes())?;
         if let Some(input) = a.input_json.as_deref() {
             let name = INPUT_FILE.strip_prefix(&format!("{CODE_DIR}/")).unwrap_or("input.json");
@@ -307,11 +333,30 @@ impl Prepared {
     /// program's environment) and `etc/passwd`, `etc/group` naming the execution's uid.
     /// Errors: [`PrepareError::Io`].
     pub(crate) fn write_warm_files(&mut self, a: &Admitted) -> Result<(), PrepareError> {
-        // A small tmpfs of its own, so that the sandbox's mountinfo names no host path.
+        let held: usize = self.spec.root_files.iter().map(|f| f.content.len()).sum();
+        let code = self.mount_warm(held as u64)?;
+        let run = serde_json::json!({
+            "mode": a.harness.as_str(),
+            "env": self.spec.env.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
+        });
+        let run_file = RootFile { sandbox_path: format!("{CODE_DIR}/_sandbox_run.json"), content: run.to_string(), mode: 0o444 };
+        for f in self.spec.root_files.iter().filter(|f| f.sandbox_path.starts_with(&format!("{CODE_DIR}/"))).chain(std::iter::once(&run_file)) {
+            let target = code.join(&f.sandbox_path[CODE_DIR.len() + 1..]);
+            fs::write(&target, &f.content).map_err(io_err("write", &target))?;
+            fs::set_permissions(&target, fs::Permissions::from_mode(0o444)).map_err(io_err("chmod", &target))?;
+        }
+        Ok(())
+    }
+
+    /// Mounts the `warm/` tmpfs a warm child binds (its own, so that the sandbox's mountinfo
+    /// names no host path) with `room` bytes besides the /etc files, makes `code/` and `etc/`
+    /// in it, and writes `etc/passwd` and `etc/group` from the spec's root files. Returns the
+    /// path of `code/`.
+    /// Errors: [`PrepareError::Mount`], [`PrepareError::Io`].
+    fn mount_warm(&mut self, room: u64) -> Result<PathBuf, PrepareError> {
         let warm = self.dir.join("warm");
         fs::DirBuilder::new().mode(0o755).create(&warm).map_err(io_err("create", &warm))?;
-        let held: usize = self.spec.root_files.iter().map(|f| f.content.len()).sum();
-        let options = format!("size={},mode=0755", (held as u64).saturating_add(1 << 20));
+        let options = format!("size={},mode=0755", room.saturating_add(1 << 20));
         mount(Some("tmpfs"), &warm, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(options.as_str())).map_err(|source| PrepareError::Mount {
             op: "mount",
             path: warm.clone(),
@@ -323,23 +368,12 @@ impl Prepared {
         for d in [&code, &etc] {
             fs::DirBuilder::new().mode(0o755).create(d).map_err(io_err("create", d))?;
         }
-        let run = serde_json::json!({
-            "mode": a.harness.as_str(),
-            "env": self.spec.env.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
-        });
-        let run_file = RootFile { sandbox_path: format!("{CODE_DIR}/_sandbox_run.json"), content: run.to_string(), mode: 0o444 };
-        for f in self.spec.root_files.iter().chain(std::iter::once(&run_file)) {
-            let target = if let Some(name) = f.sandbox_path.strip_prefix(&format!("{CODE_DIR}/")) {
-                code.join(name)
-            } else if f.sandbox_path == "/etc/passwd" || f.sandbox_path == "/etc/group" {
-                etc.join(&f.sandbox_path["/etc/".len()..])
-            } else {
-                continue;
-            };
+        for f in self.spec.root_files.iter().filter(|f| f.sandbox_path == "/etc/passwd" || f.sandbox_path == "/etc/group") {
+            let target = etc.join(&f.sandbox_path["/etc/".len()..]);
             fs::write(&target, &f.content).map_err(io_err("write", &target))?;
             fs::set_permissions(&target, fs::Permissions::from_mode(0o444)).map_err(io_err("chmod", &target))?;
         }
-        Ok(())
+        Ok(code)
     }
 
     fn write_inputs(&mut self, a: &Admitted, uid_base: u32) -> Result<(), PrepareError> {

@@ -303,7 +303,7 @@ fn concurrency_for(config: &sandbox_core::Config, cores: usize, mem_total: u64) 
     let pooled: u64 = config
         .profiles
         .values()
-        .filter(|p| p.warm.mode == sandbox_core::profile::WarmMode::Pool)
+        .filter(|p| p.warm.mode != sandbox_core::profile::WarmMode::Off)
         .map(|p| u64::from(p.warm.pool_size).saturating_mul(p.limits.memory_max_bytes))
         .fold(0, u64::saturating_add);
     let by_memory = usize::try_from(mem_total.saturating_sub(pooled) / largest).unwrap_or(usize::MAX);

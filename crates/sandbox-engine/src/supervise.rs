@@ -63,8 +63,10 @@ pub(crate) struct RunOutcome {
     network: Option<NetworkReport>,
     /// Forked from a template, or run in a pooled sandbox.
     pub(crate) warm: bool,
-    /// Run in a pooled sandbox.
+    /// Run in a pooled sandbox whose interpreter was started for it.
     pub(crate) pooled: bool,
+    /// Run in a template's child forked before the request (a pool's member).
+    pub(crate) prefork: bool,
 }
 
 /// Why an execution could not be run to its end (status `internal_error`, the message naming
@@ -168,9 +170,11 @@ pub(crate) async fn run(
     member: Option<MemberLaunch>,
 ) -> RunOutcome {
     if let Some(m) = member {
+        let prefork = m.warm_child.is_some();
         let (Ok(mut out) | Err(mut out)) = attempt(opts, prepared, a, received, output, abort, Start::Pooled(m)).await;
         out.warm = true;
-        out.pooled = true;
+        out.pooled = !prefork;
+        out.prefork = prefork;
         return out;
     }
     if let Some(templates) = templates {
@@ -216,9 +220,9 @@ struct Launched {
     helper: Option<tokio::process::Child>,
     /// The warm child's host pid: its only child is the execution's pid 1.
     warm_child: Option<i32>,
-    /// A pooled sandbox's helper, and the landlock ABI its `Spawned` reported (the program is
-    /// running already; the go byte goes before the stdin).
-    pooled: Option<(std::process::Child, u32)>,
+    /// A pooled sandbox's helper (none for a template's pre-forked child), and the landlock ABI
+    /// its `Spawned` reported (the program is running already; the go byte goes before the stdin).
+    pooled: Option<(Option<std::process::Child>, u32)>,
     network: Option<Network>,
     spawned_at: Instant,
 }
@@ -244,10 +248,10 @@ async fn attempt(
     }
     let (side_read, launched) = match start {
         Start::Pooled(m) => {
-            let MemberLaunch { mut helper, ctl, stdin, stdout, stderr, side, landlock_abi } = m;
-            let launched = match helper.0.take() {
-                Some(h) => launch_pooled(h, ctl, [stdin, stdout, stderr], landlock_abi),
-                None => Err(SuperviseError::PooledHelperGone),
+            let MemberLaunch { mut helper, warm_child, ctl, stdin, stdout, stderr, side, landlock_abi } = m;
+            let launched = match (helper.0.take(), warm_child) {
+                (None, None) => Err(SuperviseError::PooledHelperGone),
+                (helper, _) => launch_pooled(helper, warm_child, ctl, [stdin, stdout, stderr], landlock_abi),
             };
             (side, launched)
         }
@@ -369,7 +373,7 @@ async fn attempt(
     if let Some(mut helper) = l.helper.take() {
         let _ = helper.wait().await;
     }
-    if let Some((mut helper, _)) = l.pooled.take() {
+    if let Some((Some(mut helper), _)) = l.pooled.take() {
         // It has exited (the control socket's EOF says so): this only reaps it.
         let _ = tokio::task::spawn_blocking(move || helper.wait()).await;
     }
@@ -433,15 +437,18 @@ fn launch_cold(opts: &EngineOptions, _prepared: &Prepared, a: &Admitted, side_wr
     Ok(Launched { ctl, stdin, stdout, stderr, helper: Some(child), warm_child: None, pooled: None, network, spawned_at })
 }
 
-/// Pooled start: the member's helper and pipes, its program waiting for its go byte.
+/// Pooled start: the member's helper (or, for a template's pre-forked child, that child's host
+/// pid) and pipes, its program waiting for its go byte.
 fn launch_pooled(
-    helper: std::process::Child,
+    helper: Option<std::process::Child>,
+    warm_child: Option<i32>,
     ctl: std::os::unix::net::UnixStream,
     [stdin, stdout, stderr]: [std::os::fd::OwnedFd; 3],
     landlock_abi: u32,
 ) -> Result<Launched, SuperviseError> {
     let mut l = async_ends(ctl, stdin, stdout, stderr, Instant::now())?;
     l.pooled = Some((helper, landlock_abi));
+    l.warm_child = warm_child;
     Ok(l)
 }
 
@@ -471,14 +478,45 @@ fn async_ends(
     })
 }
 
-/// Warm start: the template forks a child and hands back its pidfd. The child joins the
-/// execution's cgroup itself, first thing, through the cgroup files the engine opened and passed
-/// along (a process that moves its own single thread skips the v1 global lock, an RCU grace
-/// period when another process moves it), so nothing of the execution runs outside it.
+/// Warm start: the template forks a child and hands back its pidfd (see [`fork_fds`]).
 async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os::fd::OwnedFd, template: Arc<Template>) -> Result<Launched, SuperviseError> {
     prepared.write_warm_files(a).map_err(SuperviseError::WarmFiles)?;
-    // Detached copies of the execution's mounts: the child attaches them in its own mount
-    // namespace; the template never sees a host path.
+    let request = fork_fds(prepared, side_write)?;
+    let spawned_at = Instant::now();
+    let child = tokio::task::spawn_blocking(move || request.fork(&template, false)).await.map_err(SuperviseError::ForkTask)??;
+    let mut l = async_ends(child.ctl, child.stdin, child.stdout, child.stderr, spawned_at)?;
+    l.warm_child = Some(child.pid);
+    Ok(l)
+}
+
+/// The descriptors of one fork request: the child's ends, in the order [`Template::fork`]
+/// takes them, and the engine's.
+pub(crate) struct ForkFds {
+    child: Vec<std::os::fd::OwnedFd>,
+    ctl: std::os::unix::net::UnixStream,
+    stdin: std::os::fd::OwnedFd,
+    stdout: std::os::fd::OwnedFd,
+    stderr: std::os::fd::OwnedFd,
+}
+
+/// A template's child, forked: its host pid (its only child is the execution's pid 1) and the
+/// engine's ends of its control socket, stdin, stdout and stderr.
+pub(crate) struct WarmChild {
+    pub(crate) pid: i32,
+    pub(crate) ctl: std::os::unix::net::UnixStream,
+    pub(crate) stdin: std::os::fd::OwnedFd,
+    pub(crate) stdout: std::os::fd::OwnedFd,
+    pub(crate) stderr: std::os::fd::OwnedFd,
+}
+
+/// The descriptors a template's child of `prepared` gets (its `warm/` files written): a control
+/// socket, stdio pipes, the side channel's write end, detached copies of the execution's mounts
+/// (the child attaches them in its own mount namespace; the template never sees a host path),
+/// and the execution's cgroup files, which the child writes to join, first thing (a process
+/// that moves its own single thread skips the v1 global lock, an RCU grace period when another
+/// process moves it), so nothing of the execution runs outside its cgroup.
+/// Errors: a descriptor, a mount copy or a cgroup file could not be made or opened.
+pub(crate) fn fork_fds(prepared: &Prepared, side_write: std::os::fd::OwnedFd) -> Result<ForkFds, SuperviseError> {
     let warm = prepared.dir.join("warm");
     let tree = |path: std::path::PathBuf| sandbox_runtime::open_tree_clone(&path).map_err(|source| SuperviseError::OpenTree { path, source });
     let trees = [tree(prepared.workspace.clone())?, tree(warm.join("code"))?, tree(warm.join("etc/passwd"))?, tree(warm.join("etc/group"))?];
@@ -487,33 +525,26 @@ async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os:
     let (stdin_r, stdin_w) = pipe()?;
     let (stdout_r, stdout_w) = pipe()?;
     let (stderr_r, stderr_w) = pipe()?;
-    let child_end: std::os::fd::OwnedFd = child_end.into();
-    let joins: Vec<std::os::fd::OwnedFd> = prepared
-        .spec
-        .cgroup_join
-        .iter()
-        .map(|f| {
-            let opened = std::fs::OpenOptions::new().write(true).open(f);
-            opened.map(std::os::fd::OwnedFd::from).map_err(|source| SuperviseError::OpenCgroupFile { path: f.clone(), source })
-        })
-        .collect::<Result<_, _>>()?;
-    let spawned_at = Instant::now();
-    let pidfd = tokio::task::spawn_blocking(move || {
-        let [workspace, code, passwd, group] = &trees;
-        let mut fds = vec![&child_end, &stdin_r, &stdout_w, &stderr_w, &side_write, workspace, code, passwd, group];
-        fds.extend(joins.iter());
-        let r = template.fork(&fds);
-        // Our copies of the child's ends close here: only the child holds them now.
-        drop((child_end, stdin_r, stdout_w, stderr_w, side_write, trees, joins));
-        r
-    })
-    .await
-    .map_err(SuperviseError::ForkTask)?
-    .map_err(SuperviseError::Fork)?;
-    let child = crate::warm::pidfd_pid(&pidfd).ok_or(SuperviseError::WarmChildGone)?;
-    let mut l = async_ends(engine_end, stdin_w, stdout_r, stderr_r, spawned_at)?;
-    l.warm_child = Some(child);
-    Ok(l)
+    let mut child: Vec<std::os::fd::OwnedFd> = vec![child_end.into(), stdin_r, stdout_w, stderr_w, side_write];
+    child.extend(trees);
+    for f in &prepared.spec.cgroup_join {
+        let opened = std::fs::OpenOptions::new().write(true).open(f);
+        child.push(opened.map(std::os::fd::OwnedFd::from).map_err(|source| SuperviseError::OpenCgroupFile { path: f.clone(), source })?);
+    }
+    Ok(ForkFds { child, ctl: engine_end, stdin: stdin_w, stdout: stdout_r, stderr: stderr_r })
+}
+
+impl ForkFds {
+    /// Asks `template` to fork the child (blocks for its answer; see [`Template::fork`] for
+    /// `pooled`). Our copies of the child's ends close here: only the child holds them after.
+    /// Errors: the template refused or failed the fork, or the child was gone at once.
+    pub(crate) fn fork(self, template: &Template, pooled: bool) -> Result<WarmChild, SuperviseError> {
+        let Self { child, ctl, stdin, stdout, stderr } = self;
+        let pidfd = template.fork(&child.iter().collect::<Vec<_>>(), pooled).map_err(SuperviseError::Fork)?;
+        drop(child);
+        let pid = crate::warm::pidfd_pid(&pidfd).ok_or(SuperviseError::WarmChildGone)?;
+        Ok(WarmChild { pid, ctl, stdin, stdout, stderr })
+    }
 }
 
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
@@ -570,10 +601,11 @@ pub(crate) fn fill_result(r: &mut ExecutionResult, a: &Admitted, run: RunOutcome
     r.timed_out = run.timed_out;
     r.timing.setup_ms = run.setup_ms;
     r.timing.warm = run.warm;
-    r.timing.warm_start = match (run.warm, run.pooled) {
-        (false, _) => None,
-        (true, false) => Some(sandbox_core::wire::WarmStart::Template),
-        (true, true) => Some(sandbox_core::wire::WarmStart::Pool),
+    r.timing.warm_start = match (run.warm, run.pooled, run.prefork) {
+        (false, _, _) => None,
+        (true, _, true) => Some(sandbox_core::wire::WarmStart::Prefork),
+        (true, true, false) => Some(sandbox_core::wire::WarmStart::Pool),
+        (true, false, false) => Some(sandbox_core::wire::WarmStart::Template),
     };
     r.timing.run_ms = run.run_ms;
     r.resource_usage = ResourceUsage { cpu_time_ms: usage.cpu_time_ms, peak_memory_bytes: usage.peak_memory_bytes };

@@ -120,13 +120,16 @@ impl Template {
     /// Asks the template to fork a child for one execution, handing it `fds` (control socket,
     /// stdin, stdout, stderr, side channel, the mount trees of
     /// [`sandbox_runtime::spec::WARM_TREES`], then one file per cgroup hierarchy to join, in
-    /// that order). Returns the child's pidfd.
+    /// that order). With `pooled`, the child, once sandboxed, says ready (`R` on its side
+    /// channel) and waits for a go byte on its stdin before it reads its run file (a pool's
+    /// pre-forked child, see [`crate::pool`]). Returns the child's pidfd.
     /// Errors: the template is gone or refused (it is then marked unhealthy and replaced).
-    pub(crate) fn fork(&self, fds: &[&OwnedFd]) -> Result<OwnedFd, String> {
+    pub(crate) fn fork(&self, fds: &[&OwnedFd], pooled: bool) -> Result<OwnedFd, String> {
         let channel = self.channel.lock().expect("template channel lock");
         let result = (|| {
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
-            sandbox_runtime::send_fds(&channel, b"fork\n", &borrowed).map_err(|e| format!("fork request: {e}"))?;
+            let request: &[u8] = if pooled { b"fork pooled\n" } else { b"fork\n" };
+            sandbox_runtime::send_fds(&channel, request, &borrowed).map_err(|e| format!("fork request: {e}"))?;
             let mut buf = [0u8; 128];
             let (n, mut received) = sandbox_runtime::recv_with_fds(&channel, &mut buf).map_err(|e| format!("fork answer: {e}"))?;
             let answer = String::from_utf8_lossy(&buf[..n]).trim().to_owned();
@@ -208,6 +211,12 @@ impl Templates {
         for name in names {
             self.spawn_start(name, Duration::ZERO);
         }
+    }
+
+    /// Whether `profile` is one of the profiles these templates serve (a Python profile whose
+    /// `[warm] mode = "template"`), ready or not.
+    pub fn serves(&self, profile: &str) -> bool {
+        self.opts.config.profiles.get(profile).is_some_and(|p| p.warm.mode == WarmMode::Template && p.language == Language::Python)
     }
 
     /// A ready template for `profile`, if there is one. Starts a replacement when the current

@@ -16,6 +16,9 @@ enum WarmStart {
     /// The language's own way: a Python profile forks from a template, a TypeScript one takes a
     /// pooled sandbox.
     Fork,
+    /// A Python profile runs in a child forked from its template before the execution (as the
+    /// service's pools of template children do); a TypeScript one takes a pooled sandbox.
+    Prefork,
     /// A pooled sandbox, for either language.
     Pool,
 }
@@ -74,8 +77,9 @@ pub struct RunArgs {
     install: bool,
     /// Start the execution warm, as `sandbox serve` does for warm profiles (here whatever the
     /// profile's `[warm] mode` says): `--warm` (`--warm=fork`): a Python profile forks from a
-    /// template, a TypeScript one runs in a pre-started pooled sandbox; `--warm=pool`: either
-    /// runs in a pre-started pooled sandbox. Starts the template or pool, waits until it is
+    /// template, a TypeScript one runs in a pre-started pooled sandbox; `--warm=prefork`: a
+    /// Python profile runs in a child its template forked and sandboxed before the execution;
+    /// `--warm=pool`: either runs in a pre-started pooled sandbox. Starts the template or pool, waits until it is
     /// ready, runs, and stops it. Slower than a cold run for one execution; for checking the
     /// warm paths. A profile that cannot start warm (an allowlist network) runs cold, and says
     /// so on stderr.
@@ -126,7 +130,12 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
     // A data directory no sandbox can use (`mktemp -d` makes one) is refused here, with the fix,
     // by the availability check every door makes (runtime_unavailable, exit 3).
     if let Some(how) = args.warm.filter(|_| engine.availability(&request.profile).is_ok()) {
-        if engine.enable_warm_for(&request.profile, how == WarmStart::Pool).map_err(|why| anyhow::anyhow!("--warm: {why}"))? {
+        let how = match how {
+            WarmStart::Fork => sandbox_engine::WarmFor::Fork,
+            WarmStart::Prefork => sandbox_engine::WarmFor::Prefork,
+            WarmStart::Pool => sandbox_engine::WarmFor::Pool,
+        };
+        if engine.enable_warm_for(&request.profile, how).map_err(|why| anyhow::anyhow!("--warm: {why}"))? {
             let ready = engine
                 .wait_warm(&request.profile, std::time::Duration::from_secs(300))
                 .map_err(|why| anyhow::anyhow!("--warm: the warm start of profile {:?} failed: {why}", request.profile))?;

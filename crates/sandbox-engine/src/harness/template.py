@@ -7,6 +7,9 @@ freezes its heap, and says `ready` on fd 4, a socket to the engine. Then, per `f
 (carrying the execution's control socket, stdin, stdout, stderr and side-channel descriptors),
 it forks one child and answers `ok` with the child's pidfd. It never sees a request's code,
 input, environment or files: the child reads those from its own /code once it is sandboxed.
+A `fork pooled` child is forked before its request (a pool's member): once sandboxed, it says
+ready on its side channel and waits for one byte on its stdin (go), copying the template's
+memory it shares meanwhile, so that the caller's code does not pay those copy-on-write faults.
 
 The child calls `sandbox_warm_enter` (libsandbox_warm.so, the runtime's Rust code), which
 returns only in a process that has entered the execution's namespaces, cgroup, uid, landlock
@@ -21,6 +24,7 @@ import atexit  # noqa: F401
 import io  # noqa: F401
 import json
 import os
+import select
 import socket
 import sys
 import threading  # noqa: F401
@@ -42,33 +46,73 @@ def preload():
 
 
 def warm_up():
-    """Exercises the libraries once, so lazily built state (font lists, parsers, caches) is in
-    the template and not rebuilt by every execution."""
-    if "matplotlib.pyplot" in sys.modules:
-        import io
+    """Exercises the libraries the way a typical analysis does (a CSV file read, cleaned,
+    grouped and summarised; a chart drawn and saved as a PNG file), at a realistic size and
+    twice over, so that lazily built state (font lists and glyphs, parsers, caches, the
+    interpreter's specialized bytecode) is in the template and not rebuilt by every execution."""
+    import tempfile
 
-        plt = sys.modules["matplotlib.pyplot"]
-        fig, ax = plt.subplots(figsize=(4, 3), dpi=50)
-        ax.plot([1, 2, 3], [3, 1, 2], label="line")
-        ax.scatter([1, 2, 3], [2, 3, 1], label="points", s=4)
-        ax.bar([1, 2], [1, 2], label="bars")
-        ax.set_xlabel("x")
-        ax.set_ylabel("y")
-        ax.set_title("warm-up")
-        ax.legend()
-        fig.savefig(io.BytesIO(), format="png")
-        plt.close(fig)
-    if "pandas" in sys.modules:
-        import io
+    with tempfile.TemporaryDirectory() as scratch:
+        csv = os.path.join(scratch, "warm-up.csv")
+        if "pandas" in sys.modules:
+            write_warm_up_csv(csv)
+        for _ in range(2):
+            if "pandas" in sys.modules:
+                warm_up_pandas(sys.modules["pandas"], csv)
+            if "matplotlib.pyplot" in sys.modules:
+                warm_up_pyplot(sys.modules["matplotlib.pyplot"], os.path.join(scratch, "warm-up.png"))
 
-        pd = sys.modules["pandas"]
-        frame = pd.read_csv(io.StringIO("a,b,c,d\n1,x,2.5,2020-01-01\n2,y,,2020-01-02\n3,x,4.0,2020-01-03\n"), parse_dates=["d"])
-        frame.groupby("b")[["a", "c"]].agg(["count", "mean", "std", "min", "max"]).round(3).to_string()
-        frame.dropna(subset=["c"]).describe()
-        frame["a"].corr(frame["c"])
-        frame.sort_values("c").merge(frame, on="b", suffixes=("", "_r"))
-        frame.pivot_table(index="b", values="a", aggfunc="sum")
-        frame.to_csv(io.StringIO())
+
+def write_warm_up_csv(path):
+    """400 rows of mixed columns: categories, integers, floats with gaps, dates, text."""
+    import random
+
+    rng = random.Random(0)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("group,kind,count,value,weight,date,note\n")
+        for i in range(400):
+            value = "" if i % 17 == 0 else f"{rng.gauss(50, 10):.2f}"
+            f.write(f"{'abc'[i % 3]},{'xy'[i % 2]},{i % 23},{value},{rng.uniform(1, 9):.3f},2020-01-{1 + i % 28:02d},note {i}\n")
+
+
+def warm_up_pandas(pd, csv):
+    frame = pd.read_csv(csv)
+    dated = pd.read_csv(csv, parse_dates=["date"])
+    numeric = ["count", "value", "weight"]
+    clean = frame.dropna(subset=numeric)
+    f"{len(frame)} {len(clean)}"
+    frame.groupby("group")[numeric].agg(["count", "mean", "std", "min", "max", "sum", "median"]).round(3).to_string()
+    frame.groupby(["group", "kind"]).size().unstack(fill_value=0).to_string()
+    frame.describe().to_string()
+    frame[numeric].corr().round(3).to_string()
+    frame["value"].corr(frame["weight"])
+    frame.sort_values("value").head(10).to_string()
+    frame.merge(frame[["group", "count"]].drop_duplicates(), on="group", suffixes=("", "_r"))
+    frame.pivot_table(index="group", columns="kind", values="value", aggfunc="mean")
+    frame["value"].fillna(frame["value"].mean()).value_counts(bins=5)
+    dated.set_index("date")["value"].resample("W").mean()
+    frame.to_csv(io.StringIO(), index=False)
+    frame.to_json()
+    return clean
+
+
+def warm_up_pyplot(plt, png):
+    fig, ax = plt.subplots(figsize=(10, 6), dpi=100)
+    for i, label in enumerate("abc"):
+        ax.scatter([1 + i, 2, 3, 4], [3, 1 + i, 2, 4], label=label, s=14, alpha=0.8)
+    ax.plot([1, 2, 3, 4], [2, 3, 1, 4], label="line")
+    ax.set_xlabel("x (unit)")
+    ax.set_ylabel("y (unit)")
+    ax.set_title("warm-up: a title (r = 0.123)")
+    ax.legend()
+    fig.savefig(png)
+    plt.close(fig)
+    fig, axes = plt.subplots(1, 2, figsize=(8, 4))
+    axes[0].bar(["a", "b", "c"], [1, 3, 2])
+    axes[1].hist([1, 2, 2, 3, 3, 3, 4], bins=4)
+    fig.tight_layout()
+    fig.savefig(io.BytesIO(), format="png")
+    plt.close(fig)
 
 
 def threads():
@@ -92,7 +136,7 @@ PLACES = (3, 0, 1, 2, 4, 5, 6, 7, 8)
 MAX_FDS = len(PLACES) + 8
 
 
-def child(fds, lib, harness):
+def child(fds, lib, harness, pooled):
     """In the forked child: descriptors in place, then into the sandbox."""
     # Move every received descriptor above the places first, so no dup2 overwrites one still needed.
     high = [os.dup(fd) for fd in fds]
@@ -106,6 +150,17 @@ def child(fds, lib, harness):
     if lib.sandbox_warm_enter(3) != 0:
         os._exit(127)
     # From here on: the execution's sandboxed program, uid, cwd /workspace.
+    if pooled:
+        # Its copying runs only when a CPU has nothing else to do; the engine lifts this (it
+        # cannot be undone from inside) when an execution takes the child.
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except OSError:
+            pass
+        os.write(4, b"R")
+        # EOF: the engine discarded this sandbox unused.
+        if wait_for_go() != b"\n":
+            os._exit(0)
     with open("/code/_sandbox_run.json", encoding="utf-8") as f:
         run = json.load(f)
     os.environ.clear()
@@ -129,6 +184,59 @@ def child(fds, lib, harness):
     # The side channel must not reach children the program starts.
     os.set_inheritable(4, False)
     harness.lib().run_and_exit(run["mode"], harness.run, INHERITED)
+
+
+# MADV_POPULATE_WRITE (Linux 5.14): fault pages in writable, copying those shared copy-on-write.
+MADV_POPULATE_WRITE = 23
+PAGE = os.sysconf("SC_PAGE_SIZE")
+# Bytes copied per madvise call (~2 ms): the go byte waits at most one step.
+PREFAULT_STEP = 2 << 20
+
+
+def wait_for_go():
+    """A pre-forked child's wait for its execution: returns the byte read from stdin (b"" at
+    EOF). Until it comes, the pages of its writable private mappings that fork copied the page
+    table entries of (those the template had touched: shared copy-on-write until written) are
+    copied, a step at a time."""
+    if LIBC[0] is not None:
+        try:
+            for start, end in shared_ranges(LIBC[0]):
+                while start < end:
+                    if select.select([0], [], [], 0)[0]:
+                        return os.read(0, 1)
+                    n = min(PREFAULT_STEP, end - start)
+                    if LIBC[0].madvise(start, n, MADV_POPULATE_WRITE) != 0:
+                        break  # e.g. EINVAL before Linux 5.14: faults happen on demand then
+                    start += n
+        except OSError:
+            pass  # the faults happen on demand
+    return os.read(0, 1)
+
+
+def shared_ranges(libc):
+    """Address ranges (start, end) of this process's writable private mappings whose pages are
+    present (mincore(2): for anonymous memory, pages with a page table entry; a page never
+    touched has none, and is not made here). Unreadable /proc/self/pagemap (this process is not
+    dumpable) cannot tell shared pages from copied ones; right after the fork, all are shared."""
+    import ctypes
+    import re
+
+    with open("/proc/self/maps", encoding="ascii") as f:
+        maps = [line.split() for line in f]
+    for fields in maps:
+        if fields[1] != "rw-p":
+            continue
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        vec = ctypes.create_string_buffer((hi - lo) // PAGE)
+        if libc.mincore(lo, hi - lo, vec) != 0:
+            continue
+        for m in re.finditer(rb"[\x01-\xff]+", vec.raw):
+            yield lo + m.start() * PAGE, lo + m.end() * PAGE
+
+
+# libc, with madvise and mincore typed, bound once in the template (None where ctypes cannot
+# reach them).
+LIBC = [None]
 
 
 def blas_threads(n):
@@ -170,7 +278,7 @@ def serve(channel, lib, harness):
                 pass
         except ChildProcessError:
             pass
-        if msg != b"fork\n" or len(fds) <= len(PLACES):
+        if msg not in (b"fork\n", b"fork pooled\n") or len(fds) <= len(PLACES):
             for fd in fds:
                 os.close(fd)
             channel.sendall(b"err bad request\n")
@@ -186,7 +294,7 @@ def serve(channel, lib, harness):
         pid = os.fork()
         if pid == 0:
             channel.detach()
-            child(fds, lib, harness)
+            child(fds, lib, harness, msg == b"fork pooled\n")
         for fd in fds:
             os.close(fd)
         forks += 1
@@ -205,6 +313,13 @@ def main():
     lib = ctypes.CDLL(os.environ.pop("SANDBOX_WARM_LIB"))
     lib.sandbox_warm_enter.argtypes = [ctypes.c_int]
     lib.sandbox_warm_enter.restype = ctypes.c_int
+    try:
+        libc = ctypes.CDLL(None)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+        LIBC[0] = libc
+    except (OSError, AttributeError):
+        pass
     spec = importlib.util.spec_from_file_location("_sandbox_harness", "/code/_sandbox_harness.py")
     harness = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(harness)

@@ -86,13 +86,14 @@ class Sandbox:
     def executions_left(self) -> list[str]:
         # A warm profile's running template or waiting pooled sandbox is not an execution (as in
         # crates/sandbox/tests/it); a pooled sandbox that has taken one (its run file is in its
-        # code directory) is.
+        # code directory, a template's child forked ahead: warm/code) is.
         d = self.data / "executions"
 
         def execution(n: str) -> bool:
             if n.startswith("template-"):
                 return False
-            return not n.startswith("pool-") or (d / n / "code" / "_sandbox_run.json").exists()
+            taken = any((d / n / code / "_sandbox_run.json").exists() for code in ("code", "warm/code"))
+            return not n.startswith("pool-") or taken
 
         return sorted(n for n in os.listdir(d) if execution(n)) if d.is_dir() else []
 

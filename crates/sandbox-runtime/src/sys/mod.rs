@@ -225,6 +225,19 @@ pub fn pidfd_send_signal(pidfd: std::os::fd::BorrowedFd<'_>, signal: i32) -> io:
     Ok(())
 }
 
+/// Puts thread `tid` back under the normal time-sharing policy (`SCHED_OTHER`, priority 0;
+/// `sched_setscheduler(2)`): a pre-forked warm child waits under `SCHED_IDLE`, which it cannot
+/// leave by itself, and the engine (privileged) lifts it when an execution takes the child.
+/// Errors: the kernel's errno (ESRCH when no such thread exists).
+pub fn sched_normal(tid: i32) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: a thread id, a policy constant and a pointer to a live sched_param.
+    if unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Takes ownership of descriptor `fd`, inherited at a fixed number (a warm child's mount trees).
 /// Errors: EBADF when it is not open.
 pub fn take_fd(fd: i32) -> io::Result<OwnedFd> {

@@ -85,14 +85,17 @@ impl Server {
 
     /// Execution directories still on the host (a warm profile's running template or waiting
     /// pooled sandbox is not one; a pooled sandbox that has taken an execution, its run file in
-    /// its code directory, is).
+    /// its code directory (a template's child forked ahead: `warm/code/`), is).
     pub fn executions_left(&self) -> Vec<String> {
         let dir = self.data.join("executions");
         std::fs::read_dir(&dir)
             .map(|d| {
                 d.filter_map(Result::ok)
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|name| !name.starts_with("template-") && (!name.starts_with("pool-") || dir.join(name).join("code/_sandbox_run.json").exists()))
+                    .filter(|name| {
+                        let taken = ["code/_sandbox_run.json", "warm/code/_sandbox_run.json"].iter().any(|f| dir.join(name).join(f).exists());
+                        !name.starts_with("template-") && (!name.starts_with("pool-") || taken)
+                    })
                     .collect()
             })
             .unwrap_or_default()

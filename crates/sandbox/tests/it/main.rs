@@ -253,9 +253,11 @@ impl std::fmt::Debug for Run {
 
 /// Whether this test process runs executions warm: with `SANDBOX_TEST_WARM=1` every [`run`]
 /// forks its Python execution from a template and takes a pooled sandbox for TypeScript
-/// (`sandbox run --warm`); with `SANDBOX_TEST_WARM=pool` both languages take a pooled sandbox
-/// (`--warm=pool`). So the attack, limit, timeout, file and real-world-case tests prove each
-/// warm path as they prove the cold one.
+/// (`sandbox run --warm`); with `SANDBOX_TEST_WARM=prefork` a Python execution runs in a child
+/// its template forked and sandboxed before the request (`--warm=prefork`); with
+/// `SANDBOX_TEST_WARM=pool` both languages take a pooled sandbox (`--warm=pool`). So the
+/// attack, limit, timeout, file and real-world-case tests prove each warm path as they prove
+/// the cold one.
 pub fn warm_mode() -> bool {
     warm_flag().is_some()
 }
@@ -265,6 +267,7 @@ pub fn warm_flag() -> Option<&'static str> {
     match std::env::var("SANDBOX_TEST_WARM").as_deref() {
         Ok("1") => Some("--warm"),
         Ok("pool") => Some("--warm=pool"),
+        Ok("prefork") => Some("--warm=prefork"),
         _ => None,
     }
 }
@@ -286,6 +289,11 @@ pub fn run(profile: &str, code: &str, args: &[&str]) -> Run {
         assert_eq!(run.json["timing"]["warm"], true, "SANDBOX_TEST_WARM is set but the execution started cold: {run:?}");
         if warm_flag() == Some("--warm=pool") {
             assert_eq!(run.json["timing"]["warmStart"], "pool", "SANDBOX_TEST_WARM=pool but the execution did not take a pooled sandbox: {run:?}");
+        }
+        if warm_flag() == Some("--warm=prefork") {
+            // Python takes a pre-forked child, TypeScript a pooled sandbox; a fork at the start
+            // would mean the pre-forked child was not used.
+            assert_ne!(run.json["timing"]["warmStart"], "template", "SANDBOX_TEST_WARM=prefork but the execution did not take a pre-forked child: {run:?}");
         }
     }
     run

@@ -1,7 +1,8 @@
-//! Warm starts through a real `sandbox serve`: executions forked from a template keep every
-//! wall a cold execution has, against each other and against the template, and the template
-//! survives whatever a child does. (The attack, limit, timeout, file and real-world-case suites
-//! also run warm: `SANDBOX_TEST_WARM=1`, see `run` in main.rs.)
+//! Warm starts through a real `sandbox serve`: executions forked from a template, at their start
+//! (`py-warm`) or before their request (`py-analysis-warm`'s pre-forked child), keep every wall
+//! a cold execution has, against each other and against the template, and the template survives
+//! whatever a child does. (The attack, limit, timeout, file and real-world-case suites also run
+//! warm: `SANDBOX_TEST_WARM=1` and `=prefork`, see `run` in main.rs.)
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -11,8 +12,9 @@ use sandbox_core::{ExecutionRequest, ExecutionResult};
 use super::http::Server;
 use super::*;
 
-/// Two warm profiles on top of the test profiles: a small one and one with the analysis
-/// environment (numpy, pandas, matplotlib preloaded).
+/// Two warm profiles on top of the test profiles: a small one whose executions fork at their
+/// start, and one with the analysis environment (numpy, pandas, matplotlib preloaded) that keeps
+/// one child forked ahead.
 const WARM_PROFILES: &str = r#"
 [profiles.py-warm]
 language = "python"
@@ -23,6 +25,7 @@ timeout_ms = 10000
 grace_ms = 500
 [profiles.py-warm.warm]
 mode = "template"
+pool_size = 0
 
 [profiles.py-analysis-warm]
 language = "python"
@@ -31,6 +34,7 @@ environment = "python-analysis"
 memory_max_bytes = 1073741824
 [profiles.py-analysis-warm.warm]
 mode = "template"
+pool_size = 1
 "#;
 
 fn rt() -> tokio::runtime::Runtime {
@@ -281,6 +285,9 @@ fn killing_the_template_fails_nothing_and_sigterm_leaves_nothing_behind() {
     // Not started yet: runs (cold until a new template is ready), never fails.
     let r = exec(&s, &req("py-warm", "print('after the kill')"));
     assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "after the kill\n"), "{r:?}");
+    // A child forked ahead by a killed template is a whole sandbox still: it serves, or runs cold.
+    let r = exec(&s, &req("py-analysis-warm", "print('forked ahead')"));
+    assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "forked ahead\n"), "{r:?}");
     // Already running: its sandbox does not depend on the interpreter that forked it.
     let r = running.join().unwrap().unwrap();
     assert_eq!((r.status.as_str(), r.stdout.as_str(), r.timing.warm), ("ok", "finished\n", true), "{r:?}");
@@ -336,13 +343,50 @@ fn a_warm_child_gets_the_profiles_blas_threads_and_not_the_templates_environment
                 blas = ctypes.CDLL(lib)\n\
                 get = next(getattr(blas, n) for n in ('scipy_openblas_get_num_threads64_', 'openblas_get_num_threads64_', 'openblas_get_num_threads') if hasattr(blas, n))\n\
                 print(get(), os.environ.get('OPENBLAS_NUM_THREADS'), 'OPENBLAS_THREAD_TIMEOUT' in os.environ)";
-    for warm in [false, true] {
+    for warm in [None, Some("--warm"), Some("--warm=prefork")] {
         let mut args = vec!["run", "--json", "--profile", "python-analysis", "-c", code];
-        if warm {
-            args.push("--warm");
-        }
+        args.extend(warm);
         let out = sandbox(&args).output().unwrap();
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
-        assert_eq!((json["stdout"].as_str(), json["timing"]["warm"].as_bool()), (Some("2 2 False\n"), Some(warm)), "{json:#}");
+        assert_eq!((json["stdout"].as_str(), json["timing"]["warm"].as_bool()), (Some("2 2 False\n"), Some(warm.is_some())), "{json:#}");
+    }
+}
+
+/// Blocks until `profile`'s pool holds a child forked ahead (the `/metrics` gauge).
+fn wait_pool(s: &Server, profile: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let ready = format!("sandbox_warm_pool_ready{{profile=\"{profile}\"}} 1");
+    while !reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap().contains(&ready) {
+        assert!(Instant::now() < deadline, "no child of {profile} was forked ahead");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A child forked ahead of its request waits under SCHED_IDLE and copies the template's pages it
+/// shares meanwhile (charged to its own cgroup, so to the execution's memory); the execution then
+/// runs under the normal policy and priority, with its own stdin.
+#[test]
+fn a_child_forked_ahead_copies_the_templates_pages_while_idle_and_runs_at_normal_priority() {
+    let s = warm_server();
+    let code = "import os, sys\n\
+                copied = [int(l.split()[1]) for l in open('/proc/self/smaps_rollup') if l.startswith('Private_Dirty')][0]\n\
+                print(os.sched_getscheduler(0), os.nice(0), copied >> 10, sys.stdin.read())";
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        wait_pool(&s, "py-analysis-warm");
+        // Idle CPU time to copy in (a busy CI host may give it none: then try again).
+        std::thread::sleep(Duration::from_secs(2));
+        let mut r = req("py-analysis-warm", code);
+        r.stdin = Some(sandbox_core::wire::FileContent::Text("its own stdin".into()));
+        let out = warm(&s, &r);
+        assert_eq!((out.status.as_str(), out.timing.warm_start), ("ok", Some(sandbox_core::wire::WarmStart::Prefork)), "{out:?}");
+        let fields: Vec<&str> = out.stdout.split_whitespace().collect();
+        assert_eq!((fields[0], fields[1], fields[3..].join(" ").as_str()), ("0", "0", "its own stdin"), "SCHED_OTHER, nice 0: {out:?}");
+        let copied_mib: u64 = fields[2].parse().unwrap();
+        if copied_mib >= 20 {
+            assert!(out.resource_usage.peak_memory_bytes >= copied_mib << 20, "the copies count against the execution's memory: {out:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "no child forked ahead copied the template's pages: {out:?}");
     }
 }
