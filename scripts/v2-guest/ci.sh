@@ -17,7 +17,7 @@ bin=$(sed -n 's/.*Executable tests\/it\/main.rs (\(.*\))/\1/p' <<<"$built")
 bin=$(realpath "$bin")
 # Every name tests.sh lists must exist: `--exact` skips a renamed test silently.
 known=$("$bin" --list --format terse 2>/dev/null | sed -n 's/: test$//p')
-missing=$(bash -c 'source "$1"; printf "%s\n" "${COLD[@]}" "${WARM[@]}"' _ scripts/v2-guest/tests.sh | sort -u | grep -vxF -f <(printf '%s\n' "$known") || true)
+missing=$(bash -c 'source "$1"; printf "%s\n" "${COLD[@]}" "${WARM[@]}" "${PREFORK[@]}"' _ scripts/v2-guest/tests.sh | sort -u | grep -vxF -f <(printf '%s\n' "$known") || true)
 [ -z "$missing" ] || { echo "v2 guest stage: scripts/v2-guest/tests.sh names tests that do not exist: $missing"; exit 1; }
 status=0
 for k in $kernels; do

@@ -21,4 +21,6 @@ echo "== cold: ${#COLD[@]} tests"
 "$bin" --exact --test-threads=2 "${COLD[@]}" || status=1
 echo "== warm (SANDBOX_TEST_WARM=1): ${#WARM[@]} tests"
 SANDBOX_TEST_WARM=1 "$bin" --exact --test-threads=2 "${WARM[@]}" || status=1
+echo "== prefork (SANDBOX_TEST_WARM=prefork): ${#PREFORK[@]} tests"
+SANDBOX_TEST_WARM=prefork "$bin" --exact --test-threads=2 "${PREFORK[@]}" || status=1
 exit $status
