@@ -196,8 +196,8 @@ for p in descendants(warm_pid):
                 continue
         with open(f"/proc/{p}/stat") as f:
             ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        with open(f"/proc/{ppid}/comm") as f:
-            template = f.read().strip() == "sandbox-init"
+        with open(f"/proc/{ppid}/cmdline", "rb") as f:
+            template = f.read().split(b"\0")[0] == b"sandbox-init"
         with open(f"/proc/{p}/task/{p}/children") as f:
             leaf = not f.read().split()
         if not template and not leaf:

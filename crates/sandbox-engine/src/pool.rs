@@ -383,8 +383,7 @@ impl Pools {
                     Err(_) if self.closing.load(Ordering::SeqCst) => {}
                     Err(e) => {
                         pool.failures += 1;
-                        let backoff = Duration::from_millis(500u64 << pool.failures.min(7));
-                        pool.retry_at = Some(Instant::now() + backoff);
+                        pool.retry_at = Some(Instant::now() + backoff(pool.failures));
                         tracing::error!(profile = %profile, error = %e, "a pooled sandbox failed to start; executions run cold meanwhile");
                         pool.error = Some(e);
                     }
@@ -398,7 +397,9 @@ impl Pools {
         }
     }
 
-    /// Destroys members that died or passed their profile's `max_age_ms`.
+    /// Destroys members that died or passed their profile's `max_age_ms`. A pool whose member
+    /// died waiting backs off as after a failed start, so members that cannot stay alive are not
+    /// remade in a loop.
     fn discard_stale(&self) {
         let stale: Vec<Member> = {
             let mut state = self.state.lock().expect("pools lock");
@@ -407,10 +408,16 @@ impl Pools {
                 let max_age = self.opts.config.profiles.get(name).map_or(Duration::MAX, |p| Duration::from_millis(p.warm.max_age_ms));
                 let mut keep = VecDeque::new();
                 for mut m in pool.ready.drain(..) {
-                    if m.born.elapsed() < max_age && m.alive() {
-                        keep.push_back(m);
-                    } else {
+                    if !m.alive() {
+                        pool.failures += 1;
+                        pool.retry_at = Some(Instant::now() + backoff(pool.failures));
+                        pool.error = Some("a waiting sandbox died".into());
+                        tracing::warn!(profile = %name, "a waiting pooled sandbox died; refilling after a back-off");
                         out.push(m);
+                    } else if m.born.elapsed() >= max_age {
+                        out.push(m);
+                    } else {
+                        keep.push_back(m);
                     }
                 }
                 pool.ready = keep;
@@ -471,7 +478,8 @@ impl Pools {
             .map_err(|e| std::iter::successors(Some(&e as &dyn std::error::Error), |c| c.source()).map(ToString::to_string).collect::<Vec<_>>().join(": "))?;
         let (side_read, side_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
         let request = crate::supervise::fork_fds(&prepared, side_write).map_err(|e| e.message())?;
-        let child = request.fork(template, true).map_err(|e| e.message())?;
+        // Copies while waiting stay within half its memory limit: the rest is the execution's.
+        let child = request.fork(template, Some(profile.limits.memory_max_bytes / 2)).map_err(|e| e.message())?;
         let pid = child.pid;
         let member = Member {
             prepared: Some(prepared),
@@ -534,6 +542,11 @@ impl Drop for Pools {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// How long a pool waits after its `failures`-th failure in a row: 0.5 s doubling, at most ~1 min.
+fn backoff(failures: u32) -> Duration {
+    Duration::from_millis(500u64 << failures.min(7))
 }
 
 /// Reads the harness's ready byte ("R") from the side channel, waiting up to `patience`.

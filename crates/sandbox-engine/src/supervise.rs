@@ -483,7 +483,7 @@ async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os:
     prepared.write_warm_files(a).map_err(SuperviseError::WarmFiles)?;
     let request = fork_fds(prepared, side_write)?;
     let spawned_at = Instant::now();
-    let child = tokio::task::spawn_blocking(move || request.fork(&template, false)).await.map_err(SuperviseError::ForkTask)??;
+    let child = tokio::task::spawn_blocking(move || request.fork(&template, None)).await.map_err(SuperviseError::ForkTask)??;
     let mut l = async_ends(child.ctl, child.stdin, child.stdout, child.stderr, spawned_at)?;
     l.warm_child = Some(child.pid);
     Ok(l)
@@ -536,11 +536,11 @@ pub(crate) fn fork_fds(prepared: &Prepared, side_write: std::os::fd::OwnedFd) ->
 
 impl ForkFds {
     /// Asks `template` to fork the child (blocks for its answer; see [`Template::fork`] for
-    /// `pooled`). Our copies of the child's ends close here: only the child holds them after.
+    /// `ahead`). Our copies of the child's ends close here: only the child holds them after.
     /// Errors: the template refused or failed the fork, or the child was gone at once.
-    pub(crate) fn fork(self, template: &Template, pooled: bool) -> Result<WarmChild, SuperviseError> {
+    pub(crate) fn fork(self, template: &Template, ahead: Option<u64>) -> Result<WarmChild, SuperviseError> {
         let Self { child, ctl, stdin, stdout, stderr } = self;
-        let pidfd = template.fork(&child.iter().collect::<Vec<_>>(), pooled).map_err(SuperviseError::Fork)?;
+        let pidfd = template.fork(&child.iter().collect::<Vec<_>>(), ahead).map_err(SuperviseError::Fork)?;
         drop(child);
         let pid = crate::warm::pidfd_pid(&pidfd).ok_or(SuperviseError::WarmChildGone)?;
         Ok(WarmChild { pid, ctl, stdin, stdout, stderr })

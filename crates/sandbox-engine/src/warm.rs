@@ -120,16 +120,21 @@ impl Template {
     /// Asks the template to fork a child for one execution, handing it `fds` (control socket,
     /// stdin, stdout, stderr, side channel, the mount trees of
     /// [`sandbox_runtime::spec::WARM_TREES`], then one file per cgroup hierarchy to join, in
-    /// that order). With `pooled`, the child, once sandboxed, says ready (`R` on its side
-    /// channel) and waits for a go byte on its stdin before it reads its run file (a pool's
-    /// pre-forked child, see [`crate::pool`]). Returns the child's pidfd.
+    /// that order). With `ahead = Some(budget)`, the child is forked ahead of its request (a
+    /// pool's member, see [`crate::pool`]): once sandboxed, it says ready (`R` on its side
+    /// channel) and waits for a go byte on its stdin before it reads its run file, copying up to
+    /// `budget` bytes of the pages it shares with the template meanwhile. Returns the child's
+    /// pidfd.
     /// Errors: the template is gone or refused (it is then marked unhealthy and replaced).
-    pub(crate) fn fork(&self, fds: &[&OwnedFd], pooled: bool) -> Result<OwnedFd, String> {
+    pub(crate) fn fork(&self, fds: &[&OwnedFd], ahead: Option<u64>) -> Result<OwnedFd, String> {
         let channel = self.channel.lock().expect("template channel lock");
         let result = (|| {
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
-            let request: &[u8] = if pooled { b"fork pooled\n" } else { b"fork\n" };
-            sandbox_runtime::send_fds(&channel, request, &borrowed).map_err(|e| format!("fork request: {e}"))?;
+            let request = match ahead {
+                Some(budget) => format!("fork ahead {budget}\n"),
+                None => "fork\n".to_owned(),
+            };
+            sandbox_runtime::send_fds(&channel, request.as_bytes(), &borrowed).map_err(|e| format!("fork request: {e}"))?;
             let mut buf = [0u8; 128];
             let (n, mut received) = sandbox_runtime::recv_with_fds(&channel, &mut buf).map_err(|e| format!("fork answer: {e}"))?;
             let answer = String::from_utf8_lossy(&buf[..n]).trim().to_owned();

@@ -7,9 +7,10 @@ freezes its heap, and says `ready` on fd 4, a socket to the engine. Then, per `f
 (carrying the execution's control socket, stdin, stdout, stderr and side-channel descriptors),
 it forks one child and answers `ok` with the child's pidfd. It never sees a request's code,
 input, environment or files: the child reads those from its own /code once it is sandboxed.
-A `fork pooled` child is forked before its request (a pool's member): once sandboxed, it says
-ready on its side channel and waits for one byte on its stdin (go), copying the template's
-memory it shares meanwhile, so that the caller's code does not pay those copy-on-write faults.
+A `fork ahead BYTES` child is forked before its request (a pool's member): once sandboxed, it
+says ready on its side channel and waits for one byte on its stdin (go), copying up to BYTES of
+the template's memory it shares meanwhile, so that the caller's code does not pay those
+copy-on-write faults.
 
 The child calls `sandbox_warm_enter` (libsandbox_warm.so, the runtime's Rust code), which
 returns only in a process that has entered the execution's namespaces, cgroup, uid, landlock
@@ -136,7 +137,7 @@ PLACES = (3, 0, 1, 2, 4, 5, 6, 7, 8)
 MAX_FDS = len(PLACES) + 8
 
 
-def child(fds, lib, harness, pooled):
+def child(fds, lib, harness, ahead):
     """In the forked child: descriptors in place, then into the sandbox."""
     # Move every received descriptor above the places first, so no dup2 overwrites one still needed.
     high = [os.dup(fd) for fd in fds]
@@ -150,7 +151,7 @@ def child(fds, lib, harness, pooled):
     if lib.sandbox_warm_enter(3) != 0:
         os._exit(127)
     # From here on: the execution's sandboxed program, uid, cwd /workspace.
-    if pooled:
+    if ahead is not None:
         # Its copying runs only when a CPU has nothing else to do; the engine lifts this (it
         # cannot be undone from inside) when an execution takes the child.
         try:
@@ -159,7 +160,7 @@ def child(fds, lib, harness, pooled):
             pass
         os.write(4, b"R")
         # EOF: the engine discarded this sandbox unused.
-        if wait_for_go() != b"\n":
+        if wait_for_go(ahead) != b"\n":
             os._exit(0)
     with open("/code/_sandbox_run.json", encoding="utf-8") as f:
         run = json.load(f)
@@ -193,21 +194,23 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 PREFAULT_STEP = 2 << 20
 
 
-def wait_for_go():
-    """A pre-forked child's wait for its execution: returns the byte read from stdin (b"" at
+def wait_for_go(budget):
+    """A child forked ahead waits for its execution: returns the byte read from stdin (b"" at
     EOF). Until it comes, the pages of its writable private mappings that fork copied the page
     table entries of (those the template had touched: shared copy-on-write until written) are
-    copied, a step at a time."""
+    copied, a step at a time, `budget` bytes at most (the rest of its memory limit is the
+    execution's)."""
     if LIBC[0] is not None:
         try:
             for start, end in shared_ranges(LIBC[0]):
-                while start < end:
+                while start < end and budget > 0:
                     if select.select([0], [], [], 0)[0]:
                         return os.read(0, 1)
-                    n = min(PREFAULT_STEP, end - start)
+                    n = min(PREFAULT_STEP, end - start, budget)
                     if LIBC[0].madvise(start, n, MADV_POPULATE_WRITE) != 0:
-                        break  # e.g. EINVAL before Linux 5.14: faults happen on demand then
+                        return os.read(0, 1)  # e.g. EINVAL before Linux 5.14: faults on demand
                     start += n
+                    budget -= n
         except OSError:
             pass  # the faults happen on demand
     return os.read(0, 1)
@@ -263,6 +266,16 @@ def blas_threads(n):
                 break
 
 
+def parse_fork(msg):
+    """`fork` -> None; `fork ahead BYTES` -> BYTES (the copying budget); else False."""
+    if msg == b"fork\n":
+        return None
+    words = msg.split()
+    if len(words) == 3 and words[:2] == [b"fork", b"ahead"] and words[2].isdigit() and msg.endswith(b"\n"):
+        return int(words[2])
+    return False
+
+
 def serve(channel, lib, harness):
     forks = 0
     while True:
@@ -278,7 +291,8 @@ def serve(channel, lib, harness):
                 pass
         except ChildProcessError:
             pass
-        if msg not in (b"fork\n", b"fork pooled\n") or len(fds) <= len(PLACES):
+        ahead = parse_fork(msg)
+        if ahead is False or len(fds) <= len(PLACES):
             for fd in fds:
                 os.close(fd)
             channel.sendall(b"err bad request\n")
@@ -294,7 +308,7 @@ def serve(channel, lib, harness):
         pid = os.fork()
         if pid == 0:
             channel.detach()
-            child(fds, lib, harness, msg == b"fork pooled\n")
+            child(fds, lib, harness, ahead)
         for fd in fds:
             os.close(fd)
         forks += 1

@@ -14,7 +14,7 @@ use super::*;
 
 /// Two warm profiles on top of the test profiles: a small one whose executions fork at their
 /// start, and one with the analysis environment (numpy, pandas, matplotlib preloaded) that keeps
-/// one child forked ahead.
+/// one child forked ahead, its memory limit (96 MiB) close to what its template holds (~90 MiB).
 const WARM_PROFILES: &str = r#"
 [profiles.py-warm]
 language = "python"
@@ -31,7 +31,7 @@ pool_size = 0
 language = "python"
 environment = "python-analysis"
 [profiles.py-analysis-warm.limits]
-memory_max_bytes = 1073741824
+memory_max_bytes = 100663296
 [profiles.py-analysis-warm.warm]
 mode = "template"
 pool_size = 1
@@ -261,18 +261,45 @@ fn a_template_is_replaced_after_its_fork_limit() {
     wait_warm(&s, "py-recycle");
 }
 
-/// Host pids of the template interpreters below `root` (a server's pid).
+/// Host pids of the template interpreters below `root` (a server's pid): processes running the
+/// template script whose parent is a template sandbox's init (our binary, argv0 `sandbox-init`);
+/// a child the template forked (with its init and program) runs the same script under the
+/// interpreter.
 fn templates_below(root: u32) -> Vec<i32> {
-    processes_below(root, "_sandbox_template.py")
+    processes_below(root, "_sandbox_template.py").into_iter().filter(|p| parent_argv0(*p) == "sandbox-init").collect()
+}
+
+/// Host pids of the children templates below `root` forked (at an execution's start or ahead).
+fn template_children_below(root: u32) -> Vec<i32> {
+    processes_below(root, "_sandbox_template.py").into_iter().filter(|p| templates_below(root).contains(&parent_pid(*p))).collect()
+}
+
+fn parent_pid(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
+}
+
+fn parent_argv0(pid: i32) -> String {
+    let cmdline = std::fs::read_to_string(format!("/proc/{}/cmdline", parent_pid(pid))).unwrap_or_default();
+    cmdline.split('\0').next().unwrap_or_default().to_owned()
 }
 
 #[test]
 fn killing_the_template_fails_nothing_and_sigterm_leaves_nothing_behind() {
     let mut s = warm_server();
     let server_pid = s.pid();
+    for profile in ["py-analysis-warm", "python-analysis"] {
+        wait_pool(&s, profile);
+    }
     let templates = templates_below(server_pid);
     let mut template_cgroups: Vec<String> = templates.iter().flat_map(|p| cgroup_dirs_of(*p)).collect();
-    assert!(templates.len() >= 2, "a template per warm profile: {templates:?}");
+    // py-warm, py-analysis-warm, python-analysis.
+    assert_eq!(templates.len(), 3, "a template per warm profile: {templates:?}");
+    // Children forked ahead wait (py-analysis-warm's, python-analysis's): one is killed while
+    // it waits, as a crash or an OOM would end it.
+    let waiting = template_children_below(server_pid);
+    assert!(waiting.len() >= 2, "children forked ahead: {waiting:?}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(waiting[0]), nix::sys::signal::Signal::SIGKILL).unwrap();
     // A warm execution is running when every template interpreter is killed.
     let running = {
         let c = s.client(None);
@@ -285,9 +312,12 @@ fn killing_the_template_fails_nothing_and_sigterm_leaves_nothing_behind() {
     // Not started yet: runs (cold until a new template is ready), never fails.
     let r = exec(&s, &req("py-warm", "print('after the kill')"));
     assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "after the kill\n"), "{r:?}");
-    // A child forked ahead by a killed template is a whole sandbox still: it serves, or runs cold.
-    let r = exec(&s, &req("py-analysis-warm", "print('forked ahead')"));
-    assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "forked ahead\n"), "{r:?}");
+    // A child forked ahead by a killed template is a whole sandbox still, and one killed while
+    // it waited is replaced: either way the execution runs (in it, forked, or cold).
+    for profile in ["py-analysis-warm", "python-analysis"] {
+        let r = exec(&s, &req(profile, "print('forked ahead')"));
+        assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "forked ahead\n"), "{r:?}");
+    }
     // Already running: its sandbox does not depend on the interpreter that forked it.
     let r = running.join().unwrap().unwrap();
     assert_eq!((r.status.as_str(), r.stdout.as_str(), r.timing.warm), ("ok", "finished\n", true), "{r:?}");
@@ -363,8 +393,9 @@ fn wait_pool(s: &Server, profile: &str) {
 }
 
 /// A child forked ahead of its request waits under SCHED_IDLE and copies the template's pages it
-/// shares meanwhile (charged to its own cgroup, so to the execution's memory); the execution then
-/// runs under the normal policy and priority, with its own stdin.
+/// shares meanwhile (charged to its own cgroup, so to the execution's memory), at most half its
+/// memory limit (so a template near the limit cannot make it OOM); the execution then runs under
+/// the normal policy and priority, with its own stdin.
 #[test]
 fn a_child_forked_ahead_copies_the_templates_pages_while_idle_and_runs_at_normal_priority() {
     let s = warm_server();
@@ -385,6 +416,8 @@ fn a_child_forked_ahead_copies_the_templates_pages_while_idle_and_runs_at_normal
         let copied_mib: u64 = fields[2].parse().unwrap();
         if copied_mib >= 20 {
             assert!(out.resource_usage.peak_memory_bytes >= copied_mib << 20, "the copies count against the execution's memory: {out:?}");
+            // 48 MiB copied at most (of ~75 MiB shared), plus what the child wrote of its own.
+            assert!(copied_mib <= 48 + 16, "copied past half the memory limit: {out:?}");
             break;
         }
         assert!(Instant::now() < deadline, "no child forked ahead copied the template's pages: {out:?}");
