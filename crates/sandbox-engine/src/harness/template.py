@@ -245,16 +245,26 @@ LIBC = [None]
 def blas_threads(n):
     """The template keeps BLAS single-threaded (it must be when it forks); the child gets the
     profile's thread count, as a cold run gets from OPENBLAS_NUM_THREADS."""
-    if not n or n == "1" or "numpy" not in sys.modules:
+    if not n or n == "1":
         return
+    for setter in BLAS_SETTERS:
+        setter(int(n))
+
+
+def blas_setters():
+    """The thread-count setters of the OpenBLAS libraries loaded now (numpy's, scipy's), found
+    once in the template, so no child reads its memory map for them."""
+    if "numpy" not in sys.modules:
+        return []
     import ctypes
 
     try:
         with open("/proc/self/maps", encoding="utf-8") as maps:
             paths = {line.split()[-1] for line in maps if "openblas" in line and line.rstrip().endswith(".so")}
     except OSError:
-        return
-    for path in paths:
+        return []
+    setters = []
+    for path in sorted(paths):
         try:
             lib = ctypes.CDLL(path)
         except OSError:
@@ -262,8 +272,13 @@ def blas_threads(n):
         for symbol in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_", "openblas_set_num_threads"):
             setter = getattr(lib, symbol, None)
             if setter is not None:
-                setter(int(n))
+                setters.append(setter)
                 break
+    return setters
+
+
+# Filled in by main() once the environment's modules are imported.
+BLAS_SETTERS = []
 
 
 def parse_fork(msg):
@@ -340,6 +355,7 @@ def main():
     # The rest of the harness (errors, the function harness, the warm exit) is every child's.
     harness.lib()
     preload()
+    BLAS_SETTERS.extend(blas_setters())
     INHERITED.update(sys.modules)
     gc.collect()
     gc.freeze()
