@@ -429,6 +429,7 @@ pub enum WarmMode {
     /// A template (Python only): an interpreter with the environment's `preload` modules imported,
     /// in a sandbox of its own, forks one child per execution; the child enters the execution's
     /// own namespaces, cgroup, uid, landlock and seccomp before the caller's first instruction.
+    /// With a `pool_size`, that many children are forked and sandboxed ahead of their requests.
     /// Without a ready template an execution starts cold.
     Template,
     /// A pool of pre-started single-use sandboxes (any language; what TypeScript profiles use,

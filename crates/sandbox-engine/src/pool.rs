@@ -13,6 +13,13 @@
 //! From there on it is supervised, collected and torn down like a cold run, and the member is
 //! gone: nothing of one execution can reach another, because no sandbox serves twice.
 //!
+//! A `template` profile with a `pool_size` keeps a pool too, of children forked from its
+//! template ahead of their requests ([`Prepared::new_template_member`], the template's `fork
+//! ahead`): each enters its sandbox as an execution's child does, says ready, and copies the
+//! template's pages it shares under `SCHED_IDLE` while it waits; the engine lifts that policy at
+//! checkout and writes the execution's files into its `warm/code/` (ARCHITECTURE.md, "Children
+//! forked ahead").
+//!
 //! One filler thread keeps every pool at its `pool_size`: it starts one member at a time, at
 //! most one per `pool_refill_interval_ms` (the rate cap: a burst that empties the pool runs
 //! cold rather than compete with refills for the CPU), replaces members older than
