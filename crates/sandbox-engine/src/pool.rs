@@ -74,6 +74,9 @@ pub struct PoolStatus {
     pub profile: String,
     /// Configured size (`pool_size`).
     pub size: u32,
+    /// Its members are children forked from the profile's template ahead of their requests
+    /// (else sandboxes with an interpreter of their own).
+    pub prefork: bool,
     /// Members ready now.
     pub ready: u32,
     /// Peak memory of the ready members' cgroups, summed, in bytes.
@@ -305,6 +308,7 @@ impl Pools {
             .map(|(name, p)| PoolStatus {
                 profile: name.clone(),
                 size: p.size,
+                prefork: p.forked,
                 ready: u32::try_from(p.ready.len()).unwrap_or(u32::MAX),
                 memory_bytes: p.ready.iter().filter_map(|m| m.prepared.as_ref()?.cgroup.as_ref()?.usage().ok()).map(|u| u.peak_memory_bytes).sum(),
                 error: p.error.clone(),

@@ -287,10 +287,13 @@ fn warm_self_test(
                     error: Some(e.clone()),
                 })
                 .collect();
+            let prefork = warm.iter().filter(|n| config.profiles[n.as_str()].warm.mode == WarmMode::Template && config.profiles[n.as_str()].warm.pool_size > 0);
             let pools = failed(WarmMode::Pool)
+                .chain(prefork)
                 .map(|name| sandbox_engine::pool::PoolStatus {
                     profile: (*name).clone(),
                     size: config.profiles[name.as_str()].warm.pool_size,
+                    prefork: config.profiles[name.as_str()].warm.mode == WarmMode::Template,
                     ready: 0,
                     memory_bytes: 0,
                     error: Some(e.clone()),
@@ -425,6 +428,7 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
                     Some(e) => format!("{} of {} ready: {e}", p.ready, p.size),
                     None => format!("{} of {} ready, {} MiB peak memory", p.ready, p.size, p.memory_bytes >> 20),
                 };
+                let detail = if p.prefork { format!("{detail} (children forked from its template ahead)") } else { detail };
                 outln!("  [{}] {:<16} {detail}", if ok { "ok" } else { "FAIL" }, p.profile);
             }
         }
