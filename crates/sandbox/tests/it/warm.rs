@@ -329,27 +329,40 @@ fn killing_the_template_fails_nothing_and_sigterm_leaves_nothing_behind() {
     assert!(!metrics.contains("sandbox_warm_hits 0"), "{metrics}");
     template_cgroups.extend(templates_below(server_pid).into_iter().flat_map(cgroup_dirs_of));
     assert!(!template_cgroups.is_empty());
+    // The children forked ahead waiting now: their sandboxes' cgroups must go too.
+    for profile in ["py-analysis-warm", "python-analysis"] {
+        wait_pool(&s, profile);
+    }
+    let waiting = template_children_below(server_pid);
+    let member_cgroups: Vec<String> = waiting.iter().flat_map(|p| cgroup_dirs_of(*p)).collect();
+    assert!(member_cgroups.iter().any(|c| c.contains("/pool-")), "{member_cgroups:?}");
+    template_cgroups.extend(member_cgroups);
     let data = s.data.clone();
     assert!(s.terminate().success());
-    // Nothing of the templates or their executions is left: processes, directories, cgroups, mounts.
+    // Nothing of the templates, their children or executions is left: processes, directories,
+    // cgroups, mounts.
     assert!(templates_below(server_pid).is_empty());
+    for pid in &waiting {
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "a child forked ahead ({pid}) is left");
+    }
     let left: Vec<_> = std::fs::read_dir(data.join("executions")).map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
     assert!(left.is_empty(), "left in the executions directory: {left:?}");
     for cg in &template_cgroups {
-        assert!(!Path::new(cg).exists(), "template cgroup {cg} is left");
+        assert!(!Path::new(cg).exists(), "cgroup {cg} is left");
     }
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mountinfo.contains(data.to_str().unwrap()), "a mount under {} is left", data.display());
 }
 
-/// The cgroup directories (v1: one per hierarchy; v2: one) host process `pid` is in.
+/// The cgroup directories (v1: one per hierarchy; v2: one) of a template or pooled sandbox that
+/// host process `pid` is in.
 fn cgroup_dirs_of(pid: i32) -> Vec<String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
     text.lines()
         .filter_map(|l| {
             let mut f = l.splitn(3, ':');
             let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
-            if !path.contains("template-") {
+            if !path.contains("template-") && !path.contains("pool-") {
                 return None;
             }
             let hierarchy = match controllers {
