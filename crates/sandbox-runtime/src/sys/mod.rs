@@ -226,10 +226,20 @@ pub fn pidfd_send_signal(pidfd: std::os::fd::BorrowedFd<'_>, signal: i32) -> io:
 }
 
 /// Puts thread `tid` back under the normal time-sharing policy (`SCHED_OTHER`, priority 0;
-/// `sched_setscheduler(2)`): a pre-forked warm child waits under `SCHED_IDLE`, which it cannot
-/// leave by itself, and the engine (privileged) lifts it when an execution takes the child.
+/// `sched_setscheduler(2)`) if it runs under `SCHED_IDLE`, and leaves any other policy alone
+/// (so a pid reused by another process since it was listed is not demoted): a child forked
+/// ahead waits under `SCHED_IDLE`, which it cannot leave by itself, and the engine (privileged)
+/// lifts it when an execution takes the child.
 /// Errors: the kernel's errno (ESRCH when no such thread exists).
 pub fn sched_normal(tid: i32) -> io::Result<()> {
+    // SAFETY: plain integer argument.
+    let policy = unsafe { libc::sched_getscheduler(tid) };
+    if policy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if policy & !libc::SCHED_RESET_ON_FORK != libc::SCHED_IDLE {
+        return Ok(());
+    }
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: a thread id, a policy constant and a pointer to a live sched_param.
     if unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) } != 0 {
@@ -370,5 +380,26 @@ pub mod warm_ffi {
     #[unsafe(no_mangle)]
     pub extern "C" fn sandbox_warm_enter(ctl_fd: i32) -> i32 {
         crate::warm::enter(ctl_fd)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `sched_normal` lifts `SCHED_IDLE` and leaves every other policy as it is.
+    #[test]
+    fn sched_normal_lifts_only_sched_idle() {
+        let policy_of = |pid: i32| unsafe { libc::sched_getscheduler(pid) };
+        for (set, want) in [(libc::SCHED_IDLE, libc::SCHED_OTHER), (libc::SCHED_BATCH, libc::SCHED_BATCH), (libc::SCHED_OTHER, libc::SCHED_OTHER)] {
+            let mut child = std::process::Command::new("sleep").arg("10").spawn().expect("sleep runs");
+            let pid = i32::try_from(child.id()).unwrap();
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: a live child's pid, a policy constant and a pointer to a live sched_param.
+            assert_eq!(unsafe { libc::sched_setscheduler(pid, set, &param) }, 0, "{}", std::io::Error::last_os_error());
+            super::sched_normal(pid).expect("lifted");
+            assert_eq!(policy_of(pid), want, "policy {set}");
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        assert!(super::sched_normal(i32::MAX).is_err(), "no such thread: ESRCH");
     }
 }
