@@ -388,6 +388,7 @@ mod tests {
     /// `sched_normal` lifts `SCHED_IDLE` and leaves every other policy as it is.
     #[test]
     fn sched_normal_lifts_only_sched_idle() {
+        // SAFETY: plain integer argument.
         let policy_of = |pid: i32| unsafe { libc::sched_getscheduler(pid) };
         for (set, want) in [(libc::SCHED_IDLE, libc::SCHED_OTHER), (libc::SCHED_BATCH, libc::SCHED_BATCH), (libc::SCHED_OTHER, libc::SCHED_OTHER)] {
             let mut child = std::process::Command::new("sleep").arg("10").spawn().expect("sleep runs");
