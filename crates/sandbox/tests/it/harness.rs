@@ -184,6 +184,19 @@ fn sys_exit_and_process_exit_keep_their_codes() {
     assert_eq!((r.status(), r.status, r.json.get("error")), ("error", 9, None), "{r:?}");
 }
 
+/// The harness ends a TypeScript program once the last 'exit' listener has run: the program's
+/// own listeners, added before the harness's last one or after it (a timer), all run, and its
+/// exit code stays.
+#[test]
+fn typescript_exit_listeners_run_and_the_exit_code_stays() {
+    let code = "process.exitCode = 4;
+                process.on('exit', (c) => console.log('first', c));
+                setTimeout(() => process.on('exit', (c) => console.log('late', c)), 1);
+";
+    let r = run("typescript-default", code, &[]);
+    assert_eq!((r.status(), r.status, r.stdout()), ("error", 4, "first 4\nlate 4\n"), "{r:?}");
+}
+
 #[test]
 fn input_needs_the_function_harness_and_valid_json() {
     let r = run("python-default", "print(1)", &["--input", "{}"]);
