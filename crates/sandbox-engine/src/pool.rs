@@ -443,8 +443,7 @@ impl Pools {
     fn make(&self, profile_name: &str, preload: &[String]) -> Result<Member, String> {
         let profile = self.opts.config.profiles.get(profile_name).ok_or("profile vanished")?;
         let id = format!("pool-{}", uuid::Uuid::now_v7());
-        let prepared = Prepared::new_member(&self.opts, &self.layout, &id, profile, preload)
-            .map_err(|e| std::iter::successors(Some(&e as &dyn std::error::Error), |c| c.source()).map(ToString::to_string).collect::<Vec<_>>().join(": "))?;
+        let prepared = Prepared::new_member(&self.opts, &self.layout, &id, profile, preload).map_err(|e| sandbox_runtime::selftest::chain(&e))?;
         let (side_read, side_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
         let (engine_end, helper_end) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
         let mut cmd = std::process::Command::new(&self.opts.helper);
@@ -485,8 +484,7 @@ impl Pools {
     fn make_forked(&self, profile_name: &str, template: &Template) -> Result<Member, String> {
         let profile = self.opts.config.profiles.get(profile_name).ok_or("profile vanished")?;
         let id = format!("pool-{}", uuid::Uuid::now_v7());
-        let prepared = Prepared::new_template_member(&self.opts, &self.layout, &id, profile)
-            .map_err(|e| std::iter::successors(Some(&e as &dyn std::error::Error), |c| c.source()).map(ToString::to_string).collect::<Vec<_>>().join(": "))?;
+        let prepared = Prepared::new_template_member(&self.opts, &self.layout, &id, profile).map_err(|e| sandbox_runtime::selftest::chain(&e))?;
         let (side_read, side_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
         let request = crate::supervise::fork_fds(&prepared, side_write).map_err(|e| e.message())?;
         // Copies while waiting stay within half its memory limit: the rest is the execution's.

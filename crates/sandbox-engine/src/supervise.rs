@@ -10,7 +10,7 @@ use base64::Engine as _;
 use command_fds::{CommandFdExt, FdMapping};
 use nix::sys::signal::Signal;
 use sandbox_core::network::NetworkReport;
-use sandbox_core::wire::{ExecError, ResourceUsage};
+use sandbox_core::wire::{ExecError, ResourceUsage, WarmStart};
 use sandbox_core::{Admitted, ExecutionResult, Language, Status};
 use sandbox_runtime::cgroup::Usage;
 use sandbox_runtime::spec::{Event, CONTROL_FD, RESULT_FD};
@@ -61,12 +61,8 @@ pub(crate) struct RunOutcome {
     run_ms: u64,
     landlock_abi: u32,
     network: Option<NetworkReport>,
-    /// Forked from a template, or run in a pooled sandbox.
-    pub(crate) warm: bool,
-    /// Run in a pooled sandbox whose interpreter was started for it.
-    pub(crate) pooled: bool,
-    /// Run in a template's child forked before the request (a pool's member).
-    pub(crate) prefork: bool,
+    /// How it started warm; `None`: cold.
+    pub(crate) warm_start: Option<WarmStart>,
 }
 
 /// Why an execution could not be run to its end (status `internal_error`, the message naming
@@ -170,11 +166,9 @@ pub(crate) async fn run(
     member: Option<MemberLaunch>,
 ) -> RunOutcome {
     if let Some(m) = member {
-        let prefork = m.warm_child.is_some();
+        let how = if m.warm_child.is_some() { WarmStart::Prefork } else { WarmStart::Pool };
         let (Ok(mut out) | Err(mut out)) = attempt(opts, prepared, a, received, output, abort, Start::Pooled(m)).await;
-        out.warm = true;
-        out.pooled = !prefork;
-        out.prefork = prefork;
+        out.warm_start = Some(how);
         return out;
     }
     if let Some(templates) = templates {
@@ -182,7 +176,7 @@ pub(crate) async fn run(
             match attempt(opts, prepared, a, received, output.clone(), abort.clone(), Start::Warm(template)).await {
                 Ok(mut out) => {
                     templates.counters.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    out.warm = true;
+                    out.warm_start = Some(WarmStart::Template);
                     return out;
                 }
                 Err(why) => {
@@ -600,13 +594,8 @@ pub(crate) fn fill_result(r: &mut ExecutionResult, a: &Admitted, run: RunOutcome
     r.network = run.network;
     r.timed_out = run.timed_out;
     r.timing.setup_ms = run.setup_ms;
-    r.timing.warm = run.warm;
-    r.timing.warm_start = match (run.warm, run.pooled, run.prefork) {
-        (false, _, _) => None,
-        (true, _, true) => Some(sandbox_core::wire::WarmStart::Prefork),
-        (true, true, false) => Some(sandbox_core::wire::WarmStart::Pool),
-        (true, false, false) => Some(sandbox_core::wire::WarmStart::Template),
-    };
+    r.timing.warm = run.warm_start.is_some();
+    r.timing.warm_start = run.warm_start;
     r.timing.run_ms = run.run_ms;
     r.resource_usage = ResourceUsage { cpu_time_ms: usage.cpu_time_ms, peak_memory_bytes: usage.peak_memory_bytes };
     if let Some(e) = r.enforcement.as_mut() {

@@ -205,14 +205,8 @@ impl Templates {
     /// Starts a template, in the background, for every warm profile that `runnable` accepts
     /// (its environment installed, its runtime present).
     pub fn start(self: &Arc<Self>, runnable: impl Fn(&str) -> bool) {
-        let names: Vec<String> = self
-            .opts
-            .config
-            .profiles
-            .iter()
-            .filter(|(name, p)| p.warm.mode == WarmMode::Template && p.language == Language::Python && runnable(name))
-            .map(|(name, _)| name.clone())
-            .collect();
+        let names: Vec<String> =
+            self.opts.config.profiles.iter().filter(|(name, _)| self.serves(name) && runnable(name)).map(|(name, _)| name.clone()).collect();
         for name in names {
             self.spawn_start(name, Duration::ZERO);
         }

@@ -79,10 +79,10 @@ pub struct RunArgs {
     /// profile's `[warm] mode` says): `--warm` (`--warm=fork`): a Python profile forks from a
     /// template, a TypeScript one runs in a pre-started pooled sandbox; `--warm=prefork`: a
     /// Python profile runs in a child its template forked and sandboxed before the execution;
-    /// `--warm=pool`: either runs in a pre-started pooled sandbox. Starts the template or pool, waits until it is
-    /// ready, runs, and stops it. Slower than a cold run for one execution; for checking the
-    /// warm paths. A profile that cannot start warm (an allowlist network) runs cold, and says
-    /// so on stderr.
+    /// `--warm=pool`: either runs in a pre-started pooled sandbox. Starts the template or pool,
+    /// waits until it is ready, runs, and stops it. Slower than a cold run for one execution;
+    /// for checking the warm paths. A profile that cannot start warm (an allowlist network)
+    /// runs cold, and says so on stderr.
     #[arg(long, value_enum, num_args = 0..=1, require_equals = true, default_missing_value = "fork", value_name = "HOW")]
     warm: Option<WarmStart>,
     /// Run on a `sandbox serve` at this URL (e.g. http://127.0.0.1:8080) instead of locally.

@@ -80,8 +80,7 @@ def warm_up_pandas(pd, csv):
     frame = pd.read_csv(csv)
     dated = pd.read_csv(csv, parse_dates=["date"])
     numeric = ["count", "value", "weight"]
-    clean = frame.dropna(subset=numeric)
-    f"{len(frame)} {len(clean)}"
+    frame.dropna(subset=numeric)
     frame.groupby("group")[numeric].agg(["count", "mean", "std", "min", "max", "sum", "median"]).round(3).to_string()
     frame.groupby(["group", "kind"]).size().unstack(fill_value=0).to_string()
     frame.describe().to_string()
@@ -94,7 +93,6 @@ def warm_up_pandas(pd, csv):
     dated.set_index("date")["value"].resample("W").mean()
     frame.to_csv(io.StringIO(), index=False)
     frame.to_json()
-    return clean
 
 
 def warm_up_pyplot(plt, png):
@@ -200,14 +198,14 @@ def wait_for_go(budget):
     table entries of (those the template had touched: shared copy-on-write until written) are
     copied, a step at a time, `budget` bytes at most (the rest of its memory limit is the
     execution's)."""
-    if LIBC[0] is not None:
+    if LIBC is not None:
         try:
-            for start, end in shared_ranges(LIBC[0]):
+            for start, end in shared_ranges(LIBC):
                 while start < end and budget > 0:
                     if select.select([0], [], [], 0)[0]:
                         return os.read(0, 1)
                     n = min(PREFAULT_STEP, end - start, budget)
-                    if LIBC[0].madvise(start, n, MADV_POPULATE_WRITE) != 0:
+                    if LIBC.madvise(start, n, MADV_POPULATE_WRITE) != 0:
                         return os.read(0, 1)  # e.g. EINVAL before Linux 5.14: faults on demand
                     start += n
                     budget -= n
@@ -237,9 +235,9 @@ def shared_ranges(libc):
             yield lo + m.start() * PAGE, lo + m.end() * PAGE
 
 
-# libc, with madvise and mincore typed, bound once in the template (None where ctypes cannot
-# reach them).
-LIBC = [None]
+# libc, with madvise and mincore typed, bound once in the template by main() (None where ctypes
+# cannot reach them).
+LIBC = None
 
 
 def blas_threads(n):
@@ -342,11 +340,12 @@ def main():
     lib = ctypes.CDLL(os.environ.pop("SANDBOX_WARM_LIB"))
     lib.sandbox_warm_enter.argtypes = [ctypes.c_int]
     lib.sandbox_warm_enter.restype = ctypes.c_int
+    global LIBC
     try:
         libc = ctypes.CDLL(None)
         libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
         libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-        LIBC[0] = libc
+        LIBC = libc
     except (OSError, AttributeError):
         pass
     spec = importlib.util.spec_from_file_location("_sandbox_harness", "/code/_sandbox_harness.py")

@@ -271,12 +271,12 @@ fn templates_below(root: u32) -> Vec<i32> {
 
 /// Host pids of the children templates below `root` forked (at an execution's start or ahead).
 fn template_children_below(root: u32) -> Vec<i32> {
-    processes_below(root, "_sandbox_template.py").into_iter().filter(|p| templates_below(root).contains(&parent_pid(*p))).collect()
+    let templates = templates_below(root);
+    processes_below(root, "_sandbox_template.py").into_iter().filter(|p| templates.contains(&parent_pid(*p))).collect()
 }
 
 fn parent_pid(pid: i32) -> i32 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
+    u32::try_from(pid).ok().and_then(sandbox_runtime::process::parent_of).and_then(|p| i32::try_from(p).ok()).unwrap_or(0)
 }
 
 fn parent_argv0(pid: i32) -> String {
