@@ -14,6 +14,7 @@ pub mod environment;
 pub mod pool;
 mod prepare;
 pub mod service;
+mod spare;
 mod supervise;
 pub mod typescript;
 pub mod warm;
@@ -120,6 +121,9 @@ pub struct Engine {
     pools: std::sync::OnceLock<Arc<pool::Pools>>,
     /// The last self-test's verdict and when it ran ([`Engine::readiness`]).
     readiness: std::sync::Mutex<Option<(Instant, Result<(), String>)>>,
+    /// A helper started ahead for the next cold start ([`Engine::start_spare_helper`],
+    /// [`Engine::keep_spare_helper`]).
+    spare: spare::Spare,
 }
 
 /// How long a self-test's verdict stands for [`Engine::readiness`].
@@ -148,6 +152,7 @@ impl Engine {
             };
             host.checks.push(check);
         }
+        let spare = spare::Spare::new(opts.helper.clone());
         Self {
             opts: Arc::new(opts),
             host,
@@ -156,6 +161,28 @@ impl Engine {
             templates: std::sync::OnceLock::new(),
             pools: std::sync::OnceLock::new(),
             readiness: std::sync::Mutex::new(None),
+            spare,
+        }
+    }
+
+    /// Starts one helper now, on the calling thread, for the next cold start (`sandbox run`:
+    /// the helper's exec and loading then overlap the audit `begin` and the sandbox's
+    /// preparation). The helper holds nothing of any execution until that start sends it a
+    /// spec; see `spare.rs`. Allowlist profiles do not use it. The calling thread must outlive
+    /// that execution (the helper's parent-death signal follows it): the main thread, a
+    /// runtime worker, not tokio's blocking pool. A failure is logged, and the cold start then
+    /// starts its own helper. [`Engine::stop_warm`] kills an unused one.
+    pub fn start_spare_helper(&self) {
+        if self.host.first_failure().is_none() {
+            self.spare.start_one();
+        }
+    }
+
+    /// Keeps one helper started for the next cold start from now on (`serve`, `mcp`): a thread
+    /// of its own starts another after each is taken. Until [`Engine::stop_warm`].
+    pub fn keep_spare_helper(&self) {
+        if self.host.first_failure().is_none() {
+            self.spare.keep();
         }
     }
 
@@ -270,8 +297,10 @@ impl Engine {
         self.pools.get()
     }
 
-    /// Stops every warm template and pool (after the service drained): nothing of them is left.
+    /// Stops every warm template and pool and the spare helper (after the service drained):
+    /// nothing of them is left.
     pub fn stop_warm(&self) {
+        self.spare.stop();
         if let Some(p) = self.pools.get() {
             p.shutdown();
         }
@@ -556,7 +585,7 @@ impl Engine {
         };
         result.enforcement = Some(Enforcement { cgroup: cgroup_version(&layout), landlock_abi: 0, seccomp: true, network: admitted.profile.network.mode() });
         let templates = self.templates.get();
-        let run = supervise::run(&self.opts, &mut prepared, &admitted, received, output, self.abort.subscribe(), templates, member).await;
+        let run = supervise::run(&self.opts, &self.spare, &mut prepared, &admitted, received, output, self.abort.subscribe(), templates, member).await;
         let collect_start = Instant::now();
         // The cgroup kill loop, usage, reading output files and teardown (unmounts, rmdir
         // retries): on a blocking thread, so a slow teardown stalls only this execution.

@@ -30,19 +30,17 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use command_fds::{CommandFdExt, FdMapping};
 use sandbox_core::profile::WarmMode;
 use sandbox_core::Admitted;
 use sandbox_runtime::cgroup::Layout;
-use sandbox_runtime::spec::{Event, CONTROL_FD, RESULT_FD};
-use sandbox_runtime::HELPER_ARGV0;
+use sandbox_runtime::spec::Event;
 
 use crate::prepare::Prepared;
+use crate::spare::{IdleHelper, Reaped};
 use crate::warm::{Template, Templates};
 use crate::EngineOptions;
 
@@ -135,18 +133,6 @@ pub(crate) struct MemberLaunch {
     pub(crate) side: OwnedFd,
     /// The landlock ABI in force, as `Spawned` reported it.
     pub(crate) landlock_abi: u32,
-}
-
-/// A helper process that is killed and reaped (on a thread of its own) if dropped unreaped.
-pub(crate) struct Reaped(pub(crate) Option<std::process::Child>);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = std::thread::Builder::new().name("reap-helper".into()).spawn(move || c.wait());
-        }
-    }
 }
 
 impl Drop for Member {
@@ -444,34 +430,19 @@ impl Pools {
         let profile = self.opts.config.profiles.get(profile_name).ok_or("profile vanished")?;
         let id = format!("pool-{}", uuid::Uuid::now_v7());
         let prepared = Prepared::new_member(&self.opts, &self.layout, &id, profile, preload).map_err(|e| sandbox_runtime::selftest::chain(&e))?;
-        let (side_read, side_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
-        let (engine_end, helper_end) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
-        let mut cmd = std::process::Command::new(&self.opts.helper);
-        cmd.arg0(HELPER_ARGV0).env_clear().stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-        cmd.fd_mappings(vec![FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD }, FdMapping { parent_fd: side_write, child_fd: RESULT_FD }])
-            .map_err(|e| format!("fd mapping: {e}"))?;
-        let spawned = cmd.spawn();
-        // Only the helper and init hold the helper's ends now: EOF means both have exited.
-        drop(cmd);
-        let mut helper = spawned.map_err(|e| format!("spawning the helper {}: {e}", self.opts.helper.display()))?;
-        let pipes = (helper.stdin.take(), helper.stdout.take(), helper.stderr.take());
-        let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
-            let _ = helper.kill();
-            let _ = helper.wait();
-            return Err("the helper has no stdio pipes".into());
-        };
-        let helper_pid = i32::try_from(helper.id()).ok();
+        let idle = IdleHelper::spawn(&self.opts.helper, false).map_err(|e| e.message())?;
+        let helper_pid = idle.helper.pid();
         // From here on, dropping the member kills and reaps everything of it.
         let member = Member {
             prepared: Some(prepared),
             launch: Some(MemberLaunch {
-                helper: Reaped(Some(helper)),
+                helper: idle.helper,
                 warm_child: None,
-                ctl: engine_end,
-                stdin: stdin.into(),
-                stdout: stdout.into(),
-                stderr: stderr.into(),
-                side: side_read,
+                ctl: idle.ctl,
+                stdin: idle.stdin,
+                stdout: idle.stdout,
+                stderr: idle.stderr,
+                side: idle.side,
                 landlock_abi: 0,
             }),
             born: Instant::now(),

@@ -2,24 +2,22 @@
 //! their caps, enforce the wall-clock timeout (SIGTERM to everything via init, a grace period,
 //! then SIGKILL of the pid namespace), and turn what happened into the result's fields.
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use command_fds::{CommandFdExt, FdMapping};
 use nix::sys::signal::Signal;
 use sandbox_core::network::NetworkReport;
 use sandbox_core::wire::{ExecError, ResourceUsage, WarmStart};
 use sandbox_core::{Admitted, ExecutionResult, Language, Status};
 use sandbox_runtime::cgroup::Usage;
-use sandbox_runtime::spec::{Event, CONTROL_FD, RESULT_FD};
-use sandbox_runtime::HELPER_ARGV0;
+use sandbox_runtime::spec::Event;
 use std::pin::Pin;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 
 use crate::pool::MemberLaunch;
+use crate::spare::{IdleHelper, Reaped, Spare};
 use crate::warm::{Template, Templates};
 use tokio::sync::{mpsc, Notify};
 
@@ -153,10 +151,12 @@ const DRAIN_PATIENCE: Duration = Duration::from_secs(2);
 
 /// Runs the prepared execution to its end: in `member` when the execution took a pooled sandbox
 /// (`prepared` is then that member's), else forked from a template of `templates` when one is
-/// ready (falling back to a cold start if the template cannot start it), else cold.
+/// ready (falling back to a cold start if the template cannot start it), else cold (with the
+/// helper waiting in `spare` when there is one).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     opts: &EngineOptions,
+    spare: &Spare,
     prepared: &mut Prepared,
     a: &Admitted,
     received: Instant,
@@ -167,13 +167,13 @@ pub(crate) async fn run(
 ) -> RunOutcome {
     if let Some(m) = member {
         let how = if m.warm_child.is_some() { WarmStart::Prefork } else { WarmStart::Pool };
-        let (Ok(mut out) | Err(mut out)) = attempt(opts, prepared, a, received, output, abort, Start::Pooled(m)).await;
+        let (Ok(mut out) | Err(mut out)) = attempt(opts, spare, prepared, a, received, output, abort, Start::Pooled(m)).await;
         out.warm_start = Some(how);
         return out;
     }
     if let Some(templates) = templates {
         if let Some(template) = templates.checkout(&a.profile_name) {
-            match attempt(opts, prepared, a, received, output.clone(), abort.clone(), Start::Warm(template)).await {
+            match attempt(opts, spare, prepared, a, received, output.clone(), abort.clone(), Start::Warm(template)).await {
                 Ok(mut out) => {
                     templates.counters.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     out.warm_start = Some(WarmStart::Template);
@@ -189,7 +189,7 @@ pub(crate) async fn run(
         }
         templates.counters.cold_fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    match attempt(opts, prepared, a, received, output, abort, Start::Cold).await {
+    match attempt(opts, spare, prepared, a, received, output, abort, Start::Cold).await {
         Ok(out) | Err(out) => out,
     }
 }
@@ -210,21 +210,23 @@ struct Launched {
     stdin: Option<Pin<Box<dyn AsyncWrite + Send>>>,
     stdout: Pin<Box<dyn AsyncRead + Send>>,
     stderr: Pin<Box<dyn AsyncRead + Send>>,
-    /// The cold path's helper process.
-    helper: Option<tokio::process::Child>,
+    /// The helper process: a cold start's, or a pooled sandbox's (none for a template's child).
+    helper: Option<Reaped>,
     /// The warm child's host pid: its only child is the execution's pid 1.
     warm_child: Option<i32>,
-    /// A pooled sandbox's helper (none for a template's pre-forked child), and the landlock ABI
-    /// its `Spawned` reported (the program is running already; the go byte goes before the stdin).
-    pooled: Option<(Option<std::process::Child>, u32)>,
+    /// A pooled sandbox: the landlock ABI its `Spawned` reported (the program is running
+    /// already; the go byte goes before the stdin).
+    pooled: Option<u32>,
     network: Option<Network>,
     spawned_at: Instant,
 }
 
 /// Starts the sandbox and supervises it. `Err` carries an outcome whose program never started
 /// (for a warm start: the caller then starts it cold).
+#[allow(clippy::too_many_arguments)]
 async fn attempt(
     opts: &EngineOptions,
+    spare: &Spare,
     prepared: &mut Prepared,
     a: &Admitted,
     received: Instant,
@@ -242,24 +244,24 @@ async fn attempt(
     }
     let (side_read, launched) = match start {
         Start::Pooled(m) => {
-            let MemberLaunch { mut helper, warm_child, ctl, stdin, stdout, stderr, side, landlock_abi } = m;
-            let launched = match (helper.0.take(), warm_child) {
+            let MemberLaunch { helper, warm_child, ctl, stdin, stdout, stderr, side, landlock_abi } = m;
+            let launched = match (&helper.0, warm_child) {
                 (None, None) => Err(SuperviseError::PooledHelperGone),
-                (helper, _) => launch_pooled(helper, warm_child, ctl, [stdin, stdout, stderr], landlock_abi),
+                _ => launch_pooled(helper, warm_child, ctl, [stdin, stdout, stderr], landlock_abi),
             };
             (side, launched)
         }
-        Start::Cold | Start::Warm(_) => {
+        Start::Cold => match launch_cold(opts, spare, a) {
+            Ok((side, launched)) => (side, Ok(launched)),
+            Err(e) => bail!(e),
+        },
+        Start::Warm(t) => {
             // The harness's side channel: the program writes its return value or error to fd 4.
             let (side_read, side_write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
                 Ok(p) => p,
                 Err(e) => bail!(SuperviseError::Descriptor { what: "pipe", source: e.into() }),
             };
-            let launched = match start {
-                Start::Warm(t) => launch_warm(prepared, a, side_write, t).await,
-                _ => launch_cold(opts, prepared, a, side_write),
-            };
-            (side_read, launched)
+            (side_read, launch_warm(prepared, a, side_write, t).await)
         }
     };
     let side_read = match tokio::net::unix::pipe::Receiver::from_owned_fd(side_read).map_err(SuperviseError::descriptor("side channel")) {
@@ -273,7 +275,7 @@ async fn attempt(
     let (ctl_read, mut ctl_write) = l.ctl.into_split();
     let mut exec_at: Option<Instant> = None;
     let mut stdin_data = a.stdin.clone();
-    if let Some((_, landlock_abi)) = &l.pooled {
+    if let Some(landlock_abi) = &l.pooled {
         // The program runs already: its clock starts now. Its code and `_sandbox_run.json` are
         // in /code (`Prepared::fill_member`); one newline on its stdin says go, and the rest of
         // stdin is the program's.
@@ -317,7 +319,7 @@ async fn attempt(
                         let (pid, parent) = match l.warm_child {
                             // pid 1 of a warm child cannot name its host pid: it is the child's only child.
                             Some(child) => (crate::warm::only_child(child), Some(child)),
-                            None => (Some(init_pid), l.helper.as_ref().and_then(|h| h.id()).and_then(|p| i32::try_from(p).ok())),
+                            None => (Some(init_pid), l.helper.as_ref().and_then(Reaped::pid)),
                         };
                         prepared.set_init(pid, parent);
                     }
@@ -364,12 +366,9 @@ async fn attempt(
         }
     }
     let ended = Instant::now();
-    if let Some(mut helper) = l.helper.take() {
-        let _ = helper.wait().await;
-    }
-    if let Some((Some(mut helper), _)) = l.pooled.take() {
+    if let Some(helper) = l.helper.take() {
         // It has exited (the control socket's EOF says so): this only reaps it.
-        let _ = tokio::task::spawn_blocking(move || helper.wait()).await;
+        helper.reap().await;
     }
     out.network = l.network.take().map(Network::finish);
     // Every process of the sandbox is gone once init is; the pipes close with them.
@@ -402,46 +401,40 @@ async fn attempt(
 }
 
 /// Cold start: our binary re-executed as the helper, with the control socket on fd 3, the side
-/// channel on fd 4 and, for allowlist profiles, the network channel on fd 5.
-fn launch_cold(opts: &EngineOptions, _prepared: &Prepared, a: &Admitted, side_write: std::os::fd::OwnedFd) -> Result<Launched, SuperviseError> {
-    let (engine_end, helper_end) = std::os::unix::net::UnixStream::pair().map_err(SuperviseError::descriptor("socketpair"))?;
-    let mut cmd = tokio::process::Command::new(&opts.helper);
-    cmd.arg0(HELPER_ARGV0).env_clear().stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    let mut fds = vec![FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD }, FdMapping { parent_fd: side_write, child_fd: RESULT_FD }];
-    // Allowlist profiles: a second socket on which the helper sends the sandbox's TUN device.
-    let mut net_channel = None;
-    if let sandbox_core::network::Network::Allowlist(allow) = &a.profile.network {
-        let (engine, helper) = std::os::unix::net::UnixStream::pair().map_err(SuperviseError::descriptor("socketpair"))?;
-        fds.push(FdMapping { parent_fd: helper.into(), child_fd: sandbox_runtime::tun::NET_FD });
-        net_channel = Some((engine, allow));
-    }
-    cmd.fd_mappings(fds).map_err(|e| SuperviseError::Descriptor { what: "fd mapping", source: std::io::Error::other(e) })?;
-    let spawned_at = Instant::now();
-    let spawned = cmd.spawn();
-    // The command holds the helper's end of the control socket; drop it so that end's only
-    // copies live in the helper and init, and EOF means both have exited.
-    drop(cmd);
-    let mut child = spawned.map_err(|source| SuperviseError::SpawnHelper { helper: opts.helper.clone(), source })?;
-    let network = net_channel.map(|(channel, allow)| Network::start(channel, allow, opts.config.network.upstream_dns));
-    let ctl =
-        engine_end.set_nonblocking(true).and_then(|()| tokio::net::UnixStream::from_std(engine_end)).map_err(SuperviseError::descriptor("control socket"))?;
-    let stdin = child.stdin.take().map(|p| Box::pin(p) as Pin<Box<dyn AsyncWrite + Send>>);
-    let stdout = Box::pin(child.stdout.take().ok_or(SuperviseError::MissingPipe("stdout"))?);
-    let stderr = Box::pin(child.stderr.take().ok_or(SuperviseError::MissingPipe("stderr"))?);
-    Ok(Launched { ctl, stdin, stdout, stderr, helper: Some(child), warm_child: None, pooled: None, network, spawned_at })
+/// channel on fd 4 and, for allowlist profiles, the network channel on fd 5: the one waiting
+/// in `spare` when there is one (not for an allowlist), else started now. Returns the side
+/// channel's read end and the launch; the spec is sent by the caller.
+fn launch_cold(opts: &EngineOptions, spare: &Spare, a: &Admitted) -> Result<(std::os::fd::OwnedFd, Launched), SuperviseError> {
+    let allow = match &a.profile.network {
+        sandbox_core::network::Network::Allowlist(allow) => Some(allow),
+        sandbox_core::network::Network::None => None,
+    };
+    let idle = match allow {
+        None => spare.take(),
+        Some(_) => None,
+    };
+    let IdleHelper { helper, ctl, stdin, stdout, stderr, side, net } = match idle {
+        Some(h) => h,
+        None => IdleHelper::spawn(&opts.helper, allow.is_some())?,
+    };
+    let mut l = async_ends(ctl, stdin, stdout, stderr, Instant::now())?;
+    l.helper = Some(helper);
+    l.network = net.zip(allow).map(|(channel, allow)| Network::start(channel, allow, opts.config.network.upstream_dns));
+    Ok((side, l))
 }
 
 /// Pooled start: the member's helper (or, for a template's pre-forked child, that child's host
 /// pid) and pipes, its program waiting for its go byte.
 fn launch_pooled(
-    helper: Option<std::process::Child>,
+    helper: Reaped,
     warm_child: Option<i32>,
     ctl: std::os::unix::net::UnixStream,
     [stdin, stdout, stderr]: [std::os::fd::OwnedFd; 3],
     landlock_abi: u32,
 ) -> Result<Launched, SuperviseError> {
     let mut l = async_ends(ctl, stdin, stdout, stderr, Instant::now())?;
-    l.pooled = Some((helper, landlock_abi));
+    l.helper = helper.0.is_some().then_some(helper);
+    l.pooled = Some(landlock_abi);
     l.warm_child = warm_child;
     Ok(l)
 }

@@ -30,6 +30,12 @@ pub(crate) const NAMESPACES: CloneFlags = CloneFlags::CLONE_NEWUSER
 /// Entry point of the helper process. Reads the [`SpawnSpec`] from fd 3, reports [`Event`]s on
 /// it, and exits 0 when init ran to its end, 1 when set-up failed (a `failed` event says why).
 pub fn helper_main() -> ! {
+    // Only stdio, the control socket, the side channel and the network channel (0-5) are the
+    // helper's. Anything else came from the engine's own environment without close-on-exec (a
+    // shell's or a test runner's descriptors): closed before anything, since a helper started
+    // ahead (`spare.rs`) may wait long for its spec. A kernel without close_range (before
+    // 5.9) keeps them until `cloexec_from` below keeps them from the program.
+    let _ = sys::close_from(6);
     let ctl = match sys::take_control_socket(CONTROL_FD) {
         Ok(s) => s,
         Err(_) => std::process::exit(2),

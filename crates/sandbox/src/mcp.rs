@@ -18,6 +18,7 @@ pub fn stdio(config: Config, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
         anyhow::bail!("{why}");
     }
     let engine = Arc::new(engine);
+    engine.keep_spare_helper();
     if let Err(why) = engine.enable_warm() {
         tracing::warn!(reason = %why, "warm starts are off: every execution starts cold");
     }

@@ -125,7 +125,13 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
             }
         }
     }
+    // A cold start's helper is started now, so that its exec and loading overlap the audit
+    // `begin` and the sandbox's preparation (an allowlist profile starts its own at its run).
+    let spare = args.warm.is_none() && config.profiles.get(&request.profile).is_some_and(|p| p.network == sandbox_core::network::Network::None);
     let (engine, _audit) = crate::audit::engine(config, data_dir)?;
+    if spare {
+        engine.start_spare_helper();
+    }
     let engine = std::sync::Arc::new(engine);
     // A data directory no sandbox can use (`mktemp -d` makes one) is refused here, with the fix,
     // by the availability check every door makes (runtime_unavailable, exit 3).

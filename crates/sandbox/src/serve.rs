@@ -78,6 +78,8 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
         anyhow::bail!("{why}");
     }
     let engine = Arc::new(engine);
+    // Every cold start takes a helper started ahead (its exec off the critical path).
+    engine.keep_spare_helper();
     if !args.no_warm {
         // Templates start in the background; their profiles run cold until they are ready.
         if let Err(why) = engine.enable_warm() {

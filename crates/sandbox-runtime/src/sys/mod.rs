@@ -262,7 +262,8 @@ pub fn take_fd(fd: i32) -> io::Result<OwnedFd> {
 /// Errors: the kernel's errno.
 pub fn close_from(first: u32) -> io::Result<()> {
     // SAFETY: close_range only closes descriptors; the callers (a warm child about to wait and
-    // exit) own every descriptor at or above `first` and use none of them afterwards.
+    // exit, a helper at its start) own every descriptor at or above `first` and use none of
+    // them afterwards.
     let r = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
     if r == -1 {
         return Err(io::Error::last_os_error());

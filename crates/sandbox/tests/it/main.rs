@@ -23,6 +23,7 @@ mod oci;
 mod placement;
 mod pool;
 mod selftest;
+mod spare;
 mod timeouts;
 mod warm;
 

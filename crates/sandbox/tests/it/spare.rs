@@ -1,0 +1,138 @@
+//! Helpers started ahead of their cold start (`sandbox-engine/src/spare.rs`): a service keeps
+//! one waiting, `sandbox run` starts one beside its audit `begin`. Each holds nothing of any
+//! execution until its spec arrives, serves one execution, and leaves nothing behind.
+
+use super::http::Server;
+use super::*;
+
+/// The service's own children running our binary as the helper (`sandbox-init`), each with
+/// whether it has a child (an init, so it serves an execution) or waits for its spec.
+fn helpers_of(server: u32) -> Vec<(i32, bool)> {
+    let kids = std::fs::read_to_string(format!("/proc/{server}/task/{server}/children")).unwrap_or_default();
+    let mut all: Vec<String> = kids.split_whitespace().map(str::to_owned).collect();
+    // Threads fork too: a helper's parent may be any of the service's threads.
+    for t in std::fs::read_dir(format!("/proc/{server}/task")).map(|d| d.filter_map(Result::ok).collect::<Vec<_>>()).unwrap_or_default() {
+        all.extend(std::fs::read_to_string(t.path().join("children")).unwrap_or_default().split_whitespace().map(str::to_owned));
+    }
+    all.sort();
+    all.dedup();
+    all.into_iter()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .filter(|p| std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default().starts_with(b"sandbox-init\0"))
+        .map(|p| {
+            let children = std::fs::read_dir(format!("/proc/{p}/task"))
+                .map(|d| d.filter_map(Result::ok).any(|t| !std::fs::read_to_string(t.path().join("children")).unwrap_or_default().trim().is_empty()))
+                .unwrap_or(false);
+            (p, children)
+        })
+        .collect()
+}
+
+/// Whether `pid` is blocked reading its control socket (fd 3): `/proc/<pid>/syscall` names
+/// `read` (0) or `recvfrom` (45) on it. Until then it may still be loading.
+fn blocked_on_control_socket(pid: i32) -> bool {
+    let call = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+    call.starts_with("0 0x3 ") || call.starts_with("45 0x3 ")
+}
+
+/// The one helper of `server` waiting for its spec, once the service has started it and it
+/// blocks reading its control socket.
+#[track_caller]
+fn waiting_helper(server: u32) -> i32 {
+    let deadline = Instant::now() + slack(Duration::from_secs(30));
+    loop {
+        let waiting: Vec<i32> = helpers_of(server).into_iter().filter(|(p, busy)| !busy && blocked_on_control_socket(*p)).map(|(p, _)| p).collect();
+        match waiting.as_slice() {
+            [one] => return *one,
+            [] | [_, _, ..] if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            other => panic!(
+                "expected one waiting helper, found {other:?}; helpers (pid, busy, syscall): {:?}",
+                helpers_of(server)
+                    .into_iter()
+                    .map(|(p, b)| (p, b, std::fs::read_to_string(format!("/proc/{p}/syscall")).unwrap_or_default()))
+                    .collect::<Vec<_>>()
+            ),
+        }
+    }
+}
+
+#[test]
+fn a_services_spare_helper_holds_nothing_serves_once_survives_being_killed_and_is_gone_at_shutdown() {
+    // No warm pools: every execution here starts cold, so each takes the spare.
+    let mut s = Server::start_with("", &["--no-warm"]);
+    let server = s.pid();
+    let client = s.client(None);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let run = |code: &str| {
+        rt.block_on(client.execute(&sandbox_core::ExecutionRequest { profile: "python-default".into(), code: code.into(), ..Default::default() })).unwrap()
+    };
+
+    let first = waiting_helper(server);
+    // It holds nothing of an execution: an empty environment, no cgroup of one, no child, and
+    // no descriptor but its stdio, control socket, side channel and network channel (0-5).
+    assert_eq!(std::fs::read(format!("/proc/{first}/environ")).unwrap(), b"", "the spare's environment must be empty");
+    let cgroups = std::fs::read_to_string(format!("/proc/{first}/cgroup")).unwrap();
+    assert!(!cgroups.lines().any(|l| l.contains("/sandbox/")), "the spare joined an execution's cgroup before its spec: {cgroups}");
+    let fds: Vec<i32> = std::fs::read_dir(format!("/proc/{first}/fd")).unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    assert!(fds.iter().all(|fd| (0..=5).contains(fd)), "the spare holds descriptors beyond 0-5: {fds:?}");
+
+    // An execution takes it (it becomes that execution's helper: its uid, its namespaces) and
+    // another one is started for the next.
+    let r = run("import os; print(os.getuid())");
+    assert_eq!((r.status.as_str(), r.exit_code), ("ok", Some(0)), "{r:?}");
+    assert!(std::fs::metadata(format!("/proc/{first}")).is_err(), "the spare that served an execution must be gone after it");
+    let second = waiting_helper(server);
+    assert_ne!(second, first, "a helper serves one execution only");
+
+    // Killed from outside while waiting, it fails nothing: the next cold start uses another.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(second), nix::sys::signal::Signal::SIGKILL).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let r = run("print('after the kill')");
+    assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "after the kill\n"), "{r:?}");
+    let third = waiting_helper(server);
+    // Killed with no execution coming, it is replaced all the same (the refill thread checks).
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(third), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let deadline = Instant::now() + slack(Duration::from_secs(20));
+    let third = loop {
+        let now = helpers_of(server).into_iter().filter(|(p, busy)| *p != third && !busy && blocked_on_control_socket(*p)).map(|(p, _)| p).next();
+        match now {
+            Some(p) => break p,
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            None => panic!("the killed spare helper {third} was not replaced"),
+        }
+    };
+
+    // SIGTERM: the waiting helper goes with the service.
+    assert!(s.terminate().success());
+    let deadline = Instant::now() + slack(Duration::from_secs(10));
+    while std::fs::read(format!("/proc/{third}/cmdline")).is_ok_and(|c| c.starts_with(b"sandbox-init\0")) {
+        assert!(Instant::now() < deadline, "the spare helper {third} outlived the service");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(s.executions_left().is_empty(), "{:?}", s.executions_left());
+}
+
+/// `sandbox run` starts its helper before the audit `begin`; a request refused before it runs
+/// (here a timeout above the profile's maximum) leaves that helper behind nowhere.
+#[test]
+fn a_refused_cli_run_leaves_no_helper_behind() {
+    // The helper inherits the CLI's working directory: a directory of its own finds it.
+    let cwd = tempfile::Builder::new().prefix("spare-cwd-").tempdir_in(&env().dir).unwrap();
+    let out = sandbox(&["run", "--json", "--timeout", "99999999", "-c", "pass"]).current_dir(cwd.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let deadline = Instant::now() + slack(Duration::from_secs(10));
+    loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
+            .filter(|e| std::fs::read_link(e.path().join("cwd")).is_ok_and(|c| c == cwd.path()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "processes of the refused run still running: {left:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
