@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what building and testing the Sandbox Service needs on Debian 12, idempotently:
-# libseccomp (the seccomp filter is built with it), pkg-config, the pinned Node.js LTS that
+# libseccomp (the build exports the seccomp filters with it), pkg-config, the pinned Node.js LTS that
 # TypeScript profiles run on (scripts/install-node.sh), uv, which installs environments'
 # Python packages (scripts/install-uv.sh), cargo-fuzz for the fuzz targets
 # (scripts/install-fuzz.sh), and mmdebstrap, which builds the Debian bases of environments.

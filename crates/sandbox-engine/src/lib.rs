@@ -136,9 +136,6 @@ impl Engine {
     /// processes may move into a leaf of its own cgroup; a failure is the failing host check
     /// `cgroup_placement`.
     pub fn new(mut opts: EngineOptions, recorder: Arc<dyn Recorder>) -> Self {
-        // The seccomp filters every sandbox loads (`SpawnSpec::seccomp_bpf`): built now, beside
-        // the host probe and the rest of start-up, so the first execution does not wait for them.
-        let _ = std::thread::Builder::new().name("seccomp-build".into()).spawn(|| sandbox_runtime::seccomp_programs().map(|_| ()));
         let mut host = sandbox_runtime::probe::probe();
         if let Some(layout) = &host.cgroup {
             let self_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();

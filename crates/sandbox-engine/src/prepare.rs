@@ -719,9 +719,8 @@ pub(crate) fn sweep(opts: &EngineOptions, layout: Option<&Layout>) -> Vec<String
     swept
 }
 
-/// The seccomp filters every sandbox loads, built once in this process
-/// (`sandbox_runtime::seccomp_programs`); empty if they cannot be built, and then each
-/// sandbox's init builds them and reports the error.
+/// The seccomp filters every sandbox loads (`sandbox_runtime::seccomp_programs`, built with
+/// the binary), for the spawn spec.
 pub(crate) fn seccomp_bpf() -> Vec<Vec<u8>> {
-    sandbox_runtime::seccomp_programs().map(|p| p.to_vec()).unwrap_or_default()
+    sandbox_runtime::seccomp_programs().iter().map(|p| p.to_vec()).collect()
 }

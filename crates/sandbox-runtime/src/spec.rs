@@ -105,9 +105,9 @@ pub struct SpawnSpec {
     /// offers is enforced either way.
     pub landlock_min_abi: u32,
     /// The program's seccomp filters as classic BPF programs, each a `struct sock_filter` array
-    /// (8 bytes an instruction), argument rules first: what [`crate::seccomp_programs`] built
-    /// once in the engine's process, so that no sandbox spends the ~2 ms libseccomp takes.
-    /// Empty: the program's init builds them itself.
+    /// (8 bytes an instruction), argument rules first: the engine's [`crate::seccomp_programs`]
+    /// (a template and its children load exactly the engine's, whatever build of the warm
+    /// library they run). Empty: the program's init loads its own build's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub seccomp_bpf: Vec<Vec<u8>>,
 }
