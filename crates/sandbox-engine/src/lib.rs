@@ -162,16 +162,14 @@ impl Engine {
         }
     }
 
-    /// Starts one helper now, on the calling thread, for the next cold start (`sandbox run`:
-    /// the helper's exec and loading then overlap the audit `begin` and the sandbox's
+    /// Starts one helper, on a thread of its own, for the next cold start (`sandbox run`: the
+    /// helper's fork, exec and loading then overlap the audit `begin` and the sandbox's
     /// preparation). The helper holds nothing of any execution until that start sends it a
-    /// spec; see `spare.rs`. Allowlist profiles do not use it. The calling thread must outlive
-    /// that execution (the helper's parent-death signal follows it): the main thread, a
-    /// runtime worker, not tokio's blocking pool. A failure is logged, and the cold start then
-    /// starts its own helper. [`Engine::stop_warm`] kills an unused one.
+    /// spec; see `spare.rs`. Allowlist profiles do not use it. A failure is logged, and the cold
+    /// start then starts its own helper. [`Engine::stop_warm`] kills an unused one.
     pub fn start_spare_helper(&self) {
         if self.host.first_failure().is_none() {
-            self.spare.start_one();
+            self.spare.keep(Some(1));
         }
     }
 
@@ -179,7 +177,7 @@ impl Engine {
     /// of its own starts another after each is taken. Until [`Engine::stop_warm`].
     pub fn keep_spare_helper(&self) {
         if self.host.first_failure().is_none() {
-            self.spare.keep();
+            self.spare.keep(None);
         }
     }
 

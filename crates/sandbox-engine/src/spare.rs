@@ -9,9 +9,9 @@
 //! the clone into new namespaces, the uid maps, init's set-up and the program are those of a
 //! helper started at the last moment. Each is used once.
 //!
-//! [`Spare`] keeps at most one: `sandbox run` starts one on its main thread right after the
-//! engine exists (it then starts while the audit `begin` is written and the sandbox's
-//! directories and cgroup are prepared); a service keeps one ready on a thread of its own.
+//! [`Spare`] keeps at most one, started by a thread of its own: `sandbox run` has it start one
+//! right after the engine exists (it then starts while the audit `begin` is written and the
+//! sandbox's directories and cgroup are prepared); a service has it keep one ready.
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -140,6 +140,8 @@ struct State {
     idle: Option<IdleHelper>,
     /// A refill thread runs and starts another helper whenever the slot is empty.
     keeping: bool,
+    /// How many more helpers the refill thread may start; `None`: no limit.
+    starts_left: Option<u32>,
     stopped: bool,
 }
 
@@ -149,32 +151,19 @@ impl Spare {
         Self { inner: Arc::new(Inner { helper, state: Mutex::new(State::default()), wake: Condvar::new() }) }
     }
 
-    /// Starts one helper now, on the calling thread (see [`IdleHelper::spawn`] for which
-    /// threads may), unless one is waiting already. A failure is logged: the next cold start
-    /// then starts its own helper and reports the error itself.
-    pub(crate) fn start_one(&self) {
-        {
-            let s = self.lock();
-            if s.stopped || s.idle.is_some() {
-                return;
-            }
-        }
-        match IdleHelper::spawn(&self.inner.helper, false) {
-            Ok(h) => self.lock().idle = Some(h),
-            Err(e) => tracing::warn!(error = %e.message(), "cannot start a spare helper"),
-        }
-    }
-
-    /// Keeps one helper waiting from now on: a thread of its own starts one whenever the slot
-    /// is empty (after each [`Spare::take`]), until [`Spare::stop`]. A start that fails is
-    /// retried after a second.
-    pub(crate) fn keep(&self) {
+    /// Keeps a helper waiting from now on: a thread of its own starts one whenever the slot is
+    /// empty (after each [`Spare::take`]), at most `starts` times (`None`: until
+    /// [`Spare::stop`]). A start that fails is retried after a second. The caller does not wait
+    /// for the fork and exec (`sandbox run` passes `Some(1)`: its main thread goes on with the
+    /// audit log and the preparation meanwhile).
+    pub(crate) fn keep(&self, starts: Option<u32>) {
         {
             let mut s = self.lock();
             if s.keeping || s.stopped {
                 return;
             }
             s.keeping = true;
+            s.starts_left = starts;
         }
         let inner = self.inner.clone();
         let started = std::thread::Builder::new().name("spare-helper".into()).spawn(move || inner.refill());
@@ -216,16 +205,18 @@ impl Inner {
 
     /// The refill thread. The helpers it forks have it as their parent thread: their
     /// parent-death signal fires when it exits, which would kill an execution that took one.
-    /// So it never returns; after [`Spare::stop`] it only sleeps (one parked thread). A waiting
-    /// helper that died (killed from outside) is replaced within [`LIVENESS_CHECK`].
+    /// So it never returns; after [`Spare::stop`] or its last start it only sleeps (one parked
+    /// thread). A waiting helper that died (killed from outside) is replaced within
+    /// [`LIVENESS_CHECK`].
     fn refill(&self) -> ! {
         let mut s = self.lock();
         loop {
-            while s.stopped || s.idle.as_mut().is_some_and(|h| h.helper.alive()) {
+            while s.stopped || s.starts_left == Some(0) || s.idle.as_mut().is_some_and(|h| h.helper.alive()) {
                 s = self.wake.wait_timeout(s, LIVENESS_CHECK).unwrap_or_else(std::sync::PoisonError::into_inner).0;
             }
             // Dropping a dead one only reaps it.
             s.idle = None;
+            s.starts_left = s.starts_left.map(|n| n - 1);
             drop(s);
             let started = IdleHelper::spawn(&self.helper, false);
             s = self.lock();
