@@ -483,8 +483,8 @@ impl Pools {
     /// harness's ready byte. `init` maps the pid `Started` reports to init's host pid and the
     /// parent it must have.
     fn await_ready(mut member: Member, init: impl FnOnce(i32) -> (Option<i32>, Option<i32>)) -> Result<Member, String> {
-        let mut line = serde_json::to_vec(&member.prepared_mut().spec).expect("the spawn spec always serializes");
-        line.push(b'\n');
+        let for_helper = member.launch.as_ref().is_some_and(|l| l.warm_child.is_none());
+        let line = crate::prepare::spec_line(&mut member.prepared_mut().spec, for_helper);
         let launch = member.launch.as_mut().expect("just made");
         (&launch.ctl).write_all(&line).map_err(|e| format!("sending the spec: {e}"))?;
         launch.ctl.set_read_timeout(Some(READY_PATIENCE)).map_err(|e| e.to_string())?;

@@ -285,8 +285,7 @@ async fn attempt(
         go.extend_from_slice(&stdin_data);
         stdin_data = go;
     } else {
-        let mut spec_line = serde_json::to_vec(&prepared.spec).expect("the spawn spec always serializes");
-        spec_line.push(b'\n');
+        let spec_line = crate::prepare::spec_line(&mut prepared.spec, !warm);
         if let Err(e) = ctl_write.write_all(&spec_line).await {
             bail!(SuperviseError::SendSpec(e));
         }
