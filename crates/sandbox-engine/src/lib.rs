@@ -431,6 +431,12 @@ impl Engine {
     /// `concurrency_limited` (recorded as a `rejected` event) or `audit_unavailable` (nothing can
     /// be recorded, so nothing runs). Never panics on what the caller sent. The audit writes (an
     /// fsync, or a PostgreSQL round trip) run on blocking threads.
+    ///
+    /// A cold execution without a quota builds its sandbox while the `begin` is written: its
+    /// program waits in the sandbox for the go that follows a durable `begin` (so nothing of the
+    /// caller's runs unrecorded), and a refused `begin` ends it before it started. With a quota
+    /// the `begin` comes first, so that refusals cost no sandbox; so does a profile served warm,
+    /// so that a refusal takes no template child or pooled sandbox.
     #[expect(clippy::too_many_arguments, reason = "one execution's parts, passed once by its ticket")]
     pub(crate) async fn execute_admitted(
         &self,
@@ -443,20 +449,43 @@ impl Engine {
         output: Option<mpsc::UnboundedSender<Chunk>>,
     ) -> ExecutionResult {
         let started = Instant::now();
-        let begun = {
-            let (recorder, id, caller, request) = (self.recorder.clone(), id.to_owned(), caller.to_owned(), request.clone());
-            off_worker(move || recorder.begin(&id, &caller, &request, quota.as_ref())).await
-        };
-        if let Err(e) = begun {
-            let mut result = self.refused_at_begin(id, caller, &request, admitted.language, e).await;
-            result.timing.queue_ms = queue_ms;
-            result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
-            return result;
-        }
+        let overlap = quota.is_none() && !self.served_warm(&admitted.profile_name);
+        let language = admitted.language;
+        let (on_record, recorded) = tokio::sync::watch::channel(None);
         // Until its finish is written, a dropped future abandons the execution (its lease then
-        // expires and it is marked interrupted).
-        let mut begun = Begun { recorder: self.recorder.clone(), id: id.to_owned(), finished: false };
-        let mut result = self.run_admitted(id, admitted, started, output).await;
+        // expires and it is marked interrupted): the `Begun` the task returns says so when
+        // dropped, also when this future is gone before the task ends.
+        let begin = {
+            let (recorder, id, caller, request) = (self.recorder.clone(), id.to_owned(), caller.to_owned(), request.clone());
+            tokio::task::spawn_blocking(move || {
+                let r = recorder.begin(&id, &caller, &request, quota.as_ref()).map(|()| Begun { recorder: recorder.clone(), id, finished: false });
+                on_record.send_replace(Some(r.is_ok()));
+                r
+            })
+        };
+        let join = |joined: Result<_, tokio::task::JoinError>| match joined {
+            Ok(r) => r,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+        let ran = if overlap {
+            let result = self.run_admitted(id, admitted, started, output, Some(recorded)).await;
+            join(begin.await).map(|b| (b, result))
+        } else {
+            match join(begin.await) {
+                Ok(b) => Ok((b, self.run_admitted(id, admitted, started, output, None).await)),
+                Err(e) => Err(e),
+            }
+        };
+        let (mut begun, mut result) = match ran {
+            Ok(ran) => ran,
+            // Refused: nothing ran (an overlapped sandbox ended at its go and was torn down).
+            Err(e) => {
+                let mut result = self.refused_at_begin(id, caller, &request, language, e).await;
+                result.timing.queue_ms = queue_ms;
+                result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
+                return result;
+            }
+        };
         result.timing.queue_ms = queue_ms;
         result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
         let (recorder, who) = (self.recorder.clone(), caller.to_owned());
@@ -511,7 +540,19 @@ impl Engine {
         }
     }
 
-    async fn run_admitted(&self, id: &str, admitted: Admitted, received: Instant, output: Option<mpsc::UnboundedSender<Chunk>>) -> ExecutionResult {
+    /// Whether a warm template or pool serves `profile` (its executions may take one).
+    fn served_warm(&self, profile: &str) -> bool {
+        self.templates.get().is_some_and(|t| t.serves(profile)) || self.pools.get().is_some_and(|p| p.serves(profile))
+    }
+
+    async fn run_admitted(
+        &self,
+        id: &str,
+        admitted: Admitted,
+        received: Instant,
+        output: Option<mpsc::UnboundedSender<Chunk>>,
+        recorded: Option<supervise::Recorded>,
+    ) -> ExecutionResult {
         let mut result =
             ExecutionResult { execution_id: id.to_owned(), profile: admitted.profile_name.clone(), language: Some(admitted.language), ..Default::default() };
         let transpiled = match admitted.language {
@@ -580,7 +621,8 @@ impl Engine {
         };
         result.enforcement = Some(Enforcement { cgroup: cgroup_version(&layout), landlock_abi: 0, seccomp: true, network: admitted.profile.network.mode() });
         let templates = self.templates.get();
-        let run = supervise::run(&self.opts, &self.spare, &mut prepared, &admitted, received, output, self.abort.subscribe(), templates, member).await;
+        let run =
+            supervise::run(&self.opts, &self.spare, recorded, &mut prepared, &admitted, received, output, self.abort.subscribe(), templates, member).await;
         let collect_start = Instant::now();
         // The cgroup kill loop, usage, reading output files and teardown (unmounts, rmdir
         // retries): on a blocking thread, so a slow teardown stalls only this execution.

@@ -319,6 +319,8 @@ impl Prepared {
             tun: matches!(profile.network, sandbox_core::network::Network::Allowlist(_)),
             landlock_min_abi: profile.landlock_min_abi,
             seccomp_bpf: seccomp_bpf(),
+            // Set by the cold start that sends it (`supervise::Recorded`).
+            hold: false,
         };
         if spec.tun {
             // The engine answers DNS at the gateway of the sandbox's TUN (sandbox-network).

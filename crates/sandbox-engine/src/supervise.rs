@@ -149,14 +149,21 @@ struct Captured {
 /// holding them is dead by then, so this only bounds a kernel that is slow to tear down.
 const DRAIN_PATIENCE: Duration = Duration::from_secs(2);
 
+/// The audit `begin` of an execution whose cold sandbox is built while it is written:
+/// `Some(true)` once it is durable, `Some(false)` when it was refused or failed; `None` while
+/// pending. A cold start given one holds its program until then (`SpawnSpec::hold`).
+pub(crate) type Recorded = tokio::sync::watch::Receiver<Option<bool>>;
+
 /// Runs the prepared execution to its end: in `member` when the execution took a pooled sandbox
 /// (`prepared` is then that member's), else forked from a template of `templates` when one is
 /// ready (falling back to a cold start if the template cannot start it), else cold (with the
-/// helper waiting in `spare` when there is one).
+/// helper waiting in `spare` when there is one; with `recorded`, its program waits for the
+/// execution's audit `begin`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     opts: &EngineOptions,
     spare: &Spare,
+    recorded: Option<Recorded>,
     prepared: &mut Prepared,
     a: &Admitted,
     received: Instant,
@@ -167,13 +174,13 @@ pub(crate) async fn run(
 ) -> RunOutcome {
     if let Some(m) = member {
         let how = if m.warm_child.is_some() { WarmStart::Prefork } else { WarmStart::Pool };
-        let (Ok(mut out) | Err(mut out)) = attempt(opts, spare, prepared, a, received, output, abort, Start::Pooled(m)).await;
+        let (Ok(mut out) | Err(mut out)) = attempt(opts, spare, prepared, a, received, output, abort, Start::Pooled(m), None).await;
         out.warm_start = Some(how);
         return out;
     }
     if let Some(templates) = templates {
         if let Some(template) = templates.checkout(&a.profile_name) {
-            match attempt(opts, spare, prepared, a, received, output.clone(), abort.clone(), Start::Warm(template)).await {
+            match attempt(opts, spare, prepared, a, received, output.clone(), abort.clone(), Start::Warm(template), None).await {
                 Ok(mut out) => {
                     templates.counters.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     out.warm_start = Some(WarmStart::Template);
@@ -189,7 +196,7 @@ pub(crate) async fn run(
         }
         templates.counters.cold_fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    match attempt(opts, spare, prepared, a, received, output, abort, Start::Cold).await {
+    match attempt(opts, spare, prepared, a, received, output, abort, Start::Cold, recorded).await {
         Ok(out) | Err(out) => out,
     }
 }
@@ -233,6 +240,7 @@ async fn attempt(
     output: Option<mpsc::UnboundedSender<Chunk>>,
     mut abort: tokio::sync::watch::Receiver<bool>,
     start: Start,
+    recorded: Option<Recorded>,
 ) -> Result<RunOutcome, RunOutcome> {
     let mut out = RunOutcome::default();
     let warm = matches!(start, Start::Warm(_));
@@ -285,9 +293,23 @@ async fn attempt(
         go.extend_from_slice(&stdin_data);
         stdin_data = go;
     } else {
+        prepared.spec.hold = recorded.is_some();
         let spec_line = crate::prepare::spec_line(&mut prepared.spec, !warm);
         if let Err(e) = ctl_write.write_all(&spec_line).await {
             bail!(SuperviseError::SendSpec(e));
+        }
+        if let Some(mut recorded) = recorded {
+            // The sandbox is being built; its program starts once the execution is on record:
+            // one byte on its stdin says go (init reads it, not the program), and its clock
+            // starts then. Refused: init reads EOF instead and ends; nothing ran.
+            if matches!(recorded.wait_for(Option::is_some).await.as_deref(), Ok(Some(true))) {
+                let mut go = vec![b'\n'];
+                go.extend_from_slice(&stdin_data);
+                stdin_data = go;
+                l.spawned_at = Instant::now();
+            } else {
+                stdin_data = Vec::new();
+            }
         }
     }
 

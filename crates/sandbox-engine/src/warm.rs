@@ -511,6 +511,7 @@ impl Templates {
             landlock_min_abi: profile.landlock_min_abi,
             // The template's program loads no filter; each child's spec carries them.
             seccomp_bpf: Vec::new(),
+            hold: false,
         })
     }
 }

@@ -62,6 +62,19 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepErr
     if landlock_abi < spec.landlock_min_abi {
         return Err(StepError::new("landlock", crate::wall::below_minimum(landlock_abi, spec.landlock_min_abi)));
     }
+    if spec.hold {
+        // The engine's go: one byte on the program's stdin (read unbuffered, so the rest is
+        // the program's), sent once the execution is on record.
+        let mut go = [0u8; 1];
+        loop {
+            match nix::unistd::read(std::io::stdin(), &mut go) {
+                Ok(1) => break,
+                Ok(_) => return Err(StepError::new("go", "the engine did not start the program (its stdin closed first)")),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(StepError::new("go", format!("reading the go byte: {e}"))),
+            }
+        }
+    }
     let program = match step("fork", sys::fork())? {
         Forked::Child => {
             let StepError { step: name, message } = match exec_program(spec) {

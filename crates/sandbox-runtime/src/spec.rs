@@ -110,6 +110,12 @@ pub struct SpawnSpec {
     /// library they run). Empty: the program's init loads its own build's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub seccomp_bpf: Vec<Vec<u8>>,
+    /// Init builds the sandbox, then waits for one byte on the program's stdin before it starts
+    /// the program: the engine's go, sent once the execution's audit `begin` is durable, so
+    /// that the set-up overlaps that write. The byte is not the program's. EOF instead (the
+    /// execution was refused or abandoned): init ends, failing step `go`, and nothing ran.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hold: bool,
 }
 
 fn default_program_uid() -> u32 {

@@ -442,3 +442,37 @@ fn an_execution_that_cannot_be_recorded_does_not_run() {
     assert!(!marker.exists());
     assert!(!data.join("executions").exists() || std::fs::read_dir(data.join("executions")).unwrap().next().is_none());
 }
+
+/// A cold run builds its sandbox while its audit `begin` is written, and its program waits in
+/// the sandbox for the go that follows a durable `begin`. When the `begin` fails (here a
+/// trigger refuses it, as a full disk would), the run is refused and the program never starts:
+/// its output, streamed live by `sandbox run`, never appears, and nothing of it is left.
+#[test]
+fn an_execution_whose_begin_fails_is_refused_before_its_program_starts() {
+    let data = data_dir();
+    assert_eq!(run_in(&data, "python-default", "pass", &[])["status"], "ok", "a first run creates the log");
+    let db = rusqlite::Connection::open(data.join("audit.db")).unwrap();
+    db.execute_batch(
+        "CREATE TRIGGER refuse_begin BEFORE INSERT ON audit_events WHEN NEW.kind = 'begin' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+    )
+    .unwrap();
+    drop(db);
+    let program = "import time\nprint('RAN', flush=True)\ntime.sleep(3)";
+    // Streamed: a program that had started would have printed at once.
+    let start = Instant::now();
+    let out = cli(&data, &["run", "-c", program]);
+    // Exit 3: the service cannot run it now (README, `sandbox run`'s exit codes).
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("RAN"), "the program ran unrecorded: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("audit_unavailable"), "{out:?}");
+    assert!(start.elapsed() < Duration::from_secs(3), "the refusal waited for the program: {:?}", start.elapsed());
+    let r = run_in(&data, "python-default", program, &[]);
+    assert_eq!((r["status"].as_str(), r["error"]["type"].as_str()), (Some("rejected"), Some("audit_unavailable")), "{r}");
+    let id = r["executionId"].as_str().unwrap();
+    let left: Vec<_> = std::fs::read_dir(data.join("executions")).map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "execution directories left: {left:?}");
+    assert!(!std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(id), "a mount of {id} is left");
+    for h in std::fs::read_dir("/sys/fs/cgroup").unwrap().filter_map(Result::ok) {
+        assert!(!h.path().join("sandbox").join(id).exists(), "cgroup of {id} left in {}", h.path().display());
+    }
+}
