@@ -688,20 +688,18 @@ pub(crate) fn sweep(opts: &EngineOptions, layout: Option<&Layout>) -> Vec<String
     for entry in entries.filter_map(Result::ok) {
         let dir = entry.path();
         let Some(id) = entry.file_name().to_str().map(str::to_owned) else { continue };
-        let owner = match fs::read_to_string(dir.join("owner")) {
-            Ok(o) => o,
-            // No owner yet: an execution being created right now by another process, unless the
-            // directory is old (its creator died before writing the file).
-            Err(_) => {
+        match fs::read_to_string(dir.join("owner")).ok().as_deref().and_then(Owner::parse) {
+            Some(o) if o.alive() => continue,
+            Some(_) => {}
+            // No owner yet, or not a whole one (a writer that does not rename it into place):
+            // an execution being created right now by another process, unless the directory
+            // is old (its creator died before writing the file).
+            None => {
                 let age = fs::metadata(&dir).and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).unwrap_or_default();
                 if age < Duration::from_secs(60) {
                     continue;
                 }
-                String::new()
             }
-        };
-        if Owner::parse(&owner).is_some_and(|o| o.alive()) {
-            continue;
         }
         tracing::warn!(execution_id = %id, "sweeping what a dead service left behind");
         if let Some(layout) = layout {

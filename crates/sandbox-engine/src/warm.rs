@@ -434,8 +434,11 @@ impl Templates {
         let dir = executions.join(&id);
         fs_make(&dir, 0o700).map_err(|e| e.to_string())?;
         chown(&dir, Some(Uid::from_raw(rt.uid_base)), Some(Gid::from_raw(rt.uid_base))).map_err(|e| format!("chown {}: {e}", dir.display()))?;
-        let owner = dir.join("owner");
-        std::fs::write(&owner, owner_line()).map_err(|e| format!("write {}: {e}", owner.display()))?;
+        // Written aside and renamed, as `Prepared::new` does: a concurrent start's sweep must
+        // never read half a file (an empty owner reads as a dead one, and it sweeps the directory).
+        let (owner_tmp, owner) = (dir.join("owner.tmp"), dir.join("owner"));
+        std::fs::write(&owner_tmp, owner_line()).map_err(|e| format!("write {}: {e}", owner_tmp.display()))?;
+        std::fs::rename(&owner_tmp, &owner).map_err(|e| format!("rename {}: {e}", owner.display()))?;
         let made = (|| -> Result<(Arc<Template>, UnixStream), String> {
             let (root, workspace, lib_dir) = (dir.join("root"), dir.join("workspace"), dir.join("lib"));
             for d in [&root, &workspace, &lib_dir] {
@@ -443,7 +446,7 @@ impl Templates {
             }
             let lib = lib_dir.join(WARM_LIB);
             std::fs::copy(&self.lib, &lib).map_err(|e| format!("copy {}: {e}", self.lib.display()))?;
-            std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o444)).map_err(|e| e.to_string())?;
+            std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o444)).map_err(|e| format!("chmod {}: {e}", lib.display()))?;
             let limits =
                 cgroup::Limits { memory_max_bytes: profile.warm.template_memory_max_bytes, cpu_max: profile.limits.cpu_max, pids_max: profile.limits.pids_max };
             let cg = Cgroup::create(&self.layout, &self.opts.cgroup_parent, &id, limits).map_err(|e| e.to_string())?;

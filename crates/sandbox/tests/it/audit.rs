@@ -476,3 +476,25 @@ fn an_execution_whose_begin_fails_is_refused_before_its_program_starts() {
         assert!(!h.path().join("sandbox").join(id).exists(), "cgroup of {id} left in {}", h.path().display());
     }
 }
+
+/// Every start sweeps what dead processes left in `executions/`, while other processes create
+/// theirs beside it: a directory whose owner file is missing or not yet whole is one being
+/// created (kept while young), a dead owner's is swept. (A template's launch wrote its owner
+/// file in place, and a concurrent sweep that read it empty removed the directory under it.)
+#[test]
+fn the_start_up_sweep_keeps_a_directory_being_created_and_removes_a_dead_owners() {
+    let data = data_dir();
+    assert_eq!(run_in(&data, "python-default", "pass", &[])["status"], "ok");
+    let executions = data.join("executions");
+    let (young_empty, young_missing, dead) = (executions.join("being-made-1"), executions.join("being-made-2"), executions.join("dead-owner"));
+    for d in [&young_empty, &young_missing, &dead] {
+        std::fs::create_dir(d).unwrap();
+    }
+    std::fs::write(young_empty.join("owner"), "").unwrap();
+    // pid 1 never started at this time: a dead owner.
+    std::fs::write(dead.join("owner"), "1 1\n").unwrap();
+    assert_eq!(run_in(&data, "python-default", "pass", &[])["status"], "ok");
+    assert!(young_empty.exists(), "a young directory with an empty owner file was swept");
+    assert!(young_missing.exists(), "a young directory without an owner file was swept");
+    assert!(!dead.exists(), "a dead owner's directory was kept");
+}
