@@ -211,8 +211,14 @@ impl Inner {
     fn refill(&self) -> ! {
         let mut s = self.lock();
         loop {
-            while s.stopped || s.starts_left == Some(0) || s.idle.as_mut().is_some_and(|h| h.helper.alive()) {
-                s = self.wake.wait_timeout(s, LIVENESS_CHECK).unwrap_or_else(std::sync::PoisonError::into_inner).0;
+            loop {
+                if s.stopped || s.starts_left == Some(0) {
+                    s = self.wake.wait(s).unwrap_or_else(std::sync::PoisonError::into_inner);
+                } else if s.idle.as_mut().is_some_and(|h| h.helper.alive()) {
+                    s = self.wake.wait_timeout(s, LIVENESS_CHECK).unwrap_or_else(std::sync::PoisonError::into_inner).0;
+                } else {
+                    break;
+                }
             }
             // Dropping a dead one only reaps it.
             s.idle = None;
