@@ -2,6 +2,8 @@
 # Startup-latency benchmark: `python3 -c pass` bare, under bubblewrap, under raw unshare(1), and
 # under `sandbox run`. Variants run interleaved round-robin so machine noise hits all equally.
 #   N=100 bash bench/startup.sh      (N: timed runs per variant, default 100)
+#   SANDBOX_BENCH_REF_BIN=/path/to/older/sandbox adds that binary's `run -c pass` as a variant
+#   (its own data directory), interleaved with the others: a change measured against its base.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -52,11 +54,20 @@ check "${UNSHARE[@]}"
 check "${SB[@]}"
 
 # --- 2 + 3. timing loop and report ------------------------------------------------------------
-"$PY" - "$N" "$WARMUP" "$JSON_RUNS" "$PY" "$SANDBOX" "$DATA_DIR" <<'EOF'
+REF="${SANDBOX_BENCH_REF_BIN:-}"
+REF_DIR=""
+if [ -n "$REF" ]; then
+  REF_DIR="$(mktemp -d /tmp/sandbox-bench-ref.XXXXXX)"
+  chmod 0755 "$REF_DIR"
+  trap 'rm -rf "$DATA_DIR" "$REF_DIR"' EXIT
+  check "$REF" --data-dir "$REF_DIR" run -c pass
+fi
+"$PY" - "$N" "$WARMUP" "$JSON_RUNS" "$PY" "$SANDBOX" "$DATA_DIR" "$REF" "$REF_DIR" <<'EOF'
 import json, statistics, subprocess, sys, time
 
 n, warmup, json_runs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 py, sandbox, data_dir = sys.argv[4], sys.argv[5], sys.argv[6]
+ref, ref_dir = sys.argv[7], sys.argv[8]
 
 variants = [
     ("bare python3", [py, "-c", "pass"]),
@@ -67,6 +78,8 @@ variants = [
                  "--ipc", "--uts", py, "-c", "pass"]),
     ("sandbox run", [sandbox, "--data-dir", data_dir, "run", "-c", "pass"]),
 ]
+if ref:
+    variants.append(("reference run", [ref, "--data-dir", ref_dir, "run", "-c", "pass"]))
 
 def once(argv):
     t0 = time.perf_counter()
