@@ -491,8 +491,9 @@ fn the_start_up_sweep_keeps_a_directory_being_created_and_removes_a_dead_owners(
         std::fs::create_dir(d).unwrap();
     }
     std::fs::write(young_empty.join("owner"), "").unwrap();
-    // pid 1 never started at this time: a dead owner.
-    std::fs::write(dead.join("owner"), "1 1\n").unwrap();
+    // pid 1 with a start time one tick after its real one: a dead owner (a pid reused since).
+    let pid1_start = sandbox_runtime::process::start_time(1).expect("pid 1 runs");
+    std::fs::write(dead.join("owner"), format!("1 {}\n", pid1_start + 1)).unwrap();
     assert_eq!(run_in(&data, "python-default", "pass", &[])["status"], "ok");
     assert!(young_empty.exists(), "a young directory with an empty owner file was swept");
     assert!(young_missing.exists(), "a young directory without an owner file was swept");
