@@ -590,14 +590,14 @@ impl Engine {
         let layout = self.host.cgroup.clone().expect("host checks passed, so a cgroup layout exists");
         // A pooled sandbox when the profile has one ready, else a cold one. Directories, the
         // workspace mount, input files and cgroup writes: on a blocking thread.
-        let (prepared, member, admitted) = {
+        let (prepared, member, mut admitted, code) = {
             let (opts, layout, id, pools) = (self.opts.clone(), layout.clone(), id.to_owned(), self.pools.get().cloned());
             off_worker(move || {
                 if let Some(mut m) = pools.as_ref().and_then(|p| p.checkout(&admitted)) {
                     match m.prepared_mut().fill_member(&opts, &admitted, &code) {
                         Ok(()) => {
                             let (p, launch) = m.into_parts();
-                            return (Ok(prepare::DropOffWorker::new(p)), Some(launch), admitted);
+                            return (Ok(prepare::DropOffWorker::new(p)), Some(launch), admitted, code);
                         }
                         // The member is destroyed; the execution starts cold.
                         Err(e) => tracing::warn!(error = %e, "a pooled sandbox could not take the execution; starting it cold"),
@@ -605,7 +605,7 @@ impl Engine {
                 }
                 // Dropped on this thread too if the execution was abandoned meanwhile.
                 let p = prepare::Prepared::new(&opts, &layout, &id, &admitted, &code).map(prepare::DropOffWorker::new);
-                (p, None, admitted)
+                (p, None, admitted, code)
             })
             .await
         };
@@ -621,8 +621,40 @@ impl Engine {
         };
         result.enforcement = Some(Enforcement { cgroup: cgroup_version(&layout), landlock_abi: 0, seccomp: true, network: admitted.profile.network.mode() });
         let templates = self.templates.get();
-        let run =
-            supervise::run(&self.opts, &self.spare, recorded, &mut prepared, &admitted, received, output, self.abort.subscribe(), templates, member).await;
+        let pooled = member.is_some();
+        let mut run =
+            supervise::run(&self.opts, &self.spare, recorded, &mut prepared, &admitted, received, output.clone(), self.abort.subscribe(), templates, member)
+                .await;
+        if pooled && run.start_cold {
+            // The pooled sandbox ended before its go byte was read (killed, or its template
+            // gone): nothing of the execution ran there. It is torn down and the execution
+            // starts cold, in a sandbox of its own, as a warm profile does without a template.
+            if let Some(pools) = self.pools.get() {
+                pools.ended_unstarted(&admitted.profile_name);
+            }
+            let member = prepared.into_inner();
+            let (opts, layout, id2) = (self.opts.clone(), layout.clone(), id.to_owned());
+            let (fresh, back) = off_worker(move || {
+                let mut member = member;
+                member.stop_everything();
+                if let Err(e) = member.teardown() {
+                    tracing::error!(error = %e, "tearing down a pooled sandbox that ended unstarted failed");
+                }
+                (prepare::Prepared::new(&opts, &layout, &id2, &admitted, &code).map(prepare::DropOffWorker::new), admitted)
+            })
+            .await;
+            admitted = back;
+            prepared = match fresh {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(error = %e, "prepare failed");
+                    result.status = Status::InternalError;
+                    result.error = Some(internal_error(id, format!("preparing the sandbox failed: {e}")));
+                    return result;
+                }
+            };
+            run = supervise::run(&self.opts, &self.spare, None, &mut prepared, &admitted, received, output, self.abort.subscribe(), None, None).await;
+        }
         let collect_start = Instant::now();
         // The cgroup kill loop, usage, reading output files and teardown (unmounts, rmdir
         // retries): on a blocking thread, so a slow teardown stalls only this execution.

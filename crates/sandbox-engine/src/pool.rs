@@ -264,6 +264,17 @@ impl Pools {
         found
     }
 
+    /// Accounts for a member of `profile`'s pool that was checked out (a hit) but ended before
+    /// its execution started in it: a miss (the execution runs cold) and a discard.
+    pub(crate) fn ended_unstarted(&self, profile: &str) {
+        if self.serves(profile) {
+            // Saturating: the checkout counted the hit.
+            let _ = self.counters.hits.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| h.checked_sub(1));
+            self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        }
+        self.counters.discarded.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Blocks until `profile`'s pool holds a ready member or `patience` passes (for
     /// `sandbox run --warm` and tests). Returns whether one is ready.
     /// Errors: the last start of a member failed.

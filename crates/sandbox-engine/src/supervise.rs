@@ -61,6 +61,9 @@ pub(crate) struct RunOutcome {
     network: Option<NetworkReport>,
     /// How it started warm; `None`: cold.
     pub(crate) warm_start: Option<WarmStart>,
+    /// The pooled sandbox it was given ended before the execution started in it: the caller
+    /// starts the execution again, cold, in a sandbox of its own.
+    pub(crate) start_cold: bool,
 }
 
 /// Why an execution could not be run to its end (status `internal_error`, the message naming
@@ -120,6 +123,10 @@ pub(crate) enum SuperviseError {
     /// The pooled sandbox's helper was already reaped.
     #[error("the pooled sandbox's helper is gone")]
     PooledHelperGone,
+    /// The pooled sandbox (or child forked ahead) ended without reading its go byte: nothing of
+    /// the execution ran in it.
+    #[error("the pooled sandbox ended before its execution started")]
+    PooledEndedUnstarted,
     /// The sandbox's set-up failed inside (the runtime's step and message, from its `Failed` event).
     #[error("sandbox set-up failed at {step}: {message}")]
     SetUp { step: String, message: String },
@@ -174,9 +181,18 @@ pub(crate) async fn run(
 ) -> RunOutcome {
     if let Some(m) = member {
         let how = if m.warm_child.is_some() { WarmStart::Prefork } else { WarmStart::Pool };
-        let (Ok(mut out) | Err(mut out)) = attempt(opts, spare, prepared, a, received, output, abort, Start::Pooled(m), None).await;
-        out.warm_start = Some(how);
-        return out;
+        return match attempt(opts, spare, prepared, a, received, output, abort, Start::Pooled(m), None).await {
+            Ok(mut out) => {
+                out.warm_start = Some(how);
+                out
+            }
+            Err(mut out) => {
+                let reason = out.failure.as_ref().map(SuperviseError::message).unwrap_or_default();
+                tracing::warn!(%reason, "the pooled sandbox could not start the execution; starting it cold");
+                out.start_cold = true;
+                out
+            }
+        };
     }
     if let Some(templates) = templates {
         if let Some(template) = templates.checkout(&a.profile_name) {
@@ -229,7 +245,7 @@ struct Launched {
 }
 
 /// Starts the sandbox and supervises it. `Err` carries an outcome whose program never started
-/// (for a warm start: the caller then starts it cold).
+/// (for a warm or pooled start: the caller then starts it cold).
 #[allow(clippy::too_many_arguments)]
 async fn attempt(
     opts: &EngineOptions,
@@ -244,15 +260,23 @@ async fn attempt(
 ) -> Result<RunOutcome, RunOutcome> {
     let mut out = RunOutcome::default();
     let warm = matches!(start, Start::Warm(_));
+    let fallback = !matches!(start, Start::Cold);
     macro_rules! bail {
         ($e:expr) => {{
             out.failure = Some($e);
-            return if warm { Err(out) } else { Ok(out) };
+            return if fallback { Err(out) } else { Ok(out) };
         }};
     }
+    // A pooled sandbox's stdin: a read end of its pipe of our own, to ask once the sandbox has
+    // ended whether its go byte was ever read (a member can die between its checkout and its go:
+    // killed, or its template's end). A read end, so that the program still sees EOF once its
+    // input is written. Bytes written into the pipe so far: `written`.
+    let mut go_probe = None;
+    let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (side_read, launched) = match start {
         Start::Pooled(m) => {
             let MemberLaunch { helper, warm_child, ctl, stdin, stdout, stderr, side, landlock_abi } = m;
+            go_probe = sandbox_runtime::pipe_reader(std::os::fd::AsFd::as_fd(&stdin)).ok();
             let launched = match (&helper.0, warm_child) {
                 (None, None) => Err(SuperviseError::PooledHelperGone),
                 _ => launch_pooled(helper, warm_child, ctl, [stdin, stdout, stderr], landlock_abi),
@@ -314,10 +338,14 @@ async fn attempt(
     }
 
     let stdin_task = l.stdin.take().map(|mut pipe| {
-        let data = stdin_data;
+        let (data, written) = (stdin_data, written.clone());
         tokio::spawn(async move {
             // A program that exits without reading its input closes the pipe: not an error.
-            let _ = pipe.write_all(&data).await;
+            let mut rest = &data[..];
+            while let Ok(n @ 1..) = pipe.write(rest).await {
+                written.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+                rest = &rest[n..];
+            }
         })
     });
     let limit_hit = Arc::new(Notify::new());
@@ -396,6 +424,8 @@ async fn attempt(
     prepared.stop().await;
     if let Some(t) = stdin_task {
         t.abort();
+        // Cancelled, or ended: `written` is final.
+        let _ = t.await;
     }
     for (task, slot) in [(stdout_task, &mut out.stdout), (stderr_task, &mut out.stderr), (side_task, &mut out.side)] {
         if let Some(mut task) = task {
@@ -416,6 +446,13 @@ async fn attempt(
         if out.failure.is_none() {
             out.failure = Some(SuperviseError::WarmChildEnded);
         }
+        return Err(out);
+    }
+    // Nothing written to a pooled sandbox's stdin (its reader was gone), or all of it still
+    // unread: its go byte never was read, so nothing of the execution ran in it.
+    let sent = written.load(std::sync::atomic::Ordering::Relaxed);
+    if !aborted && go_probe.is_some_and(|fd| sent == 0 || sandbox_runtime::pipe_unread(std::os::fd::AsFd::as_fd(&fd)).is_ok_and(|n| n == sent)) {
+        out.failure = Some(SuperviseError::PooledEndedUnstarted);
         return Err(out);
     }
     Ok(out)

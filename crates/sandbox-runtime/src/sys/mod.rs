@@ -225,6 +225,32 @@ pub fn pidfd_send_signal(pidfd: std::os::fd::BorrowedFd<'_>, signal: i32) -> io:
     Ok(())
 }
 
+/// Bytes written into the pipe behind `fd` (either end) and not read yet (`ioctl(FIONREAD)`,
+/// pipe(7)). The buffer lives as long as any descriptor of the pipe does (see [`pipe_reader`]),
+/// so this tells whether a process that is gone ever read what was written for it.
+/// Errors: the kernel's errno (EBADF for a closed descriptor).
+pub fn pipe_unread(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: a descriptor we borrow for the call and a pointer to a live int FIONREAD fills.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    usize::try_from(n).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// A new read end (non-blocking) of the pipe whose descriptor (either end) is `fd`, opened
+/// through `/proc/self/fd` as a FIFO is (fifo(7)): it keeps the pipe's buffer for
+/// [`pipe_unread`] without holding a write end open, so the pipe's reader still sees EOF when
+/// the writers close theirs. (While it is open a writer gets no EPIPE: its reader never leaves.)
+/// Errors: opening `/proc/self/fd/N` (ENOENT without /proc).
+pub fn pipe_reader(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+    Ok(file.into())
+}
+
 /// Puts thread `tid` back under the normal time-sharing policy (`SCHED_OTHER`, priority 0;
 /// `sched_setscheduler(2)`) if it runs under `SCHED_IDLE`, and leaves any other policy alone
 /// (so a pid reused by another process since it was listed is not demoted): a child forked
@@ -403,5 +429,29 @@ mod tests {
             let _ = child.wait();
         }
         assert!(super::sched_normal(i32::MAX).is_err(), "no such thread: ESRCH");
+    }
+
+    /// `pipe_unread` counts what a reader has not taken, through a read end of `pipe_reader`'s,
+    /// after the reader and the writer are gone; that read end does not keep the reader from
+    /// seeing EOF.
+    #[test]
+    fn pipe_unread_counts_bytes_left_by_a_reader_that_exited() {
+        use std::io::Write as _;
+        use std::os::fd::AsFd as _;
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let probe = super::pipe_reader(w.as_fd()).unwrap();
+        let mut writer = std::fs::File::from(w);
+        writer.write_all(b"\nabc").unwrap();
+        assert_eq!(super::pipe_unread(writer.as_fd()).unwrap(), 4);
+        let mut one = [0u8; 1];
+        assert_eq!(nix::unistd::read(&r, &mut one).unwrap(), 1);
+        drop(writer);
+        let mut rest = [0u8; 8];
+        assert_eq!(nix::unistd::read(&r, &mut rest[..2]).unwrap(), 2);
+        assert_eq!(super::pipe_unread(probe.as_fd()).unwrap(), 1);
+        assert_eq!(nix::unistd::read(&r, &mut rest).unwrap(), 1);
+        assert_eq!(nix::unistd::read(&r, &mut rest).unwrap(), 0, "EOF: the probe is no writer");
+        drop(r);
+        assert_eq!(super::pipe_unread(probe.as_fd()).unwrap(), 0);
     }
 }

@@ -245,3 +245,42 @@ fn sigterm_leaves_nothing_of_the_pool_behind() {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mountinfo.contains(data.to_str().unwrap()), "a mount under {} is left", data.display());
 }
+
+#[test]
+fn a_pooled_sandbox_that_dies_before_its_go_runs_the_execution_cold() {
+    let s = pool_server();
+    // Stopped, the pooled programs are alive at checkout but cannot read their go byte; killed
+    // while an execution waits on one, they die between checkout and go (as when a member is
+    // killed, or its template ends, at that moment).
+    let waiting = processes_below(s.pid(), "_sandbox_harness.mjs\0pool");
+    assert!(waiting.len() >= 2, "the pooled sandboxes' programs: {waiting:?}");
+    for pid in &waiting {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::Signal::SIGSTOP).unwrap();
+    }
+    let r = req("ts-pool", r#"import { writeFileSync } from "node:fs"; writeFileSync("/workspace/once.txt", "x"); console.log("ran", 6 * 7);"#);
+    let out = std::thread::scope(|scope| {
+        let run = scope.spawn(|| exec(&s, &r));
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(!run.is_finished(), "the execution waits on a stopped pooled sandbox");
+        for pid in &waiting {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        run.join().unwrap()
+    });
+    assert_eq!((out.status.as_str(), out.stdout.as_str()), ("ok", "ran 42\n"), "{out:?}");
+    assert!(!out.timing.warm && out.timing.warm_start.is_none(), "it ran cold: {out:?}");
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    let m = metrics(&s);
+    let total = |name: &str| m.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).unwrap().trim().parse::<i64>().unwrap();
+    assert_eq!((total("sandbox_warm_pool_hits"), total("sandbox_warm_pool_misses")), (0, 1), "counted as a miss, not a hit: {m}");
+    assert!(total("sandbox_warm_pool_discarded") >= 1, "{m}");
+    // The audit log has the one execution, finished ok, once.
+    let db = rusqlite::Connection::open(s.data.join("audit.db")).unwrap();
+    let mut q = db.prepare("SELECT kind, status FROM audit_events WHERE execution_id = ?1 ORDER BY seq").unwrap();
+    let rows: Vec<(String, String)> = q.query_map([&out.execution_id], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect();
+    assert_eq!(rows.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["begin", "finish"], "{rows:?}");
+    assert_eq!(rows[1].1, "ok", "{rows:?}");
+    // The pool serves again once refilled.
+    wait_pool(&s, "ts-pool", 1);
+    pooled(&s, &req("ts-pool", "console.log('ok');"));
+}

@@ -354,6 +354,37 @@ fn killing_the_template_fails_nothing_and_sigterm_leaves_nothing_behind() {
     assert!(!mountinfo.contains(data.to_str().unwrap()), "a mount under {} is left", data.display());
 }
 
+/// A child forked ahead that dies between its checkout and its go byte (stopped, so alive at
+/// checkout, then killed while the execution waits on it) ran nothing of the execution: the
+/// execution runs cold and succeeds, and the profile forks ahead again.
+#[test]
+fn a_child_forked_ahead_that_dies_before_its_go_leaves_the_execution_to_run_cold() {
+    let s = warm_server();
+    let profile = "py-analysis-warm";
+    wait_pool(&s, profile);
+    let stopped: Vec<i32> = template_children_below(s.pid()).into_iter().flat_map(|c| processes_below(u32::try_from(c).unwrap(), "")).collect();
+    assert!(!stopped.is_empty());
+    let signal = |sig| {
+        for pid in &stopped {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), sig);
+        }
+    };
+    signal(nix::sys::signal::Signal::SIGSTOP);
+    let r = req(profile, "import pandas\nprint('ran', pandas.DataFrame({'a': [6]}).a.sum() * 7)");
+    let out = std::thread::scope(|scope| {
+        let run = scope.spawn(|| exec(&s, &r));
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(!run.is_finished(), "the execution waits on a stopped child forked ahead");
+        signal(nix::sys::signal::Signal::SIGKILL);
+        run.join().unwrap()
+    });
+    assert_eq!((out.status.as_str(), out.stdout.as_str()), ("ok", "ran 42\n"), "{out:?}");
+    assert_eq!(out.timing.warm_start, None, "it ran cold: {out:?}");
+    wait_pool(&s, profile);
+    let again = warm(&s, &req(profile, "print('again')"));
+    assert_eq!((again.stdout.as_str(), again.timing.warm_start), ("again\n", Some(sandbox_core::wire::WarmStart::Prefork)), "{again:?}");
+}
+
 /// The cgroup directories (v1: one per hierarchy; v2: one) of a template or pooled sandbox that
 /// host process `pid` is in.
 fn cgroup_dirs_of(pid: i32) -> Vec<String> {
