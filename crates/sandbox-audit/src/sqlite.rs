@@ -9,6 +9,10 @@ use crate::chain::RawEvent;
 use crate::head::{HeadFile, HeadLock, HeadMark};
 use crate::{event_hash, AuditError, AuditRecord, EventKind, ListFilter, NewEvent, Page, PruneReport, RecordState, StoredEvent, VerifyReport, GENESIS};
 
+/// WAL size (pages) past which a commit checkpoints the WAL into the database
+/// (`PRAGMA wal_autocheckpoint`; SQLite's default is 1000): a `sandbox run` appends ~8 pages.
+const WAL_PAGES: i64 = 64;
+
 /// Migrations, applied in order; `PRAGMA user_version` counts those applied.
 const MIGRATIONS: &[&str] = &[r"
     CREATE TABLE audit_events (
@@ -68,6 +72,14 @@ impl SqliteStore {
             }
         }
         conn.pragma_update(None, "synchronous", "FULL").map_err(db("synchronous"))?;
+        // A closing connection leaves the WAL as it is: no checkpoint and its two fsyncs as a
+        // short-lived process (`sandbox run`) ends, and the next process's first commit appends
+        // to the same WAL instead of rewriting and syncing its header. A commit that takes the WAL
+        // past WAL_PAGES checkpoints it (SQLite's automatic checkpoint), so it stays small and an
+        // open's recovery (the first connection reads the whole WAL) stays cheap. Every commit is
+        // still durable in the WAL before it returns (`synchronous = FULL`).
+        conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(db("no_ckpt_on_close"))?;
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_PAGES).map_err(db("wal_autocheckpoint"))?;
         let mut head = path.as_os_str().to_owned();
         head.push(".head");
         let mut store = Self { conn, head: HeadFile::new(head.into()) };

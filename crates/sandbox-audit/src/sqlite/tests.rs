@@ -276,3 +276,24 @@ fn an_unknown_event_kind_is_an_error_not_a_refusal() {
         assert!(page.records.iter().all(|r| r.execution_id != "r1"), "not listed as a refusal either");
     });
 }
+
+/// A closed connection leaves its WAL unmerged (no checkpoint at close), yet the WAL stays
+/// bounded by the automatic checkpoint, and a reopened log holds every event.
+#[test]
+fn the_wal_survives_close_and_stays_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let wal = dir.path().join("audit.db-wal");
+    for round in 0..40 {
+        let mut s = crate::sqlite::SqliteStore::open(&path).unwrap();
+        s.append(&event(&format!("e{round}"), EventKind::Begin, "running")).unwrap();
+        s.append(&event(&format!("e{round}"), EventKind::Finish, "ok")).unwrap();
+        drop(s);
+        assert!(wal.exists(), "round {round}: the WAL was removed at close (checkpointed)");
+        let pages = (std::fs::metadata(&wal).unwrap().len() / 4096) as i64;
+        assert!(pages <= 2 * super::WAL_PAGES, "round {round}: the WAL holds {pages} pages");
+    }
+    let s = crate::sqlite::SqliteStore::open(&path).unwrap();
+    let report = s.verify().unwrap();
+    assert_eq!((report.events, report.broken), (80, None));
+}
