@@ -146,8 +146,11 @@ fn tables_keep_their_columns_with_long_values() {
 
 #[test]
 fn doctor_reports_host_features_and_runnable_profiles() {
+    // Every profile of the tests' configuration must be runnable: its environments installed
+    // here, not by whichever test happened to run first (py-oci-small's on a fresh machine).
     environments_installed();
     debian_environment_installed();
+    super::oci::oci_environment_installed();
     let out = sandbox(&["doctor", "--json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
