@@ -611,21 +611,14 @@ impl Engine {
         };
         let mut prepared = match prepared {
             Ok(p) => p,
-            Err(e) => {
-                tracing::error!(error = %e, "prepare failed");
-                result.status = Status::InternalError;
-                let chain = std::iter::successors(std::error::Error::source(&e), |c| c.source()).map(ToString::to_string).collect::<Vec<_>>();
-                result.error = Some(internal_error(id, format!("preparing the sandbox failed: {e}: {}", chain.join(": "))));
-                return result;
-            }
+            Err(e) => return prepare_failed(result, id, &e),
         };
         result.enforcement = Some(Enforcement { cgroup: cgroup_version(&layout), landlock_abi: 0, seccomp: true, network: admitted.profile.network.mode() });
         let templates = self.templates.get();
-        let pooled = member.is_some();
         let mut run =
             supervise::run(&self.opts, &self.spare, recorded, &mut prepared, &admitted, received, output.clone(), self.abort.subscribe(), templates, member)
                 .await;
-        if pooled && run.start_cold {
+        if run.start_cold {
             // The pooled sandbox ended before its go byte was read (killed, or its template
             // gone): nothing of the execution ran there. It is torn down and the execution
             // starts cold, in a sandbox of its own, as a warm profile does without a template.
@@ -646,12 +639,7 @@ impl Engine {
             admitted = back;
             prepared = match fresh {
                 Ok(p) => p,
-                Err(e) => {
-                    tracing::error!(error = %e, "prepare failed");
-                    result.status = Status::InternalError;
-                    result.error = Some(internal_error(id, format!("preparing the sandbox failed: {e}")));
-                    return result;
-                }
+                Err(e) => return prepare_failed(result, id, &e),
             };
             run = supervise::run(&self.opts, &self.spare, None, &mut prepared, &admitted, received, output, self.abort.subscribe(), None, None).await;
         }
@@ -722,6 +710,16 @@ impl Drop for Begun {
             self.recorder.abandoned(&self.id);
         }
     }
+}
+
+/// `result` as an `internal_error` whose message names `e` and its causes: preparing execution
+/// `id`'s sandbox failed.
+fn prepare_failed(mut result: ExecutionResult, id: &str, e: &(dyn std::error::Error + 'static)) -> ExecutionResult {
+    tracing::error!(error = %e, "prepare failed");
+    result.status = Status::InternalError;
+    let chain = std::iter::successors(e.source(), |c| c.source()).map(ToString::to_string).collect::<Vec<_>>();
+    result.error = Some(internal_error(id, format!("preparing the sandbox failed: {e}: {}", chain.join(": "))));
+    result
 }
 
 fn internal_error(id: &str, message: String) -> ExecError {
