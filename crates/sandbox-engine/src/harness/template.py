@@ -244,6 +244,14 @@ def probe_hot_pages():
         status = 1
         try:
             os.close(r)
+            # Its copies are charged to the template's cgroup: if they reach its limit, the
+            # kernel's OOM killer ends the probe, not the template (raising one's own score
+            # needs no privilege).
+            try:
+                with open("/proc/self/oom_score_adj", "w", encoding="ascii") as f:
+                    f.write("1000")
+            except OSError:
+                pass
             with open("/proc/self/maps", encoding="ascii") as f:
                 maps = [line.split() for line in f]
             with open("/proc/self/pagemap", "rb", buffering=0) as pagemap:
@@ -271,6 +279,7 @@ def probe_hot_pages():
         text = f.read()
     _, status = os.waitpid(pid, 0)
     if status != 0:
+        sys.stderr.write(f"template: the probe of the pages a job writes failed (wait status {status}); children forked ahead copy every shared page\n")
         return []
     return [tuple(int(x, 16) for x in line.split()) for line in text.splitlines()]
 
@@ -278,6 +287,27 @@ def probe_hot_pages():
 def page_flags(pagemap, lo, hi):
     """The flag byte of each page in [lo, hi) (the last of its 8-byte pagemap entry)."""
     return os.pread(pagemap.fileno(), (hi - lo) // PAGE * 8, lo // PAGE * 8)[7::8]
+
+
+def shared_ranges(libc):
+    """Address ranges (start, end) of this process's writable private mappings whose pages are
+    present (mincore(2): for anonymous memory, pages with a page table entry; a page never
+    touched has none, and is not made here). Unreadable /proc/self/pagemap (this process is not
+    dumpable) cannot tell shared pages from copied ones; right after the fork, all are shared."""
+    import ctypes
+    import re
+
+    with open("/proc/self/maps", encoding="ascii") as f:
+        maps = [line.split() for line in f]
+    for fields in maps:
+        if fields[1] != "rw-p":
+            continue
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        vec = ctypes.create_string_buffer((hi - lo) // PAGE)
+        if libc.mincore(lo, hi - lo, vec) != 0:
+            continue
+        for m in re.finditer(rb"[\x01-\xff]+", vec.raw):
+            yield lo + m.start() * PAGE, lo + m.end() * PAGE
 
 
 # libc, with madvise and mincore typed, bound once in the template by main() (None where ctypes

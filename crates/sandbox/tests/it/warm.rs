@@ -436,10 +436,10 @@ fn wait_pool(s: &Server, profile: &str) {
     }
 }
 
-/// A child forked ahead of its request waits under SCHED_IDLE and copies the template's pages it
-/// shares meanwhile (charged to its own cgroup, so to the execution's memory), at most half its
-/// memory limit (so a template near the limit cannot make it OOM); the execution then runs under
-/// the normal policy and priority, with its own stdin.
+/// A child forked ahead of its request waits under SCHED_IDLE and copies meanwhile the template's
+/// pages that a job writes (charged to its own cgroup, so to the execution's memory), at most
+/// half its memory limit (so a template near the limit cannot make it OOM); the execution then
+/// runs under the normal policy and priority, with its own stdin.
 #[test]
 fn a_child_forked_ahead_copies_the_templates_pages_while_idle_and_runs_at_normal_priority() {
     let s = warm_server();
@@ -471,4 +471,32 @@ fn a_child_forked_ahead_copies_the_templates_pages_while_idle_and_runs_at_normal
         }
         assert!(Instant::now() < deadline, "no child forked ahead copied the template's pages: {out:?}");
     }
+}
+
+/// A template measures the pages a job writes with a probe, a fork of its own that runs the
+/// warm-up once more; the probe's copies are charged to the template's cgroup. At a template
+/// memory limit the template fits in but the probe's copies do not (100 MiB for the analysis
+/// environment: ~74 MiB held, ~26 MiB copied), the kernel's OOM killer must end the probe and
+/// never the template: it still gets ready and serves (its children forked ahead copy every
+/// shared page instead). Before the probe raised its own OOM score, the template was killed at
+/// every start and the profile never ran warm.
+#[test]
+fn a_template_whose_probe_overflows_its_memory_limit_still_serves() {
+    environments_installed();
+    let s = Server::start(
+        r#"
+[profiles.py-analysis-tight]
+language = "python"
+environment = "python-analysis"
+[profiles.py-analysis-tight.limits]
+memory_max_bytes = 268435456
+[profiles.py-analysis-tight.warm]
+mode = "template"
+pool_size = 1
+template_memory_max_bytes = 104857600
+"#,
+    );
+    wait_warm(&s, "py-analysis-tight");
+    let out = warm(&s, &req("py-analysis-tight", "import pandas as pd\nprint(pd.DataFrame({'a': [1, 2, 3]})['a'].sum())"));
+    assert_eq!((out.status.as_str(), out.stdout.as_str()), ("ok", "6\n"), "{out:?}");
 }
