@@ -49,8 +49,9 @@ def preload():
 def warm_up(rounds=2):
     """Exercises the libraries the way a typical analysis does (a CSV file read, cleaned,
     grouped and summarised; a chart drawn and saved as a PNG file), at a realistic size and
-    twice over, so that lazily built state (font lists and glyphs, parsers, caches, the
-    interpreter's specialized bytecode) is in the template and not rebuilt by every execution."""
+    `rounds` times (twice in the template, so that lazily built state (font lists and glyphs,
+    parsers, caches, the interpreter's specialized bytecode) is in the template and not rebuilt
+    by every execution; once in the probe, which only needs what a job writes)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as scratch:
