@@ -105,6 +105,8 @@ impl UidSlot {
 pub(crate) struct Prepared {
     pub(crate) dir: PathBuf,
     pub(crate) workspace: PathBuf,
+    /// The directory's own tmpfs (everything below it: owner file, mount points) is mounted.
+    dir_mounted: bool,
     workspace_mounted: bool,
     /// A warm child's `warm/` tmpfs (code and /etc files) is mounted.
     warm_mounted: bool,
@@ -229,18 +231,10 @@ impl Prepared {
         check_searchable(&executions)?;
         let dir = executions.join(id);
         fs::DirBuilder::new().mode(0o700).create(&dir).map_err(io_err("create", &dir))?;
-        // Owned by the container's root (host uid_base) and 0700: init can reach the mount points
-        // below it, no other host user can reach the workspace while it runs.
-        let base = Some(Uid::from_raw(rt.uid_base));
-        chown(&dir, base, Some(Gid::from_raw(rt.uid_base))).map_err(|e| PrepareError::Io { op: "chown", path: dir.clone(), source: e.into() })?;
-        // Who owns this execution: a later start sweeps it only once this process is gone.
-        // Written aside and renamed, so a concurrent sweep never reads half a file.
-        let (owner_tmp, owner) = (dir.join("owner.tmp"), dir.join("owner"));
-        fs::write(&owner_tmp, owner_line()).map_err(io_err("write", &owner_tmp))?;
-        fs::rename(&owner_tmp, &owner).map_err(io_err("rename", &owner))?;
         let mut p = Self {
             workspace: dir.join("workspace"),
             dir,
+            dir_mounted: false,
             workspace_mounted: false,
             warm_mounted: false,
             code_mounted: false,
@@ -253,6 +247,25 @@ impl Prepared {
             held: Vec::new(),
             torn_down: false,
         };
+        // Everything below the directory is scratch state on a small tmpfs of its own: the owner
+        // file and the mount points. On the data directory's disk filesystem each of their
+        // creations and removals was a journaled metadata change (about ten per execution), and
+        // every fsync of the audit log, on the same filesystem, waited for them to commit.
+        // Owned by the container's root (host uid_base) and 0700: init can reach the mount
+        // points below it, no other host user can reach the workspace while it runs.
+        let options = format!("size=1m,nr_inodes=256,mode=0700,uid={base},gid={base}", base = rt.uid_base);
+        let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+        mount(Some("tmpfs"), &p.dir, Some("tmpfs"), flags, Some(options.as_str())).map_err(|source| PrepareError::Mount {
+            op: "mount",
+            path: p.dir.clone(),
+            source,
+        })?;
+        p.dir_mounted = true;
+        // Who owns this execution: a later start sweeps it only once this process is gone.
+        // Written aside and renamed, so a concurrent sweep never reads half a file.
+        let (owner_tmp, owner) = (p.dir.join("owner.tmp"), p.dir.join("owner"));
+        fs::write(&owner_tmp, owner_line()).map_err(io_err("write", &owner_tmp))?;
+        fs::rename(&owner_tmp, &owner).map_err(io_err("rename", &owner))?;
         let root = p.dir.join("root");
         fs::DirBuilder::new().mode(0o755).create(&root).map_err(io_err("create", &root))?;
         fs::DirBuilder::new().mode(0o755).create(&p.workspace).map_err(io_err("create", &p.workspace))?;
@@ -462,6 +475,11 @@ impl Prepared {
         self.stop_everything();
         if let Some(cg) = self.cgroup.take() {
             keep(cg.remove().map_err(PrepareError::from));
+        }
+        if self.dir_mounted {
+            // Lazily, with everything mounted below it (workspace, code, warm): one unmount.
+            keep(umount2(&self.dir, MntFlags::MNT_DETACH).map_err(|source| PrepareError::Mount { op: "unmount", path: self.dir.clone(), source }));
+            (self.dir_mounted, self.warm_mounted, self.code_mounted, self.workspace_mounted) = (false, false, false, false);
         }
         if self.warm_mounted {
             let warm = self.dir.join("warm");
@@ -708,7 +726,8 @@ pub(crate) fn sweep(opts: &EngineOptions, layout: Option<&Layout>) -> Vec<String
                 tracing::error!(execution_id = %id, error = %e, "cannot remove a leftover cgroup");
             }
         }
-        for mounted in ["workspace", "warm", "code"] {
+        // The execution's own tmpfs last (a template's directory has none).
+        for mounted in ["workspace", "warm", "code", ""] {
             let _ = umount2(&dir.join(mounted), MntFlags::MNT_DETACH);
         }
         if let Err(e) = fs::remove_dir_all(&dir) {

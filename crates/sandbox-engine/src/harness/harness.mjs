@@ -30,13 +30,15 @@ if (mode === "pool") {
 }
 
 // The go byte from fd 0 (one byte, so nothing of the program's stdin after it is consumed),
-// then the execution's run file.
+// then the execution's run file. EOF instead: the engine ended the execution here before its
+// go (it starts it cold elsewhere, or the engine is gone), though its code and run file may be
+// in /code already: nothing of it may run here, or it would run twice.
 function readRun() {
   const one = Buffer.alloc(1);
   const wait = new Int32Array(new SharedArrayBuffer(4));
   for (;;) {
     try {
-      readSync(0, one, 0, 1, null);
+      if (readSync(0, one, 0, 1, null) !== 1 || one[0] !== 10) process.exit(75);
       break;
     } catch (e) {
       if (e.code === "EAGAIN") { Atomics.wait(wait, 0, 0, 1); continue; }

@@ -265,9 +265,11 @@ def pool():
     gc.freeze()
     os.write(4, b"R")
     # One byte: nothing of the program's stdin after it is consumed (os.read retries EINTR,
-    # PEP 475). EOF: the engine is gone, and so is the execution; /code/_sandbox_run.json is
-    # missing and the harness stops.
-    os.read(0, 1)
+    # PEP 475). EOF instead: the engine ended the execution here before its go (it starts it
+    # cold elsewhere, or the engine is gone), though its code and run file may be in /code
+    # already: nothing of it may run here, or it would run twice.
+    if os.read(0, 1) != b"\n":
+        os._exit(75)
     with open("/code/_sandbox_run.json", encoding="utf-8") as f:
         header = json.load(f)
     for k, v in (header.get("env") or {}).items():

@@ -477,6 +477,51 @@ fn an_execution_whose_begin_fails_is_refused_before_its_program_starts() {
     }
 }
 
+/// An execution's directory (`<data>/executions/<id>`) keeps its scratch state (the owner file,
+/// the mount points) on a small tmpfs of its own, mounted nosuid, nodev and noexec, reachable only
+/// by the sandbox's root: on the data directory's filesystem its making and removal are one
+/// `mkdir` and one `rmdir`, not about ten journaled changes that every fsync of the audit log,
+/// on the same filesystem, would wait for. After the run nothing of it is left.
+#[test]
+fn an_execution_directory_is_a_tmpfs_of_its_own_and_gone_after_the_run() {
+    use std::io::BufRead as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let data = data_dir();
+    let mut child = Command::new(bin())
+        .arg("--config")
+        .arg(&env().config)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["run", "-c", "import time\nprint('up', flush=True)\ntime.sleep(2)"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line, "up\n");
+    let dirs: Vec<PathBuf> = std::fs::read_dir(data.join("executions")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let dir = &dirs[0];
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mount = mountinfo
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("{} is not a mount point:\n{mountinfo}", dir.display()));
+    let (options, fstype) = (mount.split(' ').nth(5).unwrap(), mount.split(" - ").nth(1).unwrap().split(' ').next().unwrap());
+    assert_eq!(fstype, "tmpfs", "{mount}");
+    for flag in ["nosuid", "nodev", "noexec"] {
+        assert!(options.split(',').any(|o| o == flag), "{flag} missing: {mount}");
+    }
+    let owner = nix::sys::statfs::statfs(&dir.join("owner")).unwrap();
+    assert_eq!(owner.filesystem_type(), nix::sys::statfs::TMPFS_MAGIC, "the owner file is not on the tmpfs");
+    let meta = std::fs::metadata(dir).unwrap();
+    assert_eq!((meta.mode() & 0o777, meta.uid()), (0o700, UID_BASE), "{}", dir.display());
+    assert!(child.wait().unwrap().success());
+    let id = dir.file_name().unwrap().to_str().unwrap();
+    assert!(!dir.exists(), "{} is left", dir.display());
+    assert!(!std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(id), "a mount of {id} is left");
+}
+
 /// Every start sweeps what dead processes left in `executions/`, while other processes create
 /// theirs beside it: a directory whose owner file is missing or not yet whole is one being
 /// created (kept while young), a dead owner's is swept. (A template's launch wrote its owner
