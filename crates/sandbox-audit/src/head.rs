@@ -1,5 +1,16 @@
 //! The chain's head, anchored outside the database: a small file naming the newest event this
-//! host appended (`seq`, `hash`, execution id), replaced atomically after every append.
+//! host appended (`seq`, `hash`, execution id), rewritten after every append.
+//!
+//! The file has two slots of [`SLOT`] bytes, each one JSON line padded with spaces: a mark and
+//! a check (the first 16 hex digits of the SHA-256 of `"<seq> <hash> <execution id>"`). An
+//! append overwrites the slot that does not hold the current mark, in place, and syncs the data
+//! (`fdatasync`): no new file, rename or directory entry, so no metadata change for the
+//! filesystem's journal to commit (replacing the file through a rename, as before, cost two
+//! journal commits per append, ~0.5 ms on an idle disk and more beside other writes). A slot
+//! torn by a crash mid-write fails its check and is passed over: the other holds the previous
+//! mark, as a crash between the commit and the head write leaves it. The mark is the valid slot
+//! with the higher `seq`. A file of the earlier format (one JSON mark line, no check) reads as
+//! its slot 0.
 //!
 //! A hash chain cannot see its own tail cut off: deleting the newest events leaves a shorter
 //! chain that still verifies. The head file remembers how far the chain reached, so `verify`
@@ -9,10 +20,9 @@
 //!
 //! What it does not stop (see the README, "Audit log"): someone who can write the head file
 //! too (root on this host) can rewrite both; the events appended after the last head write (a
-//! crash between the commit and the rename) are not anchored; on PostgreSQL each node anchors
+//! crash between the commit and the head write) are not anchored; on PostgreSQL each node anchors
 //! only the events it appended itself.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -77,26 +87,35 @@ impl HeadFile {
     /// it is not a mark.
     pub fn read(&self) -> Result<Option<HeadMark>, AuditError> {
         match std::fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| AuditError::HeadCorrupt(self.path.clone(), e)),
+            Ok(bytes) => parse(&bytes).map(|(mark, _)| Some(mark)).map_err(|e| AuditError::HeadCorrupt(self.path.clone(), e)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(AuditError::Head(self.path.clone(), e)),
         }
     }
 
-    /// Replaces the file with `mark` durably: a temporary file written and fsynced, renamed
-    /// over the old one, then the directory fsynced. The caller holds the [`HeadLock`].
-    /// Errors: [`AuditError::Head`] naming the file.
+    /// Writes `mark` durably into the slot that does not hold the current mark (which the other
+    /// keeps): one write in place and `fdatasync`. The caller holds the [`HeadLock`].
+    /// Errors: [`AuditError::Head`] naming the file (also for a mark longer than a slot, which
+    /// service-made execution ids never give).
     pub fn write(&self, _lock: &HeadLock, mark: &HeadMark) -> Result<(), AuditError> {
-        let tmp = self.path.with_extension("head.tmp");
+        use std::os::unix::fs::FileExt as _;
         let io = |e| AuditError::Head(self.path.clone(), e);
-        let mut f = std::fs::OpenOptions::new().create(true).truncate(true).write(true).mode_private().open(&tmp).map_err(io)?;
-        f.write_all(serde_json::to_string(mark).expect("a mark serializes").as_bytes()).map_err(io)?;
-        f.write_all(b"\n").map_err(io)?;
-        f.sync_all().map_err(io)?;
-        drop(f);
-        std::fs::rename(&tmp, &self.path).map_err(io)?;
-        let dir = self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)
+        let mut line = serde_json::to_string(&Slot::of(mark)).expect("a mark serializes").into_bytes();
+        if line.len() >= SLOT {
+            return Err(io(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("a head mark of {} bytes does not fit a slot", line.len()))));
+        }
+        line.resize(SLOT - 1, b' ');
+        line.push(b'\n');
+        let f = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).mode_private().open(&self.path).map_err(io)?;
+        let mut current = vec![0; 2 * SLOT];
+        let n = f.read_at(&mut current, 0).map_err(io)?;
+        current.truncate(n);
+        let slot = match parse(&current) {
+            Ok((_, 0)) => 1u64,
+            _ => 0,
+        };
+        f.write_all_at(&line, slot * SLOT as u64).map_err(io)?;
+        f.sync_data().map_err(io)
     }
 
     /// After an append committed `new`: replaces the mark with it, unless the database no
@@ -118,6 +137,65 @@ impl HeadFile {
         let mut p = self.path.clone().into_os_string();
         p.push(".lock");
         PathBuf::from(p)
+    }
+}
+
+/// Bytes per slot of the head file.
+pub const SLOT: usize = 512;
+
+/// One slot's line: a mark and its check.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Slot {
+    seq: i64,
+    hash: String,
+    execution_id: String,
+    check: String,
+}
+
+impl Slot {
+    fn of(mark: &HeadMark) -> Self {
+        Slot { seq: mark.seq, hash: mark.hash.clone(), execution_id: mark.execution_id.clone(), check: check(mark) }
+    }
+}
+
+/// The first 16 hex digits of the SHA-256 of `"<seq> <hash> <execution id>"`.
+fn check(mark: &HeadMark) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("{} {} {}", mark.seq, mark.hash, mark.execution_id).as_bytes());
+    hex::encode(&digest[..8])
+}
+
+/// The mark a head file's bytes hold, and its slot: the valid slot with the higher `seq` (a
+/// slot whose check fails, torn by a crash mid-write, is passed over), or a file of the earlier
+/// format's one mark (slot 0). Errors: no slot holds a valid mark (the first slot's error).
+fn parse(bytes: &[u8]) -> Result<(HeadMark, usize), serde_json::Error> {
+    let mut first_error = None;
+    let mut best: Option<(HeadMark, usize)> = None;
+    for (slot, chunk) in bytes.chunks(SLOT).take(2).enumerate() {
+        let line = chunk.split(|b| *b == b'\n').next().unwrap_or_default();
+        let mark = serde_json::from_slice::<Slot>(line).and_then(|s| {
+            let mark = HeadMark { seq: s.seq, hash: s.hash, execution_id: s.execution_id };
+            if check(&mark) == s.check {
+                Ok(mark)
+            } else {
+                Err(serde::de::Error::custom("the slot's check does not match its mark"))
+            }
+        });
+        // The earlier format: one mark, no check, the whole file.
+        let mark = mark.or_else(|e| if bytes.len() < SLOT { serde_json::from_slice::<HeadMark>(bytes).map_err(|_| e) } else { Err(e) });
+        match mark {
+            Ok(m) if best.as_ref().is_none_or(|(b, _)| m.seq > b.seq) => best = Some((m, slot)),
+            Ok(_) => {}
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match (best, first_error) {
+        (Some(m), _) => Ok(m),
+        (None, Some(e)) => Err(e),
+        (None, None) => Err(serde::de::Error::custom("an empty head file")),
     }
 }
 
@@ -155,4 +233,73 @@ pub fn checked(
     }
     report.head = Some(mark);
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mark(seq: i64) -> HeadMark {
+        use sha2::Digest as _;
+        HeadMark { seq, hash: hex::encode(sha2::Sha256::digest(seq.to_string())), execution_id: format!("01a23b00-0000-7000-8000-{seq:012}") }
+    }
+
+    fn file() -> (tempfile::TempDir, HeadFile) {
+        let dir = tempfile::tempdir().unwrap();
+        let head = HeadFile::new(dir.path().join("audit.db.head"));
+        (dir, head)
+    }
+
+    #[test]
+    fn each_write_fills_the_slot_the_current_mark_is_not_in_and_the_newest_mark_reads_back() {
+        let (_dir, head) = file();
+        assert_eq!(head.read().unwrap(), None);
+        let lock = head.lock().unwrap();
+        for seq in [3, 4, 7, 9] {
+            head.write(&lock, &mark(seq)).unwrap();
+            assert_eq!(head.read().unwrap(), Some(mark(seq)));
+        }
+        let bytes = std::fs::read(head.path()).unwrap();
+        assert_eq!(bytes.len(), 2 * SLOT, "two slots, written in place");
+        // Alternating slots: the one not written last still holds the mark before.
+        let (older, newer) = (parse(&bytes[..SLOT]).unwrap().0, parse(&bytes[SLOT..]).unwrap().0);
+        assert_eq!((older.seq, newer.seq), (7, 9));
+    }
+
+    #[test]
+    fn a_slot_torn_by_a_crash_is_passed_over_for_the_mark_before() {
+        let (_dir, head) = file();
+        let lock = head.lock().unwrap();
+        head.write(&lock, &mark(5)).unwrap();
+        head.write(&lock, &mark(6)).unwrap();
+        let mut bytes = std::fs::read(head.path()).unwrap();
+        // Seq 6 went into slot 1; part of its hash is what slot 0 holds there, as a torn write
+        // can leave it: still a well-formed line naming seq 6, that only its check refuses.
+        let slot0 = bytes[..SLOT].to_vec();
+        bytes[SLOT + 30..SLOT + 60].copy_from_slice(&slot0[30..60]);
+        let torn = bytes[SLOT..].split(|b| *b == b'\n').next().unwrap();
+        assert_eq!(serde_json::from_slice::<Slot>(torn).unwrap().seq, 6);
+        std::fs::write(head.path(), &bytes).unwrap();
+        assert_eq!(head.read().unwrap(), Some(mark(5)));
+        // The next write goes to the torn slot, keeping the valid one.
+        head.write(&lock, &mark(7)).unwrap();
+        assert_eq!(head.read().unwrap(), Some(mark(7)));
+        assert_eq!(parse(&std::fs::read(head.path()).unwrap()[..SLOT]).unwrap().0, mark(5));
+        // Both slots unreadable: the file is not a mark.
+        std::fs::write(head.path(), vec![b'x'; 2 * SLOT]).unwrap();
+        assert!(matches!(head.read(), Err(AuditError::HeadCorrupt(..))));
+    }
+
+    #[test]
+    fn a_head_file_of_the_earlier_format_reads_and_is_then_written_in_slots() {
+        let (_dir, head) = file();
+        std::fs::write(head.path(), format!("{}\n", serde_json::to_string(&mark(41)).unwrap())).unwrap();
+        assert_eq!(head.read().unwrap(), Some(mark(41)));
+        let lock = head.lock().unwrap();
+        head.write(&lock, &mark(42)).unwrap();
+        assert_eq!(head.read().unwrap(), Some(mark(42)));
+        head.write(&lock, &mark(43)).unwrap();
+        assert_eq!(head.read().unwrap(), Some(mark(43)));
+        assert_eq!(std::fs::read(head.path()).unwrap().len(), 2 * SLOT);
+    }
 }
