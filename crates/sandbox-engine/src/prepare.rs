@@ -231,6 +231,11 @@ impl Prepared {
         check_searchable(&executions)?;
         let dir = executions.join(id);
         fs::DirBuilder::new().mode(0o700).create(&dir).map_err(io_err("create", &dir))?;
+        // Who owns this execution: a later start sweeps it only once this process is gone.
+        // Written aside and renamed, so a concurrent sweep never reads half a file. Once here,
+        // under the tmpfs below, for a process sharing the data directory from another mount
+        // namespace (one the tmpfs does not propagate to); again on the tmpfs, for this one.
+        write_owner(&dir)?;
         let mut p = Self {
             workspace: dir.join("workspace"),
             dir,
@@ -249,8 +254,8 @@ impl Prepared {
         };
         // Everything below the directory is scratch state on a small tmpfs of its own: the owner
         // file and the mount points. On the data directory's disk filesystem each of their
-        // creations and removals was a journaled metadata change (about ten per execution), and
-        // every fsync of the audit log, on the same filesystem, waited for them to commit.
+        // creations and removals was a journaled metadata change (about twelve per execution,
+        // now five), and every fsync of the audit log, on the same filesystem, waited for them.
         // Owned by the container's root (host uid_base) and 0700: init can reach the mount
         // points below it, no other host user can reach the workspace while it runs.
         let options = format!("size=1m,nr_inodes=256,mode=0700,uid={base},gid={base}", base = rt.uid_base);
@@ -261,11 +266,7 @@ impl Prepared {
             source,
         })?;
         p.dir_mounted = true;
-        // Who owns this execution: a later start sweeps it only once this process is gone.
-        // Written aside and renamed, so a concurrent sweep never reads half a file.
-        let (owner_tmp, owner) = (p.dir.join("owner.tmp"), p.dir.join("owner"));
-        fs::write(&owner_tmp, owner_line()).map_err(io_err("write", &owner_tmp))?;
-        fs::rename(&owner_tmp, &owner).map_err(io_err("rename", &owner))?;
+        write_owner(&p.dir)?;
         let root = p.dir.join("root");
         fs::DirBuilder::new().mode(0o755).create(&root).map_err(io_err("create", &root))?;
         fs::DirBuilder::new().mode(0o755).create(&p.workspace).map_err(io_err("create", &p.workspace))?;
@@ -688,6 +689,13 @@ pub(crate) fn root_files(language: Language, uid: u32, code: Option<(&str, Optio
     .chain(code.map(|(code, _)| f(&format!("{CODE_DIR}/{}", code_file(language)), code, 0o444)))
     .chain(code.and_then(|(_, input)| input).map(|json| f(INPUT_FILE, json, 0o444)))
     .collect()
+}
+
+/// Writes `dir/owner` ([`owner_line`]) aside and renames it into place.
+fn write_owner(dir: &Path) -> Result<(), PrepareError> {
+    let (owner_tmp, owner) = (dir.join("owner.tmp"), dir.join("owner"));
+    fs::write(&owner_tmp, owner_line()).map_err(io_err("write", &owner_tmp))?;
+    fs::rename(&owner_tmp, &owner).map_err(io_err("rename", &owner))
 }
 
 /// "<pid> <start time>" of this process ([`Owner`]), the content of an execution's `owner` file.

@@ -479,9 +479,9 @@ fn an_execution_whose_begin_fails_is_refused_before_its_program_starts() {
 
 /// An execution's directory (`<data>/executions/<id>`) keeps its scratch state (the owner file,
 /// the mount points) on a small tmpfs of its own, mounted nosuid, nodev and noexec, reachable only
-/// by the sandbox's root: on the data directory's filesystem its making and removal are one
-/// `mkdir` and one `rmdir`, not about ten journaled changes that every fsync of the audit log,
-/// on the same filesystem, would wait for. After the run nothing of it is left.
+/// by the sandbox's root: on the data directory's filesystem there is only the directory and the
+/// owner file under the tmpfs (five journaled changes, not about twelve that every fsync of the
+/// audit log, on the same filesystem, would wait for). After the run nothing of it is left.
 #[test]
 fn an_execution_directory_is_a_tmpfs_of_its_own_and_gone_after_the_run() {
     use std::io::BufRead as _;
@@ -520,6 +520,46 @@ fn an_execution_directory_is_a_tmpfs_of_its_own_and_gone_after_the_run() {
     let id = dir.file_name().unwrap().to_str().unwrap();
     assert!(!dir.exists(), "{} is left", dir.display());
     assert!(!std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(id), "a mount of {id} is left");
+}
+
+/// A process sharing the data directory from another mount namespace, one that the execution's
+/// tmpfs does not reach (made before it), finds the owner file under it: its start-up sweep
+/// leaves the live execution alone even once the directory looks old (without that file it took
+/// it for a dead service's, killed its processes and removed its directory).
+#[test]
+fn a_sweep_from_another_mount_namespace_leaves_a_live_execution_alone() {
+    use std::io::{BufRead as _, Write as _};
+    let data = data_dir();
+    let config = env().config.to_str().unwrap().to_owned();
+    let script = "read go; touch -d '5 minutes ago' \"$1\"/executions/*; exec \"$2\" --config \"$3\" --data-dir \"$1\" run -c 'print(7)'";
+    let mut other = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script, "sh", data.to_str().unwrap(), bin(), &config])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The other namespace exists before the execution's tmpfs is mounted.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut run = Command::new(bin())
+        .arg("--config")
+        .arg(&env().config)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["run", "-c", "import time\nprint('up', flush=True)\ntime.sleep(3)\nprint('done')"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(run.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "up\n");
+    other.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let swept = other.wait_with_output().unwrap();
+    assert_eq!((swept.status.code(), String::from_utf8_lossy(&swept.stdout).as_ref()), (Some(0), "7\n"), "{swept:?}");
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "done\n", "the live execution was swept from under it");
+    assert!(run.wait().unwrap().success());
 }
 
 /// Every start sweeps what dead processes left in `executions/`, while other processes create
