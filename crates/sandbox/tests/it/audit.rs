@@ -477,6 +477,26 @@ fn an_execution_whose_begin_fails_is_refused_before_its_program_starts() {
     }
 }
 
+/// `sandbox run` in `data` of a program that prints `up`, then runs `rest` (Python, `time`
+/// imported): returned once `up` was read, with the rest of its stdout.
+fn started(data: &Path, rest: &str) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
+    use std::io::BufRead as _;
+    let mut child = Command::new(bin())
+        .arg("--config")
+        .arg(&env().config)
+        .arg("--data-dir")
+        .arg(data)
+        .args(["run", "-c", &format!("import time\nprint('up', flush=True)\n{rest}")])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "up\n");
+    (child, out)
+}
+
 /// An execution's directory (`<data>/executions/<id>`) keeps its scratch state (the owner file,
 /// the mount points) on a small tmpfs of its own, mounted nosuid, nodev and noexec, reachable only
 /// by the sandbox's root: on the data directory's filesystem there is only the directory and the
@@ -484,21 +504,9 @@ fn an_execution_whose_begin_fails_is_refused_before_its_program_starts() {
 /// audit log, on the same filesystem, would wait for). After the run nothing of it is left.
 #[test]
 fn an_execution_directory_is_a_tmpfs_of_its_own_and_gone_after_the_run() {
-    use std::io::BufRead as _;
     use std::os::unix::fs::MetadataExt as _;
     let data = data_dir();
-    let mut child = Command::new(bin())
-        .arg("--config")
-        .arg(&env().config)
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["run", "-c", "import time\nprint('up', flush=True)\ntime.sleep(2)"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    assert_eq!(line, "up\n");
+    let (mut child, _) = started(&data, "time.sleep(2)");
     let dirs: Vec<PathBuf> = std::fs::read_dir(data.join("executions")).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(dirs.len(), 1, "{dirs:?}");
     let dir = &dirs[0];
@@ -540,19 +548,8 @@ fn a_sweep_from_another_mount_namespace_leaves_a_live_execution_alone() {
         .unwrap();
     // The other namespace exists before the execution's tmpfs is mounted.
     std::thread::sleep(Duration::from_millis(300));
-    let mut run = Command::new(bin())
-        .arg("--config")
-        .arg(&env().config)
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["run", "-c", "import time\nprint('up', flush=True)\ntime.sleep(3)\nprint('done')"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(run.stdout.take().unwrap());
+    let (mut run, mut out) = started(&data, "time.sleep(3)\nprint('done')");
     let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line, "up\n");
     other.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let swept = other.wait_with_output().unwrap();
     assert_eq!((swept.status.code(), String::from_utf8_lossy(&swept.stdout).as_ref()), (Some(0), "7\n"), "{swept:?}");
