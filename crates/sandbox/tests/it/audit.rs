@@ -539,20 +539,23 @@ fn a_sweep_from_another_mount_namespace_leaves_a_live_execution_alone() {
     use std::io::{BufRead as _, Write as _};
     let data = data_dir();
     let config = env().config.to_str().unwrap().to_owned();
-    let script = "read go; touch -d '5 minutes ago' \"$1\"/executions/*; exec \"$2\" --config \"$3\" --data-dir \"$1\" run -c 'print(7)'";
+    let script = "echo ready; read go; touch -d '5 minutes ago' \"$1\"/executions/*; exec \"$2\" --config \"$3\" --data-dir \"$1\" run -c 'print(7)'";
     let mut other = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c", script, "sh", data.to_str().unwrap(), bin(), &config])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // The other namespace exists before the execution's tmpfs is mounted.
-    std::thread::sleep(Duration::from_millis(300));
-    let (mut run, mut out) = started(&data, "time.sleep(3)\nprint('done')");
+    // The other namespace exists (its shell runs) before the execution's tmpfs is mounted.
+    let mut other_out = std::io::BufReader::new(other.stdout.take().unwrap());
     let mut line = String::new();
+    other_out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let (mut run, mut out) = started(&data, "time.sleep(3)\nprint('done')");
     other.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    let swept = other.wait_with_output().unwrap();
-    assert_eq!((swept.status.code(), String::from_utf8_lossy(&swept.stdout).as_ref()), (Some(0), "7\n"), "{swept:?}");
+    let mut swept = String::new();
+    std::io::Read::read_to_string(&mut other_out, &mut swept).unwrap();
+    assert_eq!((other.wait().unwrap().code(), swept.as_str()), (Some(0), "7\n"), "the other namespace's run");
     line.clear();
     out.read_line(&mut line).unwrap();
     assert_eq!(line, "done\n", "the live execution was swept from under it");
