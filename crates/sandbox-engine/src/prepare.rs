@@ -692,7 +692,7 @@ pub(crate) fn root_files(language: Language, uid: u32, code: Option<(&str, Optio
 }
 
 /// Writes `dir/owner` ([`owner_line`]) aside and renames it into place.
-fn write_owner(dir: &Path) -> Result<(), PrepareError> {
+pub(crate) fn write_owner(dir: &Path) -> Result<(), PrepareError> {
     let (owner_tmp, owner) = (dir.join("owner.tmp"), dir.join("owner"));
     fs::write(&owner_tmp, owner_line()).map_err(io_err("write", &owner_tmp))?;
     fs::rename(&owner_tmp, &owner).map_err(io_err("rename", &owner))

@@ -34,7 +34,7 @@ use sandbox_runtime::spec::{BindMount, Event, Rlimits, SpawnSpec, CONTROL_FD, RE
 use sandbox_runtime::HELPER_ARGV0;
 
 use crate::command::{template_command, CODE_DIR, TEMPLATE_SOURCE};
-use crate::prepare::{io_err, owner_line, root_files, runtime_mounts};
+use crate::prepare::{io_err, root_files, runtime_mounts};
 use crate::EngineOptions;
 
 /// File name of the warm-start library the templates load.
@@ -436,9 +436,7 @@ impl Templates {
         chown(&dir, Some(Uid::from_raw(rt.uid_base)), Some(Gid::from_raw(rt.uid_base))).map_err(|e| format!("chown {}: {e}", dir.display()))?;
         // Written aside and renamed, as `Prepared::new` does: a concurrent start's sweep must
         // never read half a file (an empty owner reads as a dead one, and it sweeps the directory).
-        let (owner_tmp, owner) = (dir.join("owner.tmp"), dir.join("owner"));
-        std::fs::write(&owner_tmp, owner_line()).map_err(|e| format!("write {}: {e}", owner_tmp.display()))?;
-        std::fs::rename(&owner_tmp, &owner).map_err(|e| format!("rename {}: {e}", owner.display()))?;
+        crate::prepare::write_owner(&dir).map_err(|e| e.to_string())?;
         let made = (|| -> Result<(Arc<Template>, UnixStream), String> {
             let (root, workspace, lib_dir) = (dir.join("root"), dir.join("workspace"), dir.join("lib"));
             for d in [&root, &workspace, &lib_dir] {
