@@ -4,6 +4,8 @@
 #   N=100 bash bench/startup.sh      (N: timed runs per variant, default 100)
 #   SANDBOX_BENCH_REF_BIN=/path/to/older/sandbox adds that binary's `run -c pass` as a variant
 #   (its own data directory), interleaved with the others: a change measured against its base.
+#   LOG_EXECUTIONS=10000 starts each data directory's audit log with that many finished
+#   executions (copies of the check run's events), as a host's log is after months of use.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -62,12 +64,37 @@ if [ -n "$REF" ]; then
   trap 'rm -rf "$DATA_DIR" "$REF_DIR"' EXIT
   check "$REF" --data-dir "$REF_DIR" run -c pass
 fi
-"$PY" - "$N" "$WARMUP" "$JSON_RUNS" "$PY" "$SANDBOX" "$DATA_DIR" "$REF" "$REF_DIR" <<'EOF'
-import json, statistics, subprocess, sys, time
+"$PY" - "$N" "$WARMUP" "$JSON_RUNS" "$PY" "$SANDBOX" "$DATA_DIR" "$REF" "$REF_DIR" "${LOG_EXECUTIONS:-0}" <<'EOF'
+import json, sqlite3, statistics, subprocess, sys, time, uuid
 
 n, warmup, json_runs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 py, sandbox, data_dir = sys.argv[4], sys.argv[5], sys.argv[6]
 ref, ref_dir = sys.argv[7], sys.argv[8]
+log_executions = int(sys.argv[9])
+
+def grow_log(dir, executions):
+    # Copies of the check run's begin and finish under new ids, appended after it. They are not
+    # chained (`audit verify` would name the first), which no run reads: a run reads the newest
+    # event, the head's, and the open executions.
+    db = sqlite3.connect(f"{dir}/audit.db")
+    cols = "execution_id, kind, at_ms, caller, profile, language, status, body, prev_hash, hash"
+    events = db.execute(f"SELECT {cols} FROM audit_events ORDER BY seq").fetchall()
+    seq = db.execute("SELECT MAX(seq) FROM audit_events").fetchone()[0]
+    rows = []
+    for _ in range(executions):
+        id = str(uuid.uuid4())
+        for e in events:
+            seq += 1
+            rows.append((seq, id) + e[1:])
+    db.executemany(f"INSERT INTO audit_events (seq, {cols}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    db.commit()
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.close()
+
+if log_executions:
+    for d in [data_dir] + ([ref_dir] if ref else []):
+        grow_log(d, log_executions)
+    print(f"each audit log starts with {log_executions} finished executions")
 
 variants = [
     ("bare python3", [py, "-c", "pass"]),

@@ -14,7 +14,8 @@ use crate::{event_hash, AuditError, AuditRecord, EventKind, ListFilter, NewEvent
 const WAL_PAGES: i64 = 64;
 
 /// Migrations, applied in order; `PRAGMA user_version` counts those applied.
-const MIGRATIONS: &[&str] = &[r"
+const MIGRATIONS: &[&str] = &[
+    r"
     CREATE TABLE audit_events (
         seq          INTEGER PRIMARY KEY,
         execution_id TEXT NOT NULL,
@@ -30,7 +31,29 @@ const MIGRATIONS: &[&str] = &[r"
     );
     CREATE INDEX audit_events_execution ON audit_events (execution_id);
     CREATE INDEX audit_events_kind_seq ON audit_events (kind, seq);
-"];
+",
+    r"
+    CREATE TABLE audit_open (
+        execution_id TEXT PRIMARY KEY,
+        seq          INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    INSERT OR REPLACE INTO audit_open (execution_id, seq)
+        SELECT execution_id, seq FROM audit_events b WHERE kind = 'begin' AND NOT EXISTS
+            (SELECT 1 FROM audit_events f WHERE f.execution_id = b.execution_id AND f.kind IN ('finish', 'interrupted'));
+",
+];
+
+/// The `begin` events with neither `finish` nor `interrupted`, oldest first. Candidates come
+/// from `audit_open` (a `begin` adds its execution there, a `finish` or `interrupted` removes
+/// it, in the same transaction), so the query reads the open executions, not the whole log:
+/// every `sandbox run` recovers at start, and a scan of every `begin` would make each run's
+/// cost grow with the log's history. The `NOT EXISTS` check stays, so an entry a build without
+/// `audit_open` left behind (one that appended a `finish` to a shared file without removing
+/// it) is not taken for an open execution.
+pub(crate) const UNFINISHED: &str = "SELECT seq, execution_id, kind, at_ms, caller, profile, language, status, body, prev_hash, hash
+     FROM audit_events b WHERE b.seq IN (SELECT seq FROM audit_open) AND b.kind = 'begin' AND NOT EXISTS
+         (SELECT 1 FROM audit_events f WHERE f.execution_id = b.execution_id AND f.kind IN ('finish', 'interrupted'))
+     ORDER BY b.seq";
 
 fn db(op: &'static str) -> impl FnOnce(rusqlite::Error) -> AuditError {
     move |source| AuditError::Db { op, source }
@@ -120,6 +143,17 @@ impl SqliteStore {
             params![seq, e.execution_id, e.kind.as_str(), e.at_ms, e.caller, e.profile, e.language, e.status, body, prev_hash, hash],
         )
         .map_err(db("append"))?;
+        match e.kind {
+            EventKind::Begin => {
+                tx.prepare_cached("INSERT OR REPLACE INTO audit_open (execution_id, seq) VALUES (?1, ?2)")
+                    .and_then(|mut st| st.execute(params![e.execution_id, seq]))
+                    .map_err(db("append"))?;
+            }
+            EventKind::Finish | EventKind::Interrupted => {
+                tx.prepare_cached("DELETE FROM audit_open WHERE execution_id = ?1").and_then(|mut st| st.execute([&e.execution_id])).map_err(db("append"))?;
+            }
+            _ => {}
+        }
         tx.commit().map_err(db("append"))?;
         self.advance_head(&lock, HeadMark { seq, hash: hash.clone(), execution_id: e.execution_id.clone() })?;
         Ok(StoredEvent {
@@ -157,7 +191,7 @@ impl SqliteStore {
         // Never cut into an execution that has not ended.
         let open: Option<i64> = tx
             .query_row(
-                "SELECT MIN(seq) FROM audit_events b WHERE kind = 'begin' AND NOT EXISTS
+                "SELECT MIN(b.seq) FROM audit_events b WHERE b.seq IN (SELECT seq FROM audit_open) AND b.kind = 'begin' AND NOT EXISTS
                    (SELECT 1 FROM audit_events f WHERE f.execution_id = b.execution_id AND f.kind IN ('finish', 'interrupted'))",
                 [],
                 |r| r.get(0),
@@ -193,17 +227,13 @@ impl SqliteStore {
     /// `begin` events with neither `finish` nor `interrupted`: executions that are running, or
     /// whose service died. Oldest first.
     /// Errors: [`AuditError::Db`].
+    /// Reads the open executions ([`UNFINISHED`]), not the whole log.
     pub fn unfinished(&self) -> Result<Vec<StoredEvent>, AuditError> {
-        self.events_where(
-            "kind = 'begin' AND NOT EXISTS (SELECT 1 FROM audit_events f WHERE f.execution_id = audit_events.execution_id AND f.kind IN ('finish', 'interrupted'))",
-        )
+        self.query_events(UNFINISHED)
     }
 
-    fn events_where(&self, clause: &str) -> Result<Vec<StoredEvent>, AuditError> {
-        let sql = format!(
-            "SELECT seq, execution_id, kind, at_ms, caller, profile, language, status, body, prev_hash, hash FROM audit_events WHERE {clause} ORDER BY seq"
-        );
-        let mut stmt = self.conn.prepare(&sql).map_err(db("query"))?;
+    fn query_events(&self, sql: &str) -> Result<Vec<StoredEvent>, AuditError> {
+        let mut stmt = self.conn.prepare(sql).map_err(db("query"))?;
         let rows = stmt.query_map([], row_to_event).map_err(db("query"))?;
         let mut out = Vec::new();
         for r in rows {
@@ -269,7 +299,7 @@ impl SqliteStore {
     /// Every event in chain order (for export).
     /// Errors: [`AuditError::Db`].
     pub fn events(&self) -> Result<Vec<StoredEvent>, AuditError> {
-        self.events_where("1 = 1")
+        self.query_events("SELECT seq, execution_id, kind, at_ms, caller, profile, language, status, body, prev_hash, hash FROM audit_events ORDER BY seq")
     }
 
     /// Walks the chain from the first event and reports the first one that was changed,

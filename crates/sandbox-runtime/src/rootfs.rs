@@ -346,10 +346,18 @@ fn bind_ro(src: &Path, target: &Path, is_dir: bool) -> Result<(), StepError> {
         }
     }
     step("bind", target, mount(Some(src), target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>))?;
+    // Read-only all the way down: a recursive bind copies the source's submounts with their own
+    // flags (a writable mount under a read-only host directory would stay writable). One
+    // recursive mount_setattr where the kernel has it; before 5.12, a remount of the bind and of
+    // each submount /proc/self/mountinfo lists.
+    const RDONLY_NOSUID_NODEV: u64 = 0x1 | 0x2 | 0x4;
+    match crate::sys::mount_setattr_recursive(target, RDONLY_NOSUID_NODEV) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+        Err(e) => return Err(StepError::new("bind_readonly", format!("{}: {e}", target.display()))),
+    }
     let ro = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     remount_bind(target, ro)?;
-    // Read-only all the way down: a recursive bind copies the source's submounts with their own
-    // flags (a writable mount under a read-only host directory would stay writable).
     if is_dir {
         for sub in submounts(target)? {
             remount_bind(&sub, ro)?;
