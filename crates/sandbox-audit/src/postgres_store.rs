@@ -66,7 +66,24 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX kept_results_owner ON kept_results (owner, kept_seq);
     CREATE INDEX kept_results_seq ON kept_results (kept_seq);
 ",
+    // The open executions (see the SQLite store's `UNFINISHED`): recovery and retention read
+    // these, not every `begin` of the log's history.
+    r"
+    CREATE TABLE audit_open (
+        execution_id TEXT PRIMARY KEY,
+        seq          BIGINT NOT NULL
+    );
+    INSERT INTO audit_open (execution_id, seq)
+        SELECT execution_id, MAX(seq) FROM audit_events b WHERE kind = 'begin' AND NOT EXISTS
+            (SELECT 1 FROM audit_events f WHERE f.execution_id = b.execution_id AND f.kind IN ('finish', 'interrupted'))
+        GROUP BY execution_id;
+",
 ];
+
+/// The open executions' `begin`s: candidates from `audit_open`, checked against the events (an
+/// entry a build without the table left behind is not open).
+const OPEN_BEGIN: &str = "audit_events.seq IN (SELECT seq FROM audit_open) AND audit_events.kind = 'begin' AND NOT EXISTS
+    (SELECT 1 FROM audit_events f WHERE f.execution_id = audit_events.execution_id AND f.kind IN ('finish', 'interrupted'))";
 
 /// The database's clock in ms since the Unix epoch (one clock for every node's leases).
 const DB_NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::BIGINT";
@@ -203,6 +220,19 @@ fn append_in(tx: &mut postgres::Transaction<'_>, e: &NewEvent) -> Result<StoredE
         &[&seq, &e.execution_id, &e.kind.as_str(), &e.at_ms, &e.caller, &e.profile, &e.language, &e.status, &body, &prev_hash, &hash],
     )
     .map_err(pg("append"))?;
+    match e.kind {
+        EventKind::Begin => {
+            tx.execute(
+                "INSERT INTO audit_open (execution_id, seq) VALUES ($1, $2) ON CONFLICT (execution_id) DO UPDATE SET seq = EXCLUDED.seq",
+                &[&e.execution_id, &seq],
+            )
+            .map_err(pg("append"))?;
+        }
+        EventKind::Finish | EventKind::Interrupted => {
+            tx.execute("DELETE FROM audit_open WHERE execution_id = $1", &[&e.execution_id]).map_err(pg("append"))?;
+        }
+        EventKind::Rejected | EventKind::Checkpoint => {}
+    }
     stored(&RawEvent {
         seq,
         execution_id: e.execution_id.clone(),
@@ -383,10 +413,7 @@ impl PostgresStore {
     }
 
     fn unfinished_inner(&mut self) -> Result<Vec<StoredEvent>, AuditError> {
-        self.query_events(
-            "kind = 'begin' AND NOT EXISTS (SELECT 1 FROM audit_events f WHERE f.execution_id = audit_events.execution_id AND f.kind IN ('finish', 'interrupted'))",
-            &[],
-        )
+        self.query_events(OPEN_BEGIN, &[])
     }
 
     fn get_inner(&mut self, execution_id: &str) -> Result<Option<AuditRecord>, AuditError> {
@@ -510,12 +537,7 @@ fn prune_in(c: &mut Client, before_ms: Option<i64>, keep_last: Option<u64>, now_
         if let Some(k) = keep_last {
             cut = cut.max(last - i64::try_from(k).unwrap_or(i64::MAX).min(last));
         }
-        let open = one(
-            &mut tx,
-            "SELECT MIN(seq) FROM audit_events b WHERE kind = 'begin' AND NOT EXISTS
-               (SELECT 1 FROM audit_events f WHERE f.execution_id = b.execution_id AND f.kind IN ('finish', 'interrupted'))",
-            &[],
-        )?;
+        let open = one(&mut tx, &format!("SELECT MIN(seq) FROM audit_events WHERE {OPEN_BEGIN}"), &[])?;
         if let Some(o) = open {
             cut = cut.min(o - 1);
         }

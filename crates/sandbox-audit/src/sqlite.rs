@@ -152,7 +152,7 @@ impl SqliteStore {
             EventKind::Finish | EventKind::Interrupted => {
                 tx.prepare_cached("DELETE FROM audit_open WHERE execution_id = ?1").and_then(|mut st| st.execute([&e.execution_id])).map_err(db("append"))?;
             }
-            _ => {}
+            EventKind::Rejected | EventKind::Checkpoint => {}
         }
         tx.commit().map_err(db("append"))?;
         self.advance_head(&lock, HeadMark { seq, hash: hash.clone(), execution_id: e.execution_id.clone() })?;

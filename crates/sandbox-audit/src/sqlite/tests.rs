@@ -315,7 +315,7 @@ fn unfinished_steps(s: &crate::sqlite::SqliteStore) -> i32 {
 fn finding_unfinished_executions_does_not_read_the_whole_log() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = crate::sqlite::SqliteStore::open(&dir.path().join("audit.db")).unwrap();
-    s.append(&event("old-open", EventKind::Begin, "running")).unwrap();
+    s.append(&event("open", EventKind::Begin, "running")).unwrap();
     let mut steps = Vec::new();
     for finished in [4, 400] {
         for i in 0..finished {
@@ -325,54 +325,69 @@ fn finding_unfinished_executions_does_not_read_the_whole_log() {
         }
         steps.push(unfinished_steps(&s));
     }
-    s.append(&event("crashed", EventKind::Begin, "running")).unwrap();
-    s.append(&event("crashed", EventKind::Interrupted, "interrupted")).unwrap();
-    s.append(&event("new-open", EventKind::Begin, "running")).unwrap();
-    let open: Vec<String> = s.unfinished().unwrap().into_iter().map(|e| e.execution_id).collect();
-    assert_eq!(open, ["old-open", "new-open"], "oldest first; finished and interrupted ones are not open");
     assert!(steps[1] <= steps[0] + 10, "VM steps with 4 finished executions {}, with 404: {}", steps[0], steps[1]);
-    assert_eq!(s.verify().unwrap().broken, None);
+    assert_eq!(s.unfinished().unwrap().len(), 1);
 }
 
-/// A log written before `audit_open` existed (schema version 1) gets it filled from its events
-/// on the first open, and recovery and retention see the same open executions as before.
+fn ids(events: Vec<crate::StoredEvent>) -> Vec<String> {
+    events.into_iter().map(|e| e.execution_id).collect()
+}
+
+#[test]
+fn unfinished_executions_are_the_open_ones_oldest_first() {
+    on_each_backend(|s, _| {
+        s.append(&event("old-open", EventKind::Begin, "running")).unwrap();
+        for i in 0..5 {
+            s.append(&event(&format!("f{i}"), EventKind::Begin, "running")).unwrap();
+            s.append(&event(&format!("f{i}"), EventKind::Finish, "ok")).unwrap();
+        }
+        s.append(&event("crashed", EventKind::Begin, "running")).unwrap();
+        s.append(&event("crashed", EventKind::Interrupted, "interrupted")).unwrap();
+        s.append(&event("r", EventKind::Rejected, "rejected")).unwrap();
+        s.append(&event("new-open", EventKind::Begin, "running")).unwrap();
+        assert_eq!(ids(s.unfinished().unwrap()), ["old-open", "new-open"]);
+        s.append(&event("old-open", EventKind::Finish, "ok")).unwrap();
+        assert_eq!(ids(s.unfinished().unwrap()), ["new-open"]);
+        assert_eq!(s.verify().unwrap().broken, None);
+    });
+}
+
+/// A log written before the open-executions table existed gets it filled from its events on
+/// the first open, and recovery and retention see the same open executions as before.
 #[test]
 fn a_log_from_before_the_open_table_is_migrated() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("audit.db");
-    {
-        let mut s = crate::sqlite::SqliteStore::open(&path).unwrap();
+    on_each_backend(|s, reopen| {
         for id in ["a", "b", "c"] {
             s.append(&event(id, EventKind::Begin, "running")).unwrap();
         }
         s.append(&event("b", EventKind::Finish, "ok")).unwrap();
         s.append(&event("d", EventKind::Begin, "running")).unwrap();
         s.append(&event("d", EventKind::Interrupted, "interrupted")).unwrap();
-        // Back to what version 1 wrote: no open table.
-        s.connection().execute_batch("DROP TABLE audit_open; PRAGMA user_version = 1;").unwrap();
-    }
-    let mut s = crate::sqlite::SqliteStore::open(&path).unwrap();
-    let open: Vec<String> = s.unfinished().unwrap().into_iter().map(|e| e.execution_id).collect();
-    assert_eq!(open, ["a", "c"]);
-    // Retention stops at a's begin (seq 1): nothing before it to cut.
-    assert_eq!(s.prune(None, Some(0), 1_800_000_000_000).unwrap().events, 0);
-    s.append(&event("a", EventKind::Finish, "ok")).unwrap();
-    // Now up to c's begin (seq 3): a's and b's begins go.
-    assert_eq!(s.prune(None, Some(0), 1_800_000_000_000).unwrap(), PruneReport { events: 2, through_seq: 2 });
-    assert_eq!(s.verify().unwrap().broken, None);
+        // Back to what the previous schema version wrote: no open table.
+        s.execute_raw("DROP TABLE audit_open").unwrap();
+        let older = if s.has_leases() { "DELETE FROM audit_schema WHERE version = 4" } else { "PRAGMA user_version = 1" };
+        s.execute_raw(older).unwrap();
+        let mut s = reopen();
+        assert_eq!(ids(s.unfinished().unwrap()), ["a", "c"]);
+        // Retention stops at a's begin (seq 1): nothing before it to cut.
+        assert_eq!(s.prune(None, Some(0), 1_800_000_000_000).unwrap().events, 0);
+        s.append(&event("a", EventKind::Finish, "ok")).unwrap();
+        // Now up to c's begin (seq 3): a's and b's begins go.
+        assert_eq!(s.prune(None, Some(0), 1_800_000_000_000).unwrap(), PruneReport { events: 2, through_seq: 2 });
+        assert_eq!(s.verify().unwrap().broken, None);
+    });
 }
 
-/// A `finish` appended by a build that did not know `audit_open` (two versions sharing one file
-/// during an upgrade) leaves its execution's entry behind; it is still not taken for open.
+/// A `finish` appended by a build that did not know the open table (two versions sharing one
+/// log during an upgrade) leaves its execution's entry behind; it is still not taken for open.
 #[test]
 fn an_entry_left_in_the_open_table_by_an_older_build_is_not_an_open_execution() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut s = crate::sqlite::SqliteStore::open(&dir.path().join("audit.db")).unwrap();
-    s.append(&event("x", EventKind::Begin, "running")).unwrap();
-    s.append(&event("x", EventKind::Finish, "ok")).unwrap();
-    s.append(&event("y", EventKind::Begin, "running")).unwrap();
-    s.connection().execute("INSERT INTO audit_open (execution_id, seq) VALUES ('x', 1)", []).unwrap();
-    let open: Vec<String> = s.unfinished().unwrap().into_iter().map(|e| e.execution_id).collect();
-    assert_eq!(open, ["y"]);
-    assert_eq!(s.prune(None, Some(0), 1_800_000_000_000).unwrap().through_seq, 2, "x's events go, y's begin stays");
+    on_each_backend(|s, _| {
+        s.append(&event("x", EventKind::Begin, "running")).unwrap();
+        s.append(&event("x", EventKind::Finish, "ok")).unwrap();
+        s.append(&event("y", EventKind::Begin, "running")).unwrap();
+        s.execute_raw("INSERT INTO audit_open (execution_id, seq) VALUES ('x', 1)").unwrap();
+        assert_eq!(ids(s.unfinished().unwrap()), ["y"]);
+        assert_eq!(s.prune(None, Some(0), 1_800_000_000_000).unwrap().through_seq, 2, "x's events go, y's begin stays");
+    });
 }
