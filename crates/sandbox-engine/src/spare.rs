@@ -120,6 +120,10 @@ impl IdleHelper {
     }
 }
 
+/// How long [`Spare::take`] waits for a helper being started (a start takes 1-3 ms; one that
+/// takes longer is left to finish for the next execution).
+const TAKE_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How often the refill thread checks that the waiting helper is alive.
 const LIVENESS_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -142,6 +146,8 @@ struct State {
     keeping: bool,
     /// How many more helpers the refill thread may start; `None`: no limit.
     starts_left: Option<u32>,
+    /// The refill thread is starting one now (between its fork and its exec).
+    starting: bool,
     stopped: bool,
 }
 
@@ -173,9 +179,21 @@ impl Spare {
         }
     }
 
-    /// The waiting helper, if one is and it is still alive (a dead one is dropped).
+    /// The waiting helper, if one is and it is still alive (a dead one is dropped). One being
+    /// started is waited for, up to [`TAKE_PATIENCE`]: its fork is done and its exec under way,
+    /// so it is ready sooner than a helper the caller would start now, and a second start
+    /// would only compete with it for the CPUs (`sandbox run` took one in four runs before its
+    /// spare had finished starting, and so paid for two: ~3 ms). Blocks the calling thread.
     pub(crate) fn take(&self) -> Option<IdleHelper> {
         let mut s = self.lock();
+        if s.idle.is_none() && s.starting {
+            s = self
+                .inner
+                .wake
+                .wait_timeout_while(s, TAKE_PATIENCE, |s| s.idle.is_none() && s.starting && !s.stopped)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
         let mut idle = s.idle.take()?;
         self.inner.wake.notify_all();
         drop(s);
@@ -223,9 +241,13 @@ impl Inner {
             // Dropping a dead one only reaps it.
             s.idle = None;
             s.starts_left = s.starts_left.map(|n| n - 1);
+            s.starting = true;
             drop(s);
             let started = IdleHelper::spawn(&self.helper, false);
             s = self.lock();
+            s.starting = false;
+            // A take() may be waiting for this one.
+            self.wake.notify_all();
             match started {
                 Ok(h) if !s.stopped => s.idle = Some(h),
                 Ok(unused) => drop(unused),

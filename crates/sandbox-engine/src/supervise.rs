@@ -468,7 +468,8 @@ fn launch_cold(opts: &EngineOptions, spare: &Spare, a: &Admitted) -> Result<(std
         sandbox_core::network::Network::None => None,
     };
     let idle = match allow {
-        None => spare.take(),
+        // It may wait a moment for a helper being started.
+        None => crate::block_in_place(|| spare.take()),
         Some(_) => None,
     };
     let IdleHelper { helper, ctl, stdin, stdout, stderr, side, net } = match idle {
