@@ -55,33 +55,37 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
         let source = source_of(from, file);
         // A symlink of a base would be bound as what it names on the host: only plain files and
         // directories reached without one are bound, a base's symlinks are skipped.
-        if !source.exists() || (spec.system_root.is_some() && through_symlink(from, file)) {
+        let Ok(meta) = fs::metadata(&source) else { continue };
+        if spec.system_root.is_some() && through_symlink(from, file) {
             continue;
         }
         let target = inside(root, file.to_str().unwrap_or("/etc/missing"));
         match base_hider.as_deref_mut() {
             // A base's small /etc files are copied into the root (no mount, no path shown).
-            Some(_) if source.is_file() && fs::metadata(&source).is_ok_and(|m| m.len() <= BASE_ETC_FILE_COPY_MAX) => {
+            Some(_) if meta.is_file() && meta.len() <= BASE_ETC_FILE_COPY_MAX => {
                 let bytes = step("etc_copy", &source, fs::read(&source))?;
                 step("etc_copy", &target, fs::write(&target, bytes))?;
                 step("etc_copy", &target, fs::set_permissions(&target, fs::Permissions::from_mode(0o444)))?;
             }
-            Some(h) if source.is_dir() => {
+            Some(h) if meta.is_dir() => {
                 step("mount_dir", &target, fs::DirBuilder::new().recursive(true).mode(0o755).create(&target))?;
                 if !h.mount_ro(&source, &target)? {
                     bind_ro(&source, &target, true)?;
                 }
             }
-            _ => bind_ro(&source, &target, source.is_dir())?,
+            _ => bind_ro(&source, &target, meta.is_dir())?,
         }
     }
+    let mut made: Vec<PathBuf> = Vec::new();
     for f in &spec.root_files {
         let path = inside(root, &f.sandbox_path);
-        if let Some(parent) = path.parent() {
+        if let Some(parent) = path.parent().filter(|p| !made.iter().any(|m| m == p)) {
             step("root_file", parent, fs::DirBuilder::new().recursive(true).mode(0o755).create(parent))?;
+            made.push(parent.to_owned());
         }
-        step("root_file", &path, fs::write(&path, &f.content))?;
-        step("root_file", &path, fs::set_permissions(&path, fs::Permissions::from_mode(f.mode)))?;
+        let mut file = step("root_file", &path, fs::File::create(&path))?;
+        step("root_file", &path, std::io::Write::write_all(&mut file, f.content.as_bytes()))?;
+        step("root_file", &path, file.set_permissions(fs::Permissions::from_mode(f.mode)))?;
     }
     // UTC unless the program sets TZ.
     let localtime = inside(root, "/etc/localtime");
@@ -140,11 +144,13 @@ pub(crate) fn mount_proc(proc_dir: &Path) -> Result<(), StepError> {
     step("proc", proc_dir, mount(Some("proc"), proc_dir, Some("proc"), nosuid_nodev | MsFlags::MS_NOEXEC, Some("hidepid=invisible")))?;
     for name in PROC_MASKED {
         let target = proc_dir.join(name);
-        if target.is_dir() {
-            let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-            step("proc_mask", &target, mount(Some("tmpfs"), &target, Some("tmpfs"), flags, Some("size=4k,mode=0555")))?;
-        } else if target.exists() {
-            step("proc_mask", &target, mount(Some("/dev/null"), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>))?;
+        match fs::metadata(&target) {
+            Ok(m) if m.is_dir() => {
+                let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+                step("proc_mask", &target, mount(Some("tmpfs"), &target, Some("tmpfs"), flags, Some("size=4k,mode=0555")))?;
+            }
+            Ok(_) => step("proc_mask", &target, mount(Some("/dev/null"), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>))?,
+            Err(_) => {}
         }
     }
     for sub in ["sys", "bus", "fs", "irq"] {
@@ -335,15 +341,17 @@ impl PathHider {
 
 /// Bind-mounts `src` on `target` (created as a directory or an empty file) and makes it read-only.
 fn bind_ro(src: &Path, target: &Path, is_dir: bool) -> Result<(), StepError> {
-    if !target.exists() {
-        if let Some(parent) = target.parent() {
-            step("bind_target", parent, fs::DirBuilder::new().recursive(true).mode(0o755).create(parent))?;
+    // The mount point: made here unless it exists; its parents only when missing.
+    let make = || if is_dir { fs::DirBuilder::new().mode(0o755).create(target) } else { fs::File::create_new(target).map(drop) };
+    match make() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = target.parent() {
+                step("bind_target", parent, fs::DirBuilder::new().recursive(true).mode(0o755).create(parent))?;
+            }
+            step("bind_target", target, make())?;
         }
-        if is_dir {
-            step("bind_target", target, fs::DirBuilder::new().mode(0o755).create(target))?;
-        } else {
-            step("bind_target", target, fs::write(target, b""))?;
-        }
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(StepError::new("bind_target", format!("{}: {e}", target.display()))),
+        _ => {}
     }
     step("bind", target, mount(Some(src), target, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>))?;
     // Read-only all the way down: a recursive bind copies the source's submounts with their own
@@ -420,8 +428,10 @@ fn remount_bind(target: &Path, flags: MsFlags) -> Result<(), StepError> {
 
 fn mkdir(root: &Path, path: &str) -> Result<PathBuf, StepError> {
     let p = inside(root, path);
-    if !p.exists() {
-        step("mkdir", &p, fs::DirBuilder::new().recursive(true).mode(0o755).create(&p))?;
+    match fs::DirBuilder::new().mode(0o755).create(&p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => step("mkdir", &p, fs::DirBuilder::new().recursive(true).mode(0o755).create(&p))?,
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(StepError::new("mkdir", format!("{}: {e}", p.display()))),
+        _ => {}
     }
     Ok(p)
 }
