@@ -559,6 +559,8 @@ fn prune_in(c: &mut Client, before_ms: Option<i64>, keep_last: Option<u64>, now_
         )
         .map_err(pg("prune"))?;
         tx.execute("DELETE FROM audit_events WHERE seq <= $1", &[&cut]).map_err(pg("prune"))?;
+        // Nothing at or before the cut is open: what is listed there was left by an older build.
+        tx.execute("DELETE FROM audit_open WHERE seq <= $1", &[&cut]).map_err(pg("prune"))?;
         tx.commit().map_err(pg("prune"))?;
         Ok((PruneReport { events: u64::try_from(events).unwrap_or(0), through_seq: cut }, Some(HeadMark { seq, hash, execution_id: id })))
     }

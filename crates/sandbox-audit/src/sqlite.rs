@@ -219,15 +219,17 @@ impl SqliteStore {
         )
         .map_err(db("prune"))?;
         tx.execute("DELETE FROM audit_events WHERE seq <= ?1", [cut]).map_err(db("prune"))?;
+        // Nothing at or before the cut is open: what is listed there was left by an older build.
+        tx.execute("DELETE FROM audit_open WHERE seq <= ?1", [cut]).map_err(db("prune"))?;
         tx.commit().map_err(db("prune"))?;
         self.advance_head(&lock, HeadMark { seq, hash, execution_id: id })?;
         Ok(PruneReport { events: u64::try_from(events).unwrap_or(0), through_seq: cut })
     }
 
     /// `begin` events with neither `finish` nor `interrupted`: executions that are running, or
-    /// whose service died. Oldest first.
+    /// whose service died. Oldest first. Reads the open executions ([`UNFINISHED`]), not the
+    /// whole log.
     /// Errors: [`AuditError::Db`].
-    /// Reads the open executions ([`UNFINISHED`]), not the whole log.
     pub fn unfinished(&self) -> Result<Vec<StoredEvent>, AuditError> {
         self.query_events(UNFINISHED)
     }

@@ -389,5 +389,7 @@ fn an_entry_left_in_the_open_table_by_an_older_build_is_not_an_open_execution() 
         s.execute_raw("INSERT INTO audit_open (execution_id, seq) VALUES ('x', 1)").unwrap();
         assert_eq!(ids(s.unfinished().unwrap()), ["y"]);
         assert_eq!(s.prune(None, Some(0), 1_800_000_000_000).unwrap().through_seq, 2, "x's events go, y's begin stays");
+        // The left-over entry went with x's events.
+        assert_eq!(s.execute_raw("DELETE FROM audit_open WHERE execution_id = 'x'").unwrap(), 0);
     });
 }
