@@ -179,14 +179,17 @@ impl Spare {
         }
     }
 
-    /// The waiting helper, if one is and it is still alive (a dead one is dropped). One being
-    /// started is waited for, up to [`TAKE_PATIENCE`]: its fork is done and its exec under way,
-    /// so it is ready sooner than a helper the caller would start now, and a second start
-    /// would only compete with it for the CPUs (`sandbox run` took one in four runs before its
-    /// spare had finished starting, and so paid for two: ~3 ms). Blocks the calling thread.
+    /// The waiting helper, if one is and it is still alive (a dead one is dropped). With a
+    /// limited number of starts (`sandbox run`'s one), one being started is waited for, up to
+    /// [`TAKE_PATIENCE`]: its fork is done and its exec under way, so it is ready sooner than a
+    /// helper the caller would start now, and a second start would only compete with it for
+    /// the CPUs (`sandbox run` took one in four runs before its spare had finished starting,
+    /// and so paid for two: ~3 ms). A service's spare (no limit) is never waited for: a
+    /// runtime worker serving other executions' streams must not block on it. Blocks the
+    /// calling thread.
     pub(crate) fn take(&self) -> Option<IdleHelper> {
         let mut s = self.lock();
-        if s.idle.is_none() && s.starting {
+        if s.idle.is_none() && s.starting && s.starts_left.is_some() {
             s = self
                 .inner
                 .wake

@@ -468,7 +468,7 @@ fn launch_cold(opts: &EngineOptions, spare: &Spare, a: &Admitted) -> Result<(std
         sandbox_core::network::Network::None => None,
     };
     let idle = match allow {
-        // It may wait a moment for a helper being started.
+        // `sandbox run`'s may wait a moment for its helper being started.
         None => crate::block_in_place(|| spare.take()),
         Some(_) => None,
     };
