@@ -468,8 +468,9 @@ fn launch_cold(opts: &EngineOptions, spare: &Spare, a: &Admitted) -> Result<(std
         sandbox_core::network::Network::None => None,
     };
     let idle = match allow {
-        // `sandbox run`'s may wait a moment for its helper being started.
-        None => crate::block_in_place(|| spare.take()),
+        // `sandbox run`'s (a single-threaded runtime) may wait a moment for its helper being
+        // started; a service's never waits.
+        None => spare.take(),
         Some(_) => None,
     };
     let IdleHelper { helper, ctl, stdin, stdout, stderr, side, net } = match idle {

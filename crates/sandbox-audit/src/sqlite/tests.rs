@@ -348,6 +348,8 @@ fn unfinished_executions_are_the_open_ones_oldest_first() {
         assert_eq!(ids(s.unfinished().unwrap()), ["old-open", "new-open"]);
         s.append(&event("old-open", EventKind::Finish, "ok")).unwrap();
         assert_eq!(ids(s.unfinished().unwrap()), ["new-open"]);
+        // The open table holds the open execution only: each end removed its entry.
+        assert_eq!(s.execute_raw("DELETE FROM audit_open WHERE execution_id <> 'new-open'").unwrap(), 0);
         assert_eq!(s.verify().unwrap().broken, None);
     });
 }
