@@ -29,8 +29,9 @@ cargo test --workspace 2>&1 | tee "$log" || status=1
 # execution forked from a warm template (`sandbox run --warm`): same expected outcomes.
 SANDBOX_TEST_WARM=1 cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: bases:: oci::oci_base_ 2>&1 | tee -a "$log" || status=1
 # The same suites with every execution in a pre-started pooled sandbox (`sandbox run --warm=pool`;
-# python-default's own warm mode under `sandbox serve`, and TypeScript's).
-SANDBOX_TEST_WARM=pool cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: 2>&1 | tee -a "$log" || status=1
+# python-default's own warm mode under `sandbox serve`, and TypeScript's), and the allowlist
+# network suite with each sandbox's TUN device made before its request.
+SANDBOX_TEST_WARM=pool cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: network:: 2>&1 | tee -a "$log" || status=1
 # And with every Python execution in a child its template forked and sandboxed before the
 # request (`sandbox run --warm=prefork`; python-analysis's own warm start under `sandbox serve`).
 SANDBOX_TEST_WARM=prefork cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: 2>&1 | tee -a "$log" || status=1

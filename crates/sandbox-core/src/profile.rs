@@ -884,7 +884,10 @@ impl Config {
                     return Err(err(at("warm.mode"), "templates fork a pre-imported interpreter, which only Python profiles have".into()));
                 }
                 if !matches!(p.network, Network::None) {
-                    return Err(err(at("warm.mode"), "templates serve profiles with network = \"none\"; allowlist profiles start cold".into()));
+                    return Err(err(
+                        at("warm.mode"),
+                        "templates serve profiles with network = \"none\"; an allowlist profile can keep a pool (mode = \"pool\")".into(),
+                    ));
                 }
                 check_range(p.warm.max_forks, 1, 1 << 40, "").map_err(|m| err(at("warm.max_forks"), m))?;
                 check_range(p.warm.max_age_ms, 1_000, 30 * 86_400_000, "ms").map_err(|m| err(at("warm.max_age_ms"), m))?;
@@ -893,9 +896,6 @@ impl Config {
                 check_range(p.warm.pool_refill_interval_ms, 0, 60_000, "ms").map_err(|m| err(at("warm.pool_refill_interval_ms"), m))?;
             }
             if p.warm.mode == WarmMode::Pool {
-                if !matches!(p.network, Network::None) {
-                    return Err(err(at("warm.mode"), "pools serve profiles with network = \"none\"; allowlist profiles start cold".into()));
-                }
                 check_range(p.warm.pool_size.into(), 1, 64, "").map_err(|m| err(at("warm.pool_size"), m))?;
                 check_range(p.warm.pool_refill_interval_ms, 0, 60_000, "ms").map_err(|m| err(at("warm.pool_refill_interval_ms"), m))?;
                 check_range(p.warm.max_age_ms, 1_000, 30 * 86_400_000, "ms").map_err(|m| err(at("warm.max_age_ms"), m))?;

@@ -225,17 +225,16 @@ impl Engine {
 
     /// Like [`Engine::enable_warm`], for `profile` alone, started as `how` says (`sandbox run
     /// --warm`, and the tests that run the attack suite warm); the pool that `how` uses holds
-    /// one sandbox. Returns false when the profile cannot start warm (an allowlist network): it
-    /// runs cold.
+    /// one sandbox. An allowlist profile, which no template serves, takes a pooled sandbox
+    /// whatever `how` says. Returns false when `profile` is not configured.
     /// Errors: as [`Engine::enable_warm`].
     pub fn enable_warm_for(&self, profile: &str, how: WarmFor) -> Result<bool, String> {
         use sandbox_core::profile::WarmMode;
         let mut opts = EngineOptions::clone(&self.opts);
         for (name, p) in &mut opts.config.profiles {
-            let can = name == profile && matches!(p.network, sandbox_core::network::Network::None);
-            let python = p.language == Language::Python;
+            let python = p.language == Language::Python && matches!(p.network, sandbox_core::network::Network::None);
             (p.warm.mode, p.warm.pool_size) = match how {
-                _ if !can => (WarmMode::Off, 0),
+                _ if name != profile => (WarmMode::Off, 0),
                 WarmFor::Fork if python => (WarmMode::Template, 0),
                 WarmFor::Prefork if python => (WarmMode::Template, 1),
                 WarmFor::Fork | WarmFor::Prefork | WarmFor::Pool => (WarmMode::Pool, 1),

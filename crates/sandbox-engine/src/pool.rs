@@ -133,6 +133,11 @@ pub(crate) struct MemberLaunch {
     pub(crate) side: OwnedFd,
     /// The landlock ABI in force, as `Spawned` reported it.
     pub(crate) landlock_abi: u32,
+    /// An allowlist profile's network channel: the helper has sent the TUN device it made in
+    /// the sandbox's network namespace on it. Nobody reads the device until an execution takes
+    /// the member and starts its network (so the network report is the execution's alone);
+    /// until then what the sandbox sends waits in the device's queue (dropped past it).
+    pub(crate) net: Option<UnixStream>,
 }
 
 impl Drop for Member {
@@ -441,7 +446,8 @@ impl Pools {
         let profile = self.opts.config.profiles.get(profile_name).ok_or("profile vanished")?;
         let id = format!("pool-{}", uuid::Uuid::now_v7());
         let prepared = Prepared::new_member(&self.opts, &self.layout, &id, profile, preload).map_err(|e| sandbox_runtime::selftest::chain(&e))?;
-        let idle = IdleHelper::spawn(&self.opts.helper, false).map_err(|e| e.message())?;
+        let allowlist = matches!(profile.network, sandbox_core::network::Network::Allowlist(_));
+        let idle = IdleHelper::spawn(&self.opts.helper, allowlist).map_err(|e| e.message())?;
         let helper_pid = idle.helper.pid();
         // From here on, dropping the member kills and reaps everything of it.
         let member = Member {
@@ -455,6 +461,7 @@ impl Pools {
                 stderr: idle.stderr,
                 side: idle.side,
                 landlock_abi: 0,
+                net: idle.net,
             }),
             born: Instant::now(),
         };
@@ -483,6 +490,7 @@ impl Pools {
                 stderr: child.stderr,
                 side: side_read,
                 landlock_abi: 0,
+                net: None,
             }),
             born: Instant::now(),
         };

@@ -275,11 +275,11 @@ async fn attempt(
     let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (side_read, launched) = match start {
         Start::Pooled(m) => {
-            let MemberLaunch { helper, warm_child, ctl, stdin, stdout, stderr, side, landlock_abi } = m;
+            let MemberLaunch { helper, warm_child, ctl, stdin, stdout, stderr, side, landlock_abi, net } = m;
             go_probe = sandbox_runtime::pipe_reader(std::os::fd::AsFd::as_fd(&stdin)).ok();
             let launched = match (&helper.0, warm_child) {
                 (None, None) => Err(SuperviseError::PooledHelperGone),
-                _ => launch_pooled(helper, warm_child, ctl, [stdin, stdout, stderr], landlock_abi),
+                _ => launch_pooled(opts, a, helper, warm_child, ctl, [stdin, stdout, stderr], landlock_abi, net),
             };
             (side, launched)
         }
@@ -484,18 +484,28 @@ fn launch_cold(opts: &EngineOptions, spare: &Spare, a: &Admitted) -> Result<(std
 }
 
 /// Pooled start: the member's helper (or, for a template's pre-forked child, that child's host
-/// pid) and pipes, its program waiting for its go byte.
+/// pid) and pipes, its program waiting for its go byte; for an allowlist profile, its network
+/// starts now, reading the TUN device the helper made when the member started.
+#[allow(clippy::too_many_arguments)]
 fn launch_pooled(
+    opts: &EngineOptions,
+    a: &Admitted,
     helper: Reaped,
     warm_child: Option<i32>,
     ctl: std::os::unix::net::UnixStream,
     [stdin, stdout, stderr]: [std::os::fd::OwnedFd; 3],
     landlock_abi: u32,
+    net: Option<std::os::unix::net::UnixStream>,
 ) -> Result<Launched, SuperviseError> {
+    let allow = match &a.profile.network {
+        sandbox_core::network::Network::Allowlist(allow) => Some(allow),
+        sandbox_core::network::Network::None => None,
+    };
     let mut l = async_ends(ctl, stdin, stdout, stderr, Instant::now())?;
     l.helper = helper.0.is_some().then_some(helper);
     l.pooled = Some(landlock_abi);
     l.warm_child = warm_child;
+    l.network = net.zip(allow).map(|(channel, allow)| Network::start(channel, allow, opts.config.network.upstream_dns));
     Ok(l)
 }
 

@@ -81,8 +81,8 @@ pub struct RunArgs {
     /// Python profile runs in a child its template forked and sandboxed before the execution;
     /// `--warm=pool`: either runs in a pre-started pooled sandbox. Starts the template or pool,
     /// waits until it is ready, runs, and stops it. Slower than a cold run for one execution;
-    /// for checking the warm paths. A profile that cannot start warm (an allowlist network)
-    /// runs cold, and says so on stderr.
+    /// for checking the warm paths. An allowlist-network profile, which no template serves,
+    /// takes a pooled sandbox whichever way is asked.
     #[arg(long, value_enum, num_args = 0..=1, require_equals = true, default_missing_value = "fork", value_name = "HOW")]
     warm: Option<WarmStart>,
     /// Run on a `sandbox serve` at this URL (e.g. http://127.0.0.1:8080) instead of locally.
@@ -149,7 +149,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
                 anyhow::bail!("--warm: the warm start of profile {:?} did not get ready", request.profile);
             }
         } else {
-            errln!("sandbox: --warm: profile {:?} cannot start warm (an allowlist network); running cold", request.profile);
+            errln!("sandbox: --warm: profile {:?} cannot start warm; running cold", request.profile);
         }
     }
     // Decode → submit → run → encode, as every door does; one slot, no queue.

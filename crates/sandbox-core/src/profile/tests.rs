@@ -39,6 +39,11 @@ fn bad_configs_name_file_field_and_reason() {
     check("[runtime]\nuid_base = 0\n", "runtime.uid_base", "host root");
     check("[profiles.\"a b\"]\nlanguage = \"python\"\n", "profiles.a b", "letters");
     check("[profiles.p\nlanguage", "<syntax>", "line 1");
+    // A template's child cannot get a TUN device of its own; a pool can (issue 11).
+    let allowlist = "[profiles.p]\nlanguage = \"python\"\n[profiles.p.network]\nallow = [\"api.example.com:443\"]\n[profiles.p.warm]\n";
+    check(&format!("{allowlist}mode = \"template\"\n"), "profiles.p.warm.mode", "an allowlist profile can keep a pool");
+    let pool = Config::parse(&format!("{allowlist}mode = \"pool\"\n"), "pool.toml").expect("an allowlist profile may keep a pool");
+    assert_eq!(pool.profiles["p"].warm.mode, WarmMode::Pool);
 }
 
 #[test]

@@ -45,7 +45,7 @@ impl Server {
     }
 
     /// `sandbox serve` on a free port; its first stdout line names the address.
-    fn spawn(config: &Path, data: PathBuf, serve_args: &[&str]) -> Self {
+    pub fn spawn(config: &Path, data: PathBuf, serve_args: &[&str]) -> Self {
         let mut child = Command::new(bin())
             .arg("--config")
             .arg(config)

@@ -99,6 +99,11 @@ impl Fixture {
         let code = code.replace("{N}", &self.n.to_string()).replace("{HOSTPORT}", &self.host_loopback_port.to_string());
         let ca = format!("ca.pem={}", self.dir.join("ca.pem").display());
         let mut all = vec!["run", "--json", "--profile", profile, "-c", &code, "--file", &ca];
+        // Warm modes: an allowlist profile takes a pooled sandbox whose TUN device was made
+        // before the request (no template serves an allowlist profile).
+        if let Some(flag) = crate::warm_flag() {
+            all.push(flag);
+        }
         all.extend_from_slice(args);
         let start = Instant::now();
         let child = Command::new(bin())
@@ -126,7 +131,15 @@ impl Fixture {
         });
         let json: Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
-        Run { json, status: out.status.code().unwrap_or(-1), elapsed: start.elapsed(), stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+        let run = Run { json, status: out.status.code().unwrap_or(-1), elapsed: start.elapsed(), stderr: String::from_utf8_lossy(&out.stderr).into_owned() };
+        // A variable the interpreter reads only at its start (NODE_EXTRA_CA_CERTS) starts cold.
+        let read_at_start = args.iter().any(|a| a.starts_with("NODE_") || a.starts_with("PYTHON"));
+        if crate::warm_mode() && !read_at_start && run.json["timing"].is_object() {
+            let how = if profile == "none-py" && crate::warm_flag() != Some("--warm=pool") { "template or prefork" } else { "pool" };
+            let took = run.json["timing"]["warmStart"].as_str().unwrap_or("cold");
+            assert!(how.contains(took), "SANDBOX_TEST_WARM is set but the execution did not start warm as {how}: {run:?}");
+        }
+        run
     }
 
     /// Question names the upstream DNS server received so far.
@@ -686,4 +699,72 @@ print(json.dumps(out))
     assert_blocked(&r, "169.254.169.254", Some(80), "tcp", "not_allowed");
     assert_blocked(&r, "198.18.11.3", Some(8080), "tcp", "not_allowed");
     assert_eq!(fx.forbidden_hits.load(Ordering::SeqCst), 0);
+}
+
+/// Issue 11: an allowlist profile keeps a pool under `sandbox serve`. A pooled sandbox's TUN
+/// device is made when the sandbox starts, before any request; its network starts when an
+/// execution takes it. Each execution reaches what the profile allows and nothing else, its
+/// report holds its own connections only (not the one before's), the next execution gets a
+/// fresh sandbox, and SIGTERM leaves no process, execution directory or mount behind.
+#[test]
+fn an_allowlist_pool_gives_each_execution_its_own_network() {
+    let fx = Fixture::new(12);
+    let config = fx.dir.join("pool.toml");
+    let profile = "[profiles.net-pool]\nlanguage = \"typescript\"\n[profiles.net-pool.limits]\ntimeout_ms = 30000\n\
+                   [profiles.net-pool.network]\nallow = [\"api.test:8080\"]\nhosts = { \"api.test\" = \"198.18.12.2\" }\n\
+                   [profiles.net-pool.warm]\nmode = \"pool\"\npool_size = 1\npool_refill_interval_ms = 0\n";
+    std::fs::write(&config, format!("{}{profile}", std::fs::read_to_string(&fx.config).unwrap())).unwrap();
+    let mut s = crate::http::Server::spawn(&config, fx.dir.join("pool-data"), &[]);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let run = |code: &str| -> Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let req = sandbox_core::ExecutionRequest { profile: "net-pool".into(), code: code.into(), ..Default::default() };
+            let out = serde_json::to_value(rt.block_on(s.client(None).execute(&req)).unwrap()).unwrap();
+            // The first requests may come before the pool's first sandbox is ready.
+            if out["timing"]["warmStart"] == "pool" {
+                return out;
+            }
+            assert!(Instant::now() < deadline, "never a pooled execution: {out:#}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let first = run(r#"const got = await (await fetch("http://api.test:8080/first")).text();
+let other = "REACHED";
+try { await fetch("http://198.18.12.3:8080/", { signal: AbortSignal.timeout(8000) }); } catch (e) { other = String(((e as Error).cause as any)?.code); }
+console.log(JSON.stringify({ got, other }));"#);
+    assert_eq!(first["status"], "ok", "{first:#}");
+    let out: Value = serde_json::from_str(first["stdout"].as_str().unwrap().trim()).unwrap();
+    assert_eq!((out["got"].as_str(), out["other"].as_str()), (Some("hello from 198.18.12.2"), Some("ECONNREFUSED")), "{first:#}");
+    let allowed = first["network"]["allowed"].as_array().unwrap();
+    assert!(allowed.iter().all(|c| c["address"] == "198.18.12.2" && c["port"] == 8080), "{allowed:#?}");
+    assert!(!allowed.is_empty(), "{first:#}");
+    let blocked = first["network"]["blocked"].as_array().unwrap();
+    assert!(blocked.iter().any(|b| b["address"] == "198.18.12.3" && b["port"] == 8080 && b["reason"] == "not_allowed"), "{blocked:#?}");
+    // The next execution, in the refilled pool's fresh sandbox: one connection of its own, no
+    // trace of the first's in its report.
+    let second = run(r#"console.log(await (await fetch("http://api.test:8080/second")).text());"#);
+    assert_eq!((second["status"].as_str(), second["stdout"].as_str()), (Some("ok"), Some("hello from 198.18.12.2\n")), "{second:#}");
+    assert_eq!(second["network"]["allowed"].as_array().map(Vec::len), Some(1), "{second:#}");
+    assert_eq!(second["network"]["blocked"], serde_json::json!([]), "{second:#}");
+    assert_eq!(fx.forbidden_hits.load(Ordering::SeqCst), 0, "a server nobody allowed was reached");
+    // SIGTERM: the waiting sandbox (its TUN device with its network namespace) goes too.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let waiting = loop {
+        let w = crate::processes_below(s.pid(), "_sandbox_harness.mjs\0pool");
+        if !w.is_empty() {
+            break w;
+        }
+        assert!(Instant::now() < deadline, "the pool was never refilled");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let data = s.data.clone();
+    assert!(s.terminate().success());
+    for pid in &waiting {
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "pooled program {pid} outlived the service");
+    }
+    let left: Vec<_> = std::fs::read_dir(data.join("executions")).map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
+    assert!(left.is_empty(), "left in the executions directory: {left:?}");
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mountinfo.contains(data.to_str().unwrap()), "a mount under {} is left", data.display());
 }
