@@ -9,8 +9,18 @@
 //! renew the leases of the executions they run; any node reaps expired ones (a node that died).
 //! A lost connection is re-opened by the next call, so a node recovers by itself when the
 //! database returns.
+//!
+//! Round trips: what an execution waits for is its `begin` and its `finish`, each one
+//! transaction. A statement sent as text is parsed and described by the server before it runs,
+//! one more round trip, so the statements of those transactions are prepared once per
+//! connection ([`Statements`]); the event, its `audit_open` entry and its lease are written by
+//! one statement; the advisory lock is taken by a simple query. An append is then `BEGIN`, the
+//! lock, the chain's last event, the write and `COMMIT`, plus the head's check after the commit
+//! (and a `begin` with a quota counts its leases): 6 round trips where it took 14.
 
-use postgres::{Client, NoTls};
+use std::collections::HashMap;
+
+use postgres::{Client, GenericClient, NoTls, Statement};
 
 use crate::chain::RawEvent;
 use crate::head::{HeadFile, HeadLock, HeadMark};
@@ -102,7 +112,28 @@ pub struct PostgresStore {
     config: postgres::Config,
     /// `None` after a call lost the connection; the next call connects again.
     client: Option<Client>,
+    /// The statements prepared on `client`.
+    statements: Statements,
     head: Option<HeadFile>,
+}
+
+/// Statements prepared on the current connection, by their SQL: each is parsed and described
+/// by the server once per connection instead of before every run. Emptied whenever a call
+/// fails (a new connection has none; a server error may come from a statement a schema change
+/// made stale).
+#[derive(Default)]
+struct Statements(HashMap<String, Statement>);
+
+impl Statements {
+    /// `sql` prepared on `c` (the connection or a transaction on it), once.
+    fn get(&mut self, c: &mut impl GenericClient, sql: &str) -> Result<Statement, postgres::Error> {
+        if let Some(s) = self.0.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = c.prepare(sql)?;
+        self.0.insert(sql.to_owned(), s.clone());
+        Ok(s)
+    }
 }
 
 impl PostgresStore {
@@ -115,7 +146,7 @@ impl PostgresStore {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(std::time::Duration::from_secs(CONNECT_TIMEOUT_S));
         }
-        let mut store = Self { config, client: None, head: None };
+        let mut store = Self { config, client: None, statements: Statements::default(), head: None };
         off_runtime(|| store.client().map(|_| ()))?;
         Ok(store)
     }
@@ -126,6 +157,7 @@ impl PostgresStore {
             self.client = None;
         }
         if self.client.is_none() {
+            self.statements = Statements::default();
             self.client = Some(Self::open(&self.config)?);
         }
         Ok(self.client.as_mut().expect("connected above"))
@@ -134,8 +166,16 @@ impl PostgresStore {
     /// Runs `f` on the connection; an error that is not the server refusing a statement (the
     /// connection broke) drops the connection, so the next call opens a fresh one.
     fn with<T>(&mut self, f: impl FnOnce(&mut Client) -> Result<T, AuditError>) -> Result<T, AuditError> {
-        let r = f(self.client()?);
+        self.with_statements(|c, _| f(c))
+    }
+
+    /// [`PostgresStore::with`], `f` also given the connection's prepared statements.
+    fn with_statements<T>(&mut self, f: impl FnOnce(&mut Client, &mut Statements) -> Result<T, AuditError>) -> Result<T, AuditError> {
+        self.client()?;
+        let client = self.client.as_mut().expect("connected above");
+        let r = f(client, &mut self.statements);
         if let Err(AuditError::Pg { source, .. }) = &r {
+            self.statements = Statements::default();
             if source.code().is_none() || source.is_closed() {
                 self.client = None;
             }
@@ -191,9 +231,10 @@ impl PostgresStore {
     /// Moves the head to `mark` (taken after its transaction committed), if this store keeps one.
     fn advance_head(&mut self, lock: Option<HeadLock>, mark: Option<HeadMark>) -> Result<(), AuditError> {
         let (Some(head), Some(lock), Some(mark)) = (self.head.clone(), lock, mark) else { return Ok(()) };
-        self.with(|client| {
+        self.with_statements(|client, st| {
             head.advance(&lock, &mark, |old| {
-                let row = client.query_opt("SELECT hash FROM audit_events WHERE seq = $1", &[&old.seq]).map_err(pg("head"))?;
+                let check = st.get(client, "SELECT hash FROM audit_events WHERE seq = $1").map_err(pg("head"))?;
+                let row = client.query_opt(&check, &[&old.seq]).map_err(pg("head"))?;
                 Ok(row.map(|r| r.get::<_, String>(0)).as_deref() == Some(old.hash.as_str()))
             })
         })?;
@@ -206,33 +247,54 @@ impl PostgresStore {
     }
 }
 
-/// Appends `e` at the end of the chain inside `tx`, which holds the append lock.
-fn append_in(tx: &mut postgres::Transaction<'_>, e: &NewEvent) -> Result<StoredEvent, AuditError> {
-    let last = tx.query_opt("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1", &[]).map_err(pg("append"))?;
+/// What an append does to the execution's lease, in the statement that writes the event.
+enum LeaseChange<'a> {
+    /// Nothing.
+    Keep,
+    /// A `begin`'s: taken by `node_id`, counted under `quota_key`, expiring `ttl_ms` from now by
+    /// the database's clock.
+    Take { node_id: &'a str, quota_key: Option<&'a str>, ttl_ms: i64 },
+    /// A `finish`'s or `interrupted`'s: dropped.
+    Drop,
+}
+
+/// Appends `e` at the end of the chain inside `tx`, which holds the append lock: reads the last
+/// event, then writes the event, its `audit_open` entry (a `begin` adds it, a `finish` or
+/// `interrupted` removes it) and its `lease` change in one statement.
+fn append_in(tx: &mut postgres::Transaction<'_>, st: &mut Statements, e: &NewEvent, lease: LeaseChange<'_>) -> Result<StoredEvent, AuditError> {
+    let last = st.get(tx, "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1").map_err(pg("append"))?;
+    let last = tx.query_opt(&last, &[]).map_err(pg("append"))?;
     let (seq, prev_hash): (i64, String) = match last {
         Some(r) => (r.get::<_, i64>(0) + 1, r.get(1)),
         None => (1, GENESIS.to_owned()),
     };
     let body = e.body.to_string();
     let hash = event_hash(seq, &e.execution_id, e.kind.as_str(), e.at_ms, &e.caller, &e.profile, e.language.as_deref(), &e.status, &body, &prev_hash);
-    tx.execute(
-        &format!("INSERT INTO audit_events ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"),
-        &[&seq, &e.execution_id, &e.kind.as_str(), &e.at_ms, &e.caller, &e.profile, &e.language, &e.status, &body, &prev_hash, &hash],
-    )
-    .map_err(pg("append"))?;
-    match e.kind {
+    // Data-modifying statements in WITH all run, to completion, whether or not the query reads
+    // them (PostgreSQL manual, "WITH Queries", 7.8.4).
+    let open = match e.kind {
         EventKind::Begin => {
-            tx.execute(
-                "INSERT INTO audit_open (execution_id, seq) VALUES ($1, $2) ON CONFLICT (execution_id) DO UPDATE SET seq = EXCLUDED.seq",
-                &[&e.execution_id, &seq],
-            )
-            .map_err(pg("append"))?;
+            ", open AS (INSERT INTO audit_open (execution_id, seq) VALUES ($2, $1) ON CONFLICT (execution_id) DO UPDATE SET seq = EXCLUDED.seq)"
         }
-        EventKind::Finish | EventKind::Interrupted => {
-            tx.execute("DELETE FROM audit_open WHERE execution_id = $1", &[&e.execution_id]).map_err(pg("append"))?;
+        EventKind::Finish | EventKind::Interrupted => ", open AS (DELETE FROM audit_open WHERE execution_id = $2)",
+        EventKind::Rejected | EventKind::Checkpoint => "",
+    };
+    let lease_sql = match lease {
+        LeaseChange::Keep => String::new(),
+        LeaseChange::Take { .. } => {
+            format!(", lease AS (INSERT INTO execution_leases (execution_id, node_id, quota_key, expires_at_ms) VALUES ($2, $12, $13, {DB_NOW_MS} + $14))")
         }
-        EventKind::Rejected | EventKind::Checkpoint => {}
+        LeaseChange::Drop => ", lease AS (DELETE FROM execution_leases WHERE execution_id = $2)".to_owned(),
+    };
+    let sql = format!("WITH ev AS (INSERT INTO audit_events ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING seq){open}{lease_sql} SELECT seq FROM ev");
+    let write = st.get(tx, &sql).map_err(pg("append"))?;
+    let kind = e.kind.as_str();
+    let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> =
+        vec![&seq, &e.execution_id, &kind, &e.at_ms, &e.caller, &e.profile, &e.language, &e.status, &body, &prev_hash, &hash];
+    if let LeaseChange::Take { node_id, quota_key, ttl_ms } = &lease {
+        params.extend([node_id as &(dyn postgres::types::ToSql + Sync), quota_key, ttl_ms]);
     }
+    tx.query_one(&write, &params).map_err(pg("append"))?;
     stored(&RawEvent {
         seq,
         execution_id: e.execution_id.clone(),
@@ -253,10 +315,11 @@ fn mark_of(e: &StoredEvent) -> HeadMark {
     HeadMark { seq: e.seq, hash: e.hash.clone(), execution_id: e.execution_id.clone() }
 }
 
-/// Starts a transaction on `c` holding the append lock.
+/// Starts a transaction on `c` holding the append lock (taken by a simple query: one round
+/// trip, nothing to prepare).
 fn locked<'c>(c: &'c mut Client, op: &'static str) -> Result<postgres::Transaction<'c>, AuditError> {
     let mut tx = c.transaction().map_err(pg(op))?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK]).map_err(pg(op))?;
+    tx.batch_execute(&format!("SELECT pg_advisory_xact_lock({APPEND_LOCK})")).map_err(pg(op))?;
     Ok(tx)
 }
 
@@ -303,12 +366,10 @@ impl PostgresStore {
     /// drops the execution's lease in the same transaction.
     fn append_inner(&mut self, e: &NewEvent, stamp: bool) -> Result<StoredEvent, AuditError> {
         let lock = self.lock_head()?;
-        let stored = self.with(|c| {
+        let stored = self.with_statements(|c, st| {
             let mut tx = locked(c, "append")?;
-            let stored = if stamp { append_in(&mut tx, &stamped(e))? } else { append_in(&mut tx, e)? };
-            if matches!(e.kind, EventKind::Finish | EventKind::Interrupted) {
-                tx.execute("DELETE FROM execution_leases WHERE execution_id = $1", &[&e.execution_id]).map_err(pg("append"))?;
-            }
+            let lease = if matches!(e.kind, EventKind::Finish | EventKind::Interrupted) { LeaseChange::Drop } else { LeaseChange::Keep };
+            let stored = if stamp { append_in(&mut tx, st, &stamped(e), lease)? } else { append_in(&mut tx, st, e, lease)? };
             tx.commit().map_err(pg("append"))?;
             Ok(stored)
         })?;
@@ -318,26 +379,21 @@ impl PostgresStore {
 
     fn append_begin_inner(&mut self, e: &NewEvent, lease: &Lease<'_>) -> Result<Begin, AuditError> {
         let lock = self.lock_head()?;
-        let begun = self.with(|c| {
+        let begun = self.with_statements(|c, st| {
             let mut tx = locked(c, "begin")?;
             let key = lease.quota.map(|q| q.key.as_str());
             if let Some(q) = lease.quota {
-                let n: i64 = tx
-                    .query_one(&format!("SELECT COUNT(*) FROM execution_leases WHERE quota_key = $1 AND expires_at_ms > {DB_NOW_MS}"), &[&q.key])
-                    .map_err(pg("begin"))?
-                    .get(0);
+                let count = st
+                    .get(&mut tx, &format!("SELECT COUNT(*) FROM execution_leases WHERE quota_key = $1 AND expires_at_ms > {DB_NOW_MS}"))
+                    .map_err(pg("begin"))?;
+                let n: i64 = tx.query_one(&count, &[&q.key]).map_err(pg("begin"))?.get(0);
                 let running = u32::try_from(n).unwrap_or(u32::MAX);
                 if running >= q.max_concurrent {
                     return Ok(Begin::Limited { running });
                 }
             }
-            let stored = append_in(&mut tx, &stamped(e))?;
-            let ttl = i64::try_from(lease.ttl_ms).unwrap_or(i64::MAX);
-            tx.execute(
-                &format!("INSERT INTO execution_leases (execution_id, node_id, quota_key, expires_at_ms) VALUES ($1, $2, $3, {DB_NOW_MS} + $4)"),
-                &[&e.execution_id, &lease.node_id.to_owned(), &key, &ttl],
-            )
-            .map_err(pg("begin"))?;
+            let ttl_ms = i64::try_from(lease.ttl_ms).unwrap_or(i64::MAX);
+            let stored = append_in(&mut tx, st, &stamped(e), LeaseChange::Take { node_id: lease.node_id, quota_key: key, ttl_ms })?;
             tx.commit().map_err(pg("begin"))?;
             Ok(Begin::Appended(Box::new(stored)))
         })?;
@@ -370,7 +426,7 @@ impl PostgresStore {
         }
         let lock = self.lock_head()?;
         let mut last = None;
-        let ids = self.with(|c| {
+        let ids = self.with_statements(|c, st| {
             let mut tx = locked(c, "reap")?;
             let expired = tx
                 .query(&format!("SELECT execution_id, node_id FROM execution_leases WHERE expires_at_ms <= {DB_NOW_MS} ORDER BY execution_id"), &[])
@@ -400,10 +456,11 @@ impl PostgresStore {
                         status: "interrupted".into(),
                         body: serde_json::json!({ "schemaVersion": crate::SCHEMA_VERSION, "reason": reason, "node": node }),
                     };
-                    last = Some(mark_of(&append_in(&mut tx, &e)?));
+                    last = Some(mark_of(&append_in(&mut tx, st, &e, LeaseChange::Drop)?));
                     ids.push(id.clone());
+                } else {
+                    tx.execute("DELETE FROM execution_leases WHERE execution_id = $1", &[&id]).map_err(pg("reap"))?;
                 }
-                tx.execute("DELETE FROM execution_leases WHERE execution_id = $1", &[&id]).map_err(pg("reap"))?;
             }
             tx.commit().map_err(pg("reap"))?;
             Ok(ids)
