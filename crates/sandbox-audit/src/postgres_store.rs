@@ -13,10 +13,11 @@
 //! Round trips: what an execution waits for is its `begin` and its `finish`, each one
 //! transaction. A statement sent as text is parsed and described by the server before it runs,
 //! one more round trip, so the statements of those transactions are prepared once per
-//! connection ([`Statements`]); the event, its `audit_open` entry and its lease are written by
-//! one statement; the advisory lock is taken by a simple query. An append is then `BEGIN`, the
-//! lock, the chain's last event, the write and `COMMIT`, plus the head's check after the commit
-//! (and a `begin` with a quota counts its leases): 6 round trips where it took 14.
+//! connection ([`Statements`]); `BEGIN` and the advisory lock go as one simple query
+//! ([`Locked`]); the chain's last event and the head's check (is the event the head file names
+//! still there) are one query; the event, its `audit_open` entry and its lease are written by
+//! one statement. An append is then 4 round trips (a `begin` with a quota one more, to count
+//! its leases) where it took 14.
 
 use std::collections::HashMap;
 
@@ -261,13 +262,29 @@ enum LeaseChange<'a> {
 /// Appends `e` at the end of the chain inside `tx`, which holds the append lock: reads the last
 /// event, then writes the event, its `audit_open` entry (a `begin` adds it, a `finish` or
 /// `interrupted` removes it) and its `lease` change in one statement.
-fn append_in(tx: &mut postgres::Transaction<'_>, st: &mut Statements, e: &NewEvent, lease: LeaseChange<'_>) -> Result<StoredEvent, AuditError> {
-    let last = st.get(tx, "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1").map_err(pg("append"))?;
-    let last = tx.query_opt(&last, &[]).map_err(pg("append"))?;
-    let (seq, prev_hash): (i64, String) = match last {
-        Some(r) => (r.get::<_, i64>(0) + 1, r.get(1)),
-        None => (1, GENESIS.to_owned()),
+fn append_in(tx: &mut impl GenericClient, st: &mut Statements, e: &NewEvent, lease: LeaseChange<'_>) -> Result<StoredEvent, AuditError> {
+    Ok(append_checked(tx, st, e, lease, None)?.0)
+}
+
+/// [`append_in`], also answering whether a head file whose mark is `head` may move to the new
+/// event (see [`HeadFile::advance`]: no mark yet, or the event it names is still there and
+/// older), asked in the same query as the chain's last event.
+fn append_checked(
+    tx: &mut impl GenericClient,
+    st: &mut Statements,
+    e: &NewEvent,
+    lease: LeaseChange<'_>,
+    head: Option<&HeadMark>,
+) -> Result<(StoredEvent, bool), AuditError> {
+    let last =
+        st.get(tx, "SELECT seq, hash, (SELECT hash FROM audit_events WHERE seq = $1) FROM audit_events ORDER BY seq DESC LIMIT 1").map_err(pg("append"))?;
+    let head_seq = head.map_or(0, |h| h.seq);
+    let last = tx.query_opt(&last, &[&head_seq]).map_err(pg("append"))?;
+    let (seq, prev_hash, head_hash): (i64, String, Option<String>) = match last {
+        Some(r) => (r.get::<_, i64>(0) + 1, r.get(1), r.get(2)),
+        None => (1, GENESIS.to_owned(), None),
     };
+    let advance = head.is_none_or(|h| h.seq < seq && head_hash.as_deref() == Some(h.hash.as_str()));
     let body = e.body.to_string();
     let hash = event_hash(seq, &e.execution_id, e.kind.as_str(), e.at_ms, &e.caller, &e.profile, e.language.as_deref(), &e.status, &body, &prev_hash);
     // Data-modifying statements in WITH all run, to completion, whether or not the query reads
@@ -295,7 +312,7 @@ fn append_in(tx: &mut postgres::Transaction<'_>, st: &mut Statements, e: &NewEve
         params.extend([node_id as &(dyn postgres::types::ToSql + Sync), quota_key, ttl_ms]);
     }
     tx.query_one(&write, &params).map_err(pg("append"))?;
-    stored(&RawEvent {
+    let stored = stored(&RawEvent {
         seq,
         execution_id: e.execution_id.clone(),
         kind: e.kind.as_str().into(),
@@ -307,12 +324,44 @@ fn append_in(tx: &mut postgres::Transaction<'_>, st: &mut Statements, e: &NewEve
         body,
         prev_hash,
         hash,
-    })
+    })?;
+    Ok((stored, advance))
 }
 
 /// The head mark naming `e`.
 fn mark_of(e: &StoredEvent) -> HeadMark {
     HeadMark { seq: e.seq, hash: e.hash.clone(), execution_id: e.execution_id.clone() }
+}
+
+/// A transaction holding the append lock, begun and locked by one simple query (`BEGIN;
+/// SELECT pg_advisory_xact_lock(..)`: one round trip where `Client::transaction` and the lock
+/// take two). Rolled back when dropped uncommitted.
+struct Locked<'c> {
+    c: &'c mut Client,
+    open: bool,
+}
+
+impl<'c> Locked<'c> {
+    fn begin(c: &'c mut Client, op: &'static str) -> Result<Self, AuditError> {
+        let tx = Self { c, open: true };
+        tx.c.batch_execute(&format!("BEGIN; SELECT pg_advisory_xact_lock({APPEND_LOCK})")).map_err(pg(op))?;
+        Ok(tx)
+    }
+
+    fn commit(mut self, op: &'static str) -> Result<(), AuditError> {
+        self.open = false;
+        self.c.batch_execute("COMMIT").map_err(pg(op))
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            // A connection that broke is dropped by `with`; on a live one this ends the
+            // failed transaction (and releases the lock) before the next call.
+            let _ = self.c.batch_execute("ROLLBACK");
+        }
+    }
 }
 
 /// Starts a transaction on `c` holding the append lock (taken by a simple query: one round
@@ -365,42 +414,64 @@ impl PostgresStore {
     /// Appends `e`, stamped under the lock when `stamp` is set; a `finish` or `interrupted`
     /// drops the execution's lease in the same transaction.
     fn append_inner(&mut self, e: &NewEvent, stamp: bool) -> Result<StoredEvent, AuditError> {
-        let lock = self.lock_head()?;
-        let stored = self.with_statements(|c, st| {
-            let mut tx = locked(c, "append")?;
+        let (lock, head) = self.lock_and_read_head()?;
+        let (stored, advance) = self.with_statements(|c, st| {
+            let tx = Locked::begin(c, "append")?;
             let lease = if matches!(e.kind, EventKind::Finish | EventKind::Interrupted) { LeaseChange::Drop } else { LeaseChange::Keep };
-            let stored = if stamp { append_in(&mut tx, st, &stamped(e), lease)? } else { append_in(&mut tx, st, e, lease)? };
-            tx.commit().map_err(pg("append"))?;
-            Ok(stored)
+            let e = if stamp { stamped(e) } else { e.clone() };
+            let appended = append_checked(tx.c, st, &e, lease, head.as_ref())?;
+            tx.commit("append")?;
+            Ok(appended)
         })?;
-        self.advance_head(lock, Some(mark_of(&stored)))?;
+        self.write_head(lock, &stored, advance)?;
         Ok(stored)
     }
 
-    fn append_begin_inner(&mut self, e: &NewEvent, lease: &Lease<'_>) -> Result<Begin, AuditError> {
+    /// The head file's lock and the mark it holds, when this store keeps one.
+    fn lock_and_read_head(&self) -> Result<(Option<HeadLock>, Option<HeadMark>), AuditError> {
         let lock = self.lock_head()?;
+        let mark = match (&self.head, &lock) {
+            (Some(head), Some(_)) => head.read()?,
+            _ => None,
+        };
+        Ok((lock, mark))
+    }
+
+    /// Moves the head to `stored` (committed) when [`append_checked`] said it may.
+    fn write_head(&self, lock: Option<HeadLock>, stored: &StoredEvent, advance: bool) -> Result<(), AuditError> {
+        match (&self.head, lock) {
+            (Some(head), Some(lock)) if advance => head.write(&lock, &mark_of(stored)),
+            _ => Ok(()),
+        }
+    }
+
+    fn append_begin_inner(&mut self, e: &NewEvent, lease: &Lease<'_>) -> Result<Begin, AuditError> {
+        let (lock, head) = self.lock_and_read_head()?;
         let begun = self.with_statements(|c, st| {
-            let mut tx = locked(c, "begin")?;
+            let tx = Locked::begin(c, "begin")?;
             let key = lease.quota.map(|q| q.key.as_str());
             if let Some(q) = lease.quota {
                 let count = st
-                    .get(&mut tx, &format!("SELECT COUNT(*) FROM execution_leases WHERE quota_key = $1 AND expires_at_ms > {DB_NOW_MS}"))
+                    .get(tx.c, &format!("SELECT COUNT(*) FROM execution_leases WHERE quota_key = $1 AND expires_at_ms > {DB_NOW_MS}"))
                     .map_err(pg("begin"))?;
-                let n: i64 = tx.query_one(&count, &[&q.key]).map_err(pg("begin"))?.get(0);
+                let n: i64 = tx.c.query_one(&count, &[&q.key]).map_err(pg("begin"))?.get(0);
                 let running = u32::try_from(n).unwrap_or(u32::MAX);
                 if running >= q.max_concurrent {
-                    return Ok(Begin::Limited { running });
+                    return Ok(Err(running));
                 }
             }
             let ttl_ms = i64::try_from(lease.ttl_ms).unwrap_or(i64::MAX);
-            let stored = append_in(&mut tx, st, &stamped(e), LeaseChange::Take { node_id: lease.node_id, quota_key: key, ttl_ms })?;
-            tx.commit().map_err(pg("begin"))?;
-            Ok(Begin::Appended(Box::new(stored)))
+            let appended = append_checked(tx.c, st, &stamped(e), LeaseChange::Take { node_id: lease.node_id, quota_key: key, ttl_ms }, head.as_ref())?;
+            tx.commit("begin")?;
+            Ok(Ok(appended))
         })?;
-        if let Begin::Appended(stored) = &begun {
-            self.advance_head(lock, Some(mark_of(stored)))?;
+        match begun {
+            Ok((stored, advance)) => {
+                self.write_head(lock, &stored, advance)?;
+                Ok(Begin::Appended(Box::new(stored)))
+            }
+            Err(running) => Ok(Begin::Limited { running }),
         }
-        Ok(begun)
     }
 
     fn renew_inner(&mut self, node_id: &str, ids: &[String], ttl_ms: u64) -> Result<u64, AuditError> {
