@@ -89,6 +89,11 @@ const MIGRATIONS: &[&str] = &[
             (SELECT 1 FROM audit_events f WHERE f.execution_id = b.execution_id AND f.kind IN ('finish', 'interrupted'))
         GROUP BY execution_id;
 ",
+    // Retention by age (under the append lock, which every node's appends wait for) and
+    // listing by time read the events in a time range, not the whole table.
+    r"
+    CREATE INDEX IF NOT EXISTS audit_events_at_ms ON audit_events (at_ms);
+",
 ];
 
 /// The open executions' `begin`s: candidates from `audit_open`, checked against the events (an

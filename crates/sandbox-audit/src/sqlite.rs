@@ -41,7 +41,19 @@ const MIGRATIONS: &[&str] = &[
         SELECT execution_id, seq FROM audit_events b WHERE kind = 'begin' AND NOT EXISTS
             (SELECT 1 FROM audit_events f WHERE f.execution_id = b.execution_id AND f.kind IN ('finish', 'interrupted'));
 ",
+    // Retention by age ([`AGE_CUT`]) and listing by time read the events in a time range, not
+    // the whole log.
+    r"
+    CREATE INDEX IF NOT EXISTS audit_events_at_ms ON audit_events (at_ms);
+",
 ];
+
+/// The newest event older than `?1` (ms since the epoch), 0 when there is none: where retention
+/// by age may cut. It runs under the write lock, so it reads the index on `at_ms` (the events
+/// old enough: those a pass removes), not every event of the log. Named, because SQLite's
+/// planner otherwise walks the table from its newest row back to the first old enough, through
+/// every event retention keeps.
+pub(crate) const AGE_CUT: &str = "SELECT COALESCE(MAX(seq), 0) FROM audit_events INDEXED BY audit_events_at_ms WHERE at_ms < ?1";
 
 /// The `begin` events with neither `finish` nor `interrupted`, oldest first. Candidates come
 /// from `audit_open` (a `begin` adds its execution there, a `finish` or `interrupted` removes
@@ -183,7 +195,7 @@ impl SqliteStore {
         let last: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit_events", [], |r| r.get(0)).map_err(db("prune"))?;
         let mut cut: i64 = 0;
         if let Some(t) = before_ms {
-            cut = cut.max(tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit_events WHERE at_ms < ?1", [t], |r| r.get(0)).map_err(db("prune"))?);
+            cut = cut.max(tx.query_row(AGE_CUT, [t], |r| r.get(0)).map_err(db("prune"))?);
         }
         if let Some(k) = keep_last {
             cut = cut.max(last - i64::try_from(k).unwrap_or(i64::MAX).min(last));
