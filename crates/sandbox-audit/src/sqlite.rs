@@ -41,19 +41,38 @@ const MIGRATIONS: &[&str] = &[
         SELECT execution_id, seq FROM audit_events b WHERE kind = 'begin' AND NOT EXISTS
             (SELECT 1 FROM audit_events f WHERE f.execution_id = b.execution_id AND f.kind IN ('finish', 'interrupted'));
 ",
-    // Retention by age ([`AGE_CUT`]) and listing by time read the events in a time range, not
-    // the whole log.
-    r"
-    CREATE INDEX IF NOT EXISTS audit_events_at_ms ON audit_events (at_ms);
-",
 ];
 
-/// The newest event older than `?1` (ms since the epoch), 0 when there is none: where retention
-/// by age may cut. It runs under the write lock, so it reads the index on `at_ms` (the events
-/// old enough: those a pass removes), not every event of the log. Named, because SQLite's
-/// planner otherwise walks the table from its newest row back to the first old enough, through
-/// every event retention keeps.
-pub(crate) const AGE_CUT: &str = "SELECT COALESCE(MAX(seq), 0) FROM audit_events INDEXED BY audit_events_at_ms WHERE at_ms < ?1";
+/// Where retention by age may cut: the last event older than `t` (ms since the epoch), 0 when
+/// there is none, found by a binary search over `seq` (events are stamped as they are appended,
+/// so `at_ms` grows with `seq`). Retention runs under the write lock that every execution's
+/// `begin` and `finish` wait for: `MAX(seq) WHERE at_ms < t` read the whole log, and an index
+/// on `at_ms` would cost every append a page more (~0.2 ms per `sandbox run`). Each probe is a
+/// lookup by primary key. Where stamps are not in order (writers whose clocks or appends
+/// interleave), the cut is still an event older than `t` with every earlier event cut with it,
+/// as `MAX(seq)` would cut, and never past that one. Returns the cut and the probes made.
+pub(crate) fn age_cut(c: &rusqlite::Connection, t: i64) -> rusqlite::Result<(i64, u32)> {
+    let last: i64 = c.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit_events", [], |r| r.get(0))?;
+    let mut probe = c.prepare_cached("SELECT seq, at_ms FROM audit_events WHERE seq >= ?1 ORDER BY seq LIMIT 1")?;
+    // `lo`: 0 or an event older than `t`; `hi`: past the log or an event that is not.
+    let (mut lo, mut hi, mut probes) = (0i64, last + 1, 0u32);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        probes += 1;
+        match probe.query_row([mid], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))).optional()? {
+            Some((seq, at)) if seq < hi => {
+                if at < t {
+                    lo = seq;
+                } else {
+                    hi = seq;
+                }
+            }
+            // No event in [mid, hi): a gap left by retention.
+            _ => hi = mid,
+        }
+    }
+    Ok((lo, probes))
+}
 
 /// The `begin` events with neither `finish` nor `interrupted`, oldest first. Candidates come
 /// from `audit_open` (a `begin` adds its execution there, a `finish` or `interrupted` removes
@@ -195,7 +214,7 @@ impl SqliteStore {
         let last: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit_events", [], |r| r.get(0)).map_err(db("prune"))?;
         let mut cut: i64 = 0;
         if let Some(t) = before_ms {
-            cut = cut.max(tx.query_row(AGE_CUT, [t], |r| r.get(0)).map_err(db("prune"))?);
+            cut = cut.max(age_cut(&tx, t).map_err(db("prune"))?.0);
         }
         if let Some(k) = keep_last {
             cut = cut.max(last - i64::try_from(k).unwrap_or(i64::MAX).min(last));
