@@ -47,7 +47,7 @@ const MIGRATIONS: &[&str] = &[
 /// there is none, found by a binary search over `seq` (events are stamped as they are appended,
 /// so `at_ms` grows with `seq`). Retention runs under the write lock that every execution's
 /// `begin` and `finish` wait for: `MAX(seq) WHERE at_ms < t` read the whole log, and an index
-/// on `at_ms` would cost every append a page more (~0.2 ms per `sandbox run`). Each probe is a
+/// on `at_ms` would cost every append a page more (0.0-0.3 ms per `sandbox run` in three runs). Each probe is a
 /// lookup by primary key. Where stamps are not in order (writers whose clocks or appends
 /// interleave), the cut is still an event older than `t` with every earlier event cut with it,
 /// as `MAX(seq)` would cut, and never past that one. Returns the cut and the probes made.
