@@ -20,7 +20,8 @@ use crate::sys::{self, Forked};
 pub const HELPER_ARGV0: &str = "sandbox-init";
 
 /// Namespaces every sandbox gets. The helper makes the network namespace itself, before its
-/// spec arrives ([`helper_main`]), and clones init with the others.
+/// spec arrives ([`helper_main`]), and clones init with the others (with this whole set only
+/// when the kernel refused it that namespace).
 pub(crate) const NAMESPACES: CloneFlags = CloneFlags::CLONE_NEWUSER
     .union(CloneFlags::CLONE_NEWPID)
     .union(CloneFlags::CLONE_NEWNS)

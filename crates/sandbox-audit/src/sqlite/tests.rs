@@ -332,7 +332,7 @@ fn finding_unfinished_executions_does_not_read_the_whole_log() {
 /// Retention by age runs under the write lock that every execution's `begin` and `finish`
 /// wait for, so finding its cut must not read the whole log: a binary search over `seq`
 /// (probes, each a lookup by primary key, grow with the log's logarithm), which finds the same
-/// cut as `MAX(seq) WHERE at_ms < t`, also across the gap a earlier pass left and where stamps
+/// cut as `MAX(seq) WHERE at_ms < t`, also across the gap an earlier pass left and where stamps
 /// are out of order.
 #[test]
 fn retention_by_age_does_not_read_the_whole_log() {

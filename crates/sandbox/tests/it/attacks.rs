@@ -163,8 +163,8 @@ fn each_execution_has_a_network_namespace_of_its_own_with_loopback_that_it_canno
     let runs: Vec<_> = (0..2).map(|_| std::thread::spawn(move || attempt(code))).collect();
     let host = std::fs::read_link("/proc/self/ns/net").unwrap().to_string_lossy().into_owned();
     let host_user = std::fs::read_link("/proc/self/ns/user").unwrap().to_string_lossy().into_owned();
-    // While they run (each sleeps 3 s at its end): the owner (NS_GET_USERNS) of the network namespace of every process in a
-    // user namespace other than the host's, by namespace.
+    // While they run (each sleeps 3 s at its end): the owner (NS_GET_USERNS) of the network
+    // namespace of every python3 in a user namespace other than the host's, by namespace.
     let mut owners = std::collections::HashMap::new();
     while !runs.iter().all(|r| r.is_finished()) {
         std::thread::sleep(std::time::Duration::from_millis(200));
