@@ -30,6 +30,7 @@ use tokio::sync::mpsc;
 
 pub use command::program_command;
 pub use service::{Caller, Hooks, NoHooks, Refusal, Service, Ticket};
+pub use spare::EarlySpare;
 pub use supervise::{Chunk, StreamKind};
 
 /// Where the engine keeps state and how it reaches the helper.
@@ -121,7 +122,7 @@ pub struct Engine {
     pools: std::sync::OnceLock<Arc<pool::Pools>>,
     /// The last self-test's verdict and when it ran ([`Engine::readiness`]).
     readiness: std::sync::Mutex<Option<(Instant, Result<(), String>)>>,
-    /// A helper started ahead for the next cold start ([`Engine::start_spare_helper`],
+    /// A helper started ahead for the next cold start ([`Engine::with_spare`],
     /// [`Engine::keep_spare_helper`]).
     spare: spare::Spare,
 }
@@ -162,15 +163,17 @@ impl Engine {
         }
     }
 
-    /// Starts one helper, on a thread of its own, for the next cold start (`sandbox run`: the
-    /// helper's fork, exec and loading then overlap the audit `begin` and the sandbox's
-    /// preparation). The helper holds nothing of any execution until that start sends it a
-    /// spec; see `spare.rs`. Allowlist profiles do not use it. A failure is logged, and the cold
-    /// start then starts its own helper. [`Engine::stop_warm`] kills an unused one.
-    pub fn start_spare_helper(&self) {
-        if self.host.first_failure().is_none() {
-            self.spare.keep(Some(1));
+    /// Takes `early` as the helper for the next cold start (`sandbox run`, which started it
+    /// before this engine existed). Where it runs another binary than
+    /// [`EngineOptions::helper`], or the host cannot run executions (a failing check), it is
+    /// dropped, killing its helper, and the cold start starts its own.
+    #[must_use]
+    pub fn with_spare(mut self, early: EarlySpare) -> Self {
+        if early.helper() == self.opts.helper && self.host.first_failure().is_none() {
+            // The replaced slot never started one.
+            self.spare = early.into_inner();
         }
+        self
     }
 
     /// Keeps one helper started for the next cold start from now on (`serve`, `mcp`): a thread

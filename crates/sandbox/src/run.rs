@@ -115,6 +115,12 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
     if let Some(url) = &args.server {
         return run_remote(url, request, &args);
     }
+    // A cold start's helper is started now, so that its exec and loading overlap opening the
+    // audit log, probing the host, the audit `begin` and the sandbox's preparation (an
+    // allowlist profile starts its own at its run; a warm one needs none).
+    let early = (args.warm.is_none() && config.profiles.get(&request.profile).is_some_and(|p| p.network == sandbox_core::network::Network::None))
+        .then(|| std::env::current_exe().ok().map(sandbox_engine::EarlySpare::start))
+        .flatten();
     if let Some(env) = config.profiles.get(&request.profile).and_then(|p| p.environment.clone()) {
         let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, &data_dir);
         if envs.installed_in(&config, &env).is_none() {
@@ -125,13 +131,11 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<E
             }
         }
     }
-    // A cold start's helper is started now, so that its exec and loading overlap the audit
-    // `begin` and the sandbox's preparation (an allowlist profile starts its own at its run).
-    let spare = args.warm.is_none() && config.profiles.get(&request.profile).is_some_and(|p| p.network == sandbox_core::network::Network::None);
     let (engine, _audit) = crate::audit::engine(config, data_dir)?;
-    if spare {
-        engine.start_spare_helper();
-    }
+    let engine = match early {
+        Some(early) => engine.with_spare(early),
+        None => engine,
+    };
     let engine = std::sync::Arc::new(engine);
     // A data directory no sandbox can use (`mktemp -d` makes one) is refused here, with the fix,
     // by the availability check every door makes (runtime_unavailable, exit 3).

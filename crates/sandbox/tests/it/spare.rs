@@ -1,5 +1,5 @@
 //! Helpers started ahead of their cold start (`sandbox-engine/src/spare.rs`): a service keeps
-//! one waiting, `sandbox run` starts one beside its audit `begin`. Each holds nothing of any
+//! one waiting, `sandbox run` starts one before it opens its audit log. Each holds nothing of any
 //! execution until its spec arrives, serves one execution, and leaves nothing behind.
 
 use super::http::Server;
@@ -112,27 +112,55 @@ fn a_services_spare_helper_holds_nothing_serves_once_survives_being_killed_and_i
     assert!(s.executions_left().is_empty(), "{:?}", s.executions_left());
 }
 
-/// `sandbox run` starts its helper before the audit `begin`; a request refused before it runs
-/// (here a timeout above the profile's maximum) leaves that helper behind nowhere.
+/// `sandbox run` starts its helper before it opens the audit log; a request refused before it
+/// runs (here a timeout above the profile's maximum) leaves that helper behind nowhere.
 #[test]
 fn a_refused_cli_run_leaves_no_helper_behind() {
     // The helper inherits the CLI's working directory: a directory of its own finds it.
     let cwd = tempfile::Builder::new().prefix("spare-cwd-").tempdir_in(&env().dir).unwrap();
     let out = sandbox(&["run", "--json", "--timeout", "99999999", "-c", "pass"]).current_dir(cwd.path()).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_no_process_in(cwd.path());
+}
+
+/// Nor does a run whose audit log cannot be opened (nothing runs then): its helper was started
+/// before the log was tried.
+#[test]
+fn a_cli_run_without_its_audit_log_leaves_no_helper_behind() {
+    let cwd = tempfile::Builder::new().prefix("spare-cwd-").tempdir_in(&env().dir).unwrap();
+    let data = tempfile::Builder::new().prefix("spare-data-").tempdir_in(&env().dir).unwrap();
+    // A directory where the log's file should be: SQLite cannot open it.
+    std::fs::create_dir(data.path().join("audit.db")).unwrap();
+    let out = Command::new(bin())
+        .arg("--config")
+        .arg(&env().config)
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(["run", "--json", "-c", "pass"])
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "ran without its audit log: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("audit log"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_no_process_in(cwd.path());
+}
+
+/// Waits (up to 10 s) until no process has `cwd` as its working directory.
+#[track_caller]
+fn assert_no_process_in(cwd: &std::path::Path) {
     let deadline = Instant::now() + slack(Duration::from_secs(10));
     loop {
         let left: Vec<String> = std::fs::read_dir("/proc")
             .unwrap()
             .filter_map(Result::ok)
             .filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())))
-            .filter(|e| std::fs::read_link(e.path().join("cwd")).is_ok_and(|c| c == cwd.path()))
+            .filter(|e| std::fs::read_link(e.path().join("cwd")).is_ok_and(|c| c == cwd))
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         if left.is_empty() {
             break;
         }
-        assert!(Instant::now() < deadline, "processes of the refused run still running: {left:?}");
+        assert!(Instant::now() < deadline, "processes of the run still running: {left:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
