@@ -156,20 +156,37 @@ warm_job = pct(times["data-analyst.py: warm"], 50)
 print(f"warm print(1) p50 {warm_print:.1f} ms vs bare host python3 -c pass {bare:.1f} ms ({warm_print / bare:.2f}x)")
 print(f"warm data-analyst p50 {warm_job:.1f} ms vs in-process floor {floor_ms:.1f} ms (+{warm_job - floor_ms:.1f} ms)")
 
+
+
+def busy_ms():
+    """CPU time spent by every core of this machine so far (all but idle and iowait), in ms
+    (/proc/stat's first line, in USER_HZ ticks)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 print()
-print("throughput (executions/s), M requests from C client threads")
+print("throughput (executions/s), M requests from C client threads; CPU: all cores' busy time")
+print("per execution (the server, its sandboxes and this client), which bounds the rate at C >= cores")
 throughput = {}
 for job, m in (("print(1)", 40), ("data-analyst.py", 24)):
     for c in (2, 8):
         for mode, url in (("cold", cold_url), ("warm", warm_url)):
+            busy = busy_ms()
             t = time.perf_counter()
             with concurrent.futures.ThreadPoolExecutor(c) as pool:
                 list(pool.map(lambda _: post(url, JOBS[job]), range(m)))
             rate = m / (time.perf_counter() - t)
+            cpu = (busy_ms() - busy) / m
             throughput[(job, c, mode)] = rate
-            print(f"  {job:<18} C={c}  {mode}: {rate:6.2f}/s")
+            print(f"  {job:<18} C={c}  {mode}: {rate:6.2f}/s  CPU {cpu:6.1f} ms per execution")
         ratio = throughput[(job, c, "warm")] / throughput[(job, c, "cold")]
         print(f"  {job:<18} C={c}  warm/cold {ratio:.1f}x")
+busy = busy_ms()
+for _ in range(10):
+    floor_once()
+print(f"  the floor: CPU {(busy_ms() - busy) / 10:.1f} ms per job (in-process, one after another)")
 
 
 def descendants(pid):
