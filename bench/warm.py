@@ -157,7 +157,6 @@ print(f"warm print(1) p50 {warm_print:.1f} ms vs bare host python3 -c pass {bare
 print(f"warm data-analyst p50 {warm_job:.1f} ms vs in-process floor {floor_ms:.1f} ms (+{warm_job - floor_ms:.1f} ms)")
 
 
-
 def busy_ms():
     """CPU time spent by every core of this machine so far (all but idle and iowait), in ms
     (/proc/stat's first line, in USER_HZ ticks)."""
