@@ -1,10 +1,11 @@
 """bench/warm.sh's measuring half: see that script. Arguments: N COLD_URL WARM_URL WARM_PID
-PYTHON SITE CSV ROOT."""
+PYTHON SITE CSV ROOT [REF_URL] (REF_URL: a reference build's warm server, or empty)."""
 
 import concurrent.futures
 import http.client
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,9 @@ import urllib.parse
 n = int(sys.argv[1])
 cold_url, warm_url, warm_pid = sys.argv[2], sys.argv[3], int(sys.argv[4])
 py, site, csv, root = sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
+ref_url = sys.argv[9] if len(sys.argv) > 9 else ""
+# Each mode a job runs in, and its server.
+MODES = [("cold", cold_url), ("warm", warm_url)] + ([("warm (reference)", ref_url)] if ref_url else [])
 
 with open(csv, encoding="utf-8") as f:
     CSV_TEXT = f.read()
@@ -67,16 +71,17 @@ def pct(xs, p):
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-# Wait until the warm server's templates are ready.
+# Wait until the warm servers' templates are ready.
 deadline = time.time() + 300
-for job in ("print(1)", "data-analyst.py"):
-    while True:
-        _, r = post(warm_url, JOBS[job])
-        if r["timing"].get("warm"):
-            break
-        if time.time() > deadline:
-            sys.exit(f"the warm server never started {job} warm")
-        time.sleep(0.5)
+for url in [u for mode, u in MODES if mode != "cold"]:
+    for job in ("print(1)", "data-analyst.py"):
+        while True:
+            _, r = post(url, JOBS[job])
+            if r["timing"].get("warm"):
+                break
+            if time.time() > deadline:
+                sys.exit(f"the warm server {url} never started {job} warm")
+            time.sleep(0.5)
 
 # The floor: the same job in-process in a host Python that has already imported its libraries.
 FLOOR = r"""
@@ -116,7 +121,7 @@ def process(argv, env=None, cwd=None):
 
 variants = [("host python3 -c pass (process)", lambda: process([py, "-c", "pass"]))]
 for job in JOBS:
-    for mode, url in (("cold", cold_url), ("warm", warm_url)):
+    for mode, url in MODES:
         variants.append((f"{job}: {mode}", lambda url=url, job=job: post(url, JOBS[job])))
 variants += [
     ("data-analyst.py: host python3 (process)", lambda: process([py, "-S", os.path.join(root, "examples/data-analyst/analysis.py")], host_env, work)),
@@ -129,8 +134,13 @@ times = {name: [] for name, _ in variants}
 memory = {name: [] for name, _ in variants}
 warm_flags = {name: [] for name, _ in variants}
 t0 = time.perf_counter()
+# Each round runs the variants in a new random order (seeded, so runs repeat): a run pays part
+# of the one before it (a server refills its pool or spare after each execution), and in a fixed
+# or rotated order each variant would always follow the same neighbour (a build measured beside
+# a copy of itself came out 5-6 ms slower on the pooled jobs, following the other's refill).
+order = random.Random(11)
 for _ in range(n):
-    for name, f in variants:
+    for name, f in order.sample(variants, len(variants)):
         out = f()
         if isinstance(out, tuple):
             ms, r = out
@@ -155,6 +165,10 @@ floor_ms = pct(times["data-analyst.py: in-process floor"], 50)
 warm_job = pct(times["data-analyst.py: warm"], 50)
 print(f"warm print(1) p50 {warm_print:.1f} ms vs bare host python3 -c pass {bare:.1f} ms ({warm_print / bare:.2f}x)")
 print(f"warm data-analyst p50 {warm_job:.1f} ms vs in-process floor {floor_ms:.1f} ms (+{warm_job - floor_ms:.1f} ms)")
+if ref_url:
+    for job in JOBS:
+        new, old = pct(times[f"{job}: warm"], 50), pct(times[f"{job}: warm (reference)"], 50)
+        print(f"warm {job} p50 {new:.1f} ms vs the reference build's {old:.1f} ms ({new - old:+.1f} ms)")
 
 
 def busy_ms():
@@ -171,7 +185,7 @@ print("per execution (the server, its sandboxes and this client), which bounds t
 throughput = {}
 for job, m in (("print(1)", 40), ("data-analyst.py", 24)):
     for c in (2, 8):
-        for mode, url in (("cold", cold_url), ("warm", warm_url)):
+        for mode, url in MODES:
             busy = busy_ms()
             t = time.perf_counter()
             with concurrent.futures.ThreadPoolExecutor(c) as pool:
@@ -179,9 +193,9 @@ for job, m in (("print(1)", 40), ("data-analyst.py", 24)):
             rate = m / (time.perf_counter() - t)
             cpu = (busy_ms() - busy) / m
             throughput[(job, c, mode)] = rate
-            print(f"  {job:<18} C={c}  {mode}: {rate:6.2f}/s  CPU {cpu:6.1f} ms per execution")
-        ratio = throughput[(job, c, "warm")] / throughput[(job, c, "cold")]
-        print(f"  {job:<18} C={c}  warm/cold {ratio:.1f}x")
+            print(f"  {job:<18} C={c}  {mode:<16}: {rate:6.2f}/s  CPU {cpu:6.1f} ms per execution")
+        ratios = ", ".join(f"{mode}/cold {throughput[(job, c, mode)] / throughput[(job, c, 'cold')]:.1f}x" for mode, _ in MODES[1:])
+        print(f"  {job:<18} C={c}  {ratios}")
 busy = busy_ms()
 for _ in range(10):
     floor_once()

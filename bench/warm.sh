@@ -5,6 +5,8 @@
 # bare host python3 process (what a user would do without us). Prints sequential p50/p99,
 # throughput at concurrency 2 and 8, the templates' memory and each child's own memory.
 #   N=20 bash bench/warm.sh      (N: timed sequential runs per variant, default 20)
+#   SANDBOX_BENCH_REF_BIN=/path/to/older/sandbox adds that build's warm server (with the
+#   libsandbox_warm.so beside it), interleaved with the others: a change measured against its base.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -54,5 +56,13 @@ trap stop_servers EXIT
 COLD_URL="$(start_server "$WORK/cold" --no-warm)"
 WARM_URL="$(start_server "$WORK/warm")"
 WARM_PID="$(tail -1 "$WORK/pids")"
+REF_URL=""
+if [ -n "${SANDBOX_BENCH_REF_BIN:-}" ]; then
+  # A copy, as an installed build would run (see bench/startup.sh), with its own warm library.
+  mkdir -p "$WORK/ref-bin"
+  cp "$SANDBOX_BENCH_REF_BIN" "$WORK/ref-bin/sandbox"
+  cp "$(dirname "$SANDBOX_BENCH_REF_BIN")/libsandbox_warm.so" "$WORK/ref-bin/"
+  REF_URL="$(SB=("$WORK/ref-bin/sandbox" --config "$CONFIG"); start_server "$WORK/ref")"
+fi
 
-"$PY" "$ROOT/bench/warm.py" "$N" "$COLD_URL" "$WARM_URL" "$WARM_PID" "$PY" "$SITE" "$CSV" "$ROOT"
+"$PY" "$ROOT/bench/warm.py" "$N" "$COLD_URL" "$WARM_URL" "$WARM_PID" "$PY" "$SITE" "$CSV" "$ROOT" "$REF_URL"
