@@ -121,7 +121,7 @@ pub(crate) struct Member {
 pub(crate) struct MemberLaunch {
     /// The helper (it exits once the sandbox's init does); none for a template's child.
     pub(crate) helper: Reaped,
-    /// A template's pre-forked child: its host pid (its only child is the sandbox's pid 1).
+    /// A template's pre-forked child: its host pid (it is the sandbox's pid 1).
     pub(crate) warm_child: Option<i32>,
     /// The engine's end of the control socket; `Started` and `Spawned` were read already.
     pub(crate) ctl: UnixStream,
@@ -465,7 +465,7 @@ impl Pools {
             }),
             born: Instant::now(),
         };
-        Self::await_ready(member, |init_pid| (Some(init_pid), helper_pid))
+        Self::await_ready(member, Some(helper_pid))
     }
 
     /// Forks one member of the `template` profile `profile_name` from `template` and waits
@@ -479,6 +479,8 @@ impl Pools {
         // Copies while waiting stay within half its memory limit: the rest is the execution's.
         let child = request.fork(template, Some(profile.limits.memory_max_bytes / 2)).map_err(|e| e.message())?;
         let pid = child.pid;
+        let mut prepared = prepared;
+        prepared.set_init_pidfd(pid, child.pidfd);
         let member = Member {
             prepared: Some(prepared),
             launch: Some(MemberLaunch {
@@ -494,14 +496,14 @@ impl Pools {
             }),
             born: Instant::now(),
         };
-        // The sandbox's pid 1 cannot name its host pid: it is the child's only child.
-        Self::await_ready(member, |_| (crate::warm::only_child(pid), Some(pid)))
+        Self::await_ready(member, None)
     }
 
     /// Sends a started member its spawn spec, follows its set-up to `Spawned`, and waits for its
-    /// harness's ready byte. `init` maps the pid `Started` reports to init's host pid and the
-    /// parent it must have.
-    fn await_ready(mut member: Member, init: impl FnOnce(i32) -> (Option<i32>, Option<i32>)) -> Result<Member, String> {
+    /// harness's ready byte. `helper`: a helper's member, whose helper (this pid) reports its
+    /// init's host pid in `Started`; `None`: a template's child, its own init, whose pidfd the
+    /// member holds already.
+    fn await_ready(mut member: Member, helper: Option<Option<i32>>) -> Result<Member, String> {
         let for_helper = member.launch.as_ref().is_some_and(|l| l.warm_child.is_none());
         let line = crate::prepare::spec_line(&mut member.prepared_mut().spec, for_helper);
         let launch = member.launch.as_mut().expect("just made");
@@ -531,8 +533,9 @@ impl Pools {
         }
         launch.ctl.set_read_timeout(None).map_err(|e| e.to_string())?;
         wait_ready_byte(launch.side.as_fd(), READY_PATIENCE)?;
-        let (pid, parent) = init_pid.map_or((None, None), init);
-        member.prepared_mut().set_init(pid, parent);
+        if let Some(helper_pid) = helper {
+            member.prepared_mut().set_init(init_pid, helper_pid);
+        }
         Ok(member)
     }
 }

@@ -437,6 +437,13 @@ impl Prepared {
         });
     }
 
+    /// Takes init's pidfd as its parent handed it over (a template's child is its execution's
+    /// init: the template answers a fork with its pidfd), `pid` being the host pid it names.
+    pub(crate) fn set_init_pidfd(&mut self, pid: i32, pidfd: std::os::fd::OwnedFd) {
+        self.init_pid = Some(pid);
+        self.init = Some(Arc::new(pidfd));
+    }
+
     /// Sends `sig` to init through its pidfd (nothing when it is unknown or gone).
     pub(crate) fn signal_init(&self, sig: Signal) {
         if let Some(fd) = &self.init {

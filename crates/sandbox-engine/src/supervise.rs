@@ -235,7 +235,7 @@ struct Launched {
     stderr: Pin<Box<dyn AsyncRead + Send>>,
     /// The helper process: a cold start's, or a pooled sandbox's (none for a template's child).
     helper: Option<Reaped>,
-    /// The warm child's host pid: its only child is the execution's pid 1.
+    /// The warm child's host pid: it is the execution's pid 1.
     warm_child: Option<i32>,
     /// A pooled sandbox: the landlock ABI its `Spawned` reported (the program is running
     /// already; the go byte goes before the stdin).
@@ -365,12 +365,10 @@ async fn attempt(
             line = events.next_line() => match line {
                 Ok(Some(line)) => match serde_json::from_str::<Event>(&line) {
                     Ok(Event::Started { init_pid }) => {
-                        let (pid, parent) = match l.warm_child {
-                            // pid 1 of a warm child cannot name its host pid: it is the child's only child.
-                            Some(child) => (crate::warm::only_child(child), Some(child)),
-                            None => (Some(init_pid), l.helper.as_ref().and_then(Reaped::pid)),
-                        };
-                        prepared.set_init(pid, parent);
+                        // A warm child is its sandbox's pid 1: its pidfd came with the fork.
+                        if l.warm_child.is_none() {
+                            prepared.set_init(Some(init_pid), l.helper.as_ref().and_then(Reaped::pid));
+                        }
                     }
                     Ok(Event::Spawned { landlock_abi }) => {
                         exec_at = Some(Instant::now());
@@ -541,6 +539,7 @@ async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os:
     let request = fork_fds(prepared, side_write)?;
     let spawned_at = Instant::now();
     let child = tokio::task::spawn_blocking(move || request.fork(&template, None)).await.map_err(SuperviseError::ForkTask)??;
+    prepared.set_init_pidfd(child.pid, child.pidfd);
     let mut l = async_ends(child.ctl, child.stdin, child.stdout, child.stderr, spawned_at)?;
     l.warm_child = Some(child.pid);
     Ok(l)
@@ -556,10 +555,11 @@ pub(crate) struct ForkFds {
     stderr: std::os::fd::OwnedFd,
 }
 
-/// A template's child, forked: its host pid (its only child is the execution's pid 1) and the
-/// engine's ends of its control socket, stdin, stdout and stderr.
+/// A template's child, forked: the execution's pid 1 (its host pid and the pidfd the template
+/// answered with) and the engine's ends of its control socket, stdin, stdout and stderr.
 pub(crate) struct WarmChild {
     pub(crate) pid: i32,
+    pub(crate) pidfd: std::os::fd::OwnedFd,
     pub(crate) ctl: std::os::unix::net::UnixStream,
     pub(crate) stdin: std::os::fd::OwnedFd,
     pub(crate) stdout: std::os::fd::OwnedFd,
@@ -600,7 +600,7 @@ impl ForkFds {
         let pidfd = template.fork(&child.iter().collect::<Vec<_>>(), ahead).map_err(SuperviseError::Fork)?;
         drop(child);
         let pid = crate::warm::pidfd_pid(&pidfd).ok_or(SuperviseError::WarmChildGone)?;
-        Ok(WarmChild { pid, ctl, stdin, stdout, stderr })
+        Ok(WarmChild { pid, pidfd, ctl, stdin, stdout, stderr })
     }
 }
 

@@ -646,7 +646,7 @@ pub(crate) fn pidfd_pid(pidfd: &OwnedFd) -> Option<i32> {
     info.lines().find_map(|l| l.strip_prefix("Pid:")).and_then(|p| p.trim().parse().ok()).filter(|p: &i32| *p > 0)
 }
 
-/// The only child of host process `pid` (a warm child's pid 1), from /proc.
+/// The only child of host process `pid` (a template sandbox's interpreter), from /proc.
 pub(crate) fn only_child(pid: i32) -> Option<i32> {
     let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
     kids.split_whitespace().next().and_then(|p| p.parse().ok())

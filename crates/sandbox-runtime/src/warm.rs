@@ -1,19 +1,26 @@
 //! Warm starts: the child side of a template. A template is a sandbox whose program (a Python
 //! interpreter that has imported its environment's libraries) never runs caller code; per
-//! execution it forks, and the forked child calls [`enter`] (through `libsandbox_warm.so`)
-//! with a control socket from the engine. `enter` gives that child everything a cold execution
-//! gets before the caller's first instruction, then returns in the program process only:
+//! execution it forks, into a pid namespace of its own
+//! ([`crate::sys::warm_ffi::sandbox_warm_new_pid_namespace`]), and the forked child calls
+//! [`enter`] (through `libsandbox_warm.so`) with a control socket from the engine. `enter` gives
+//! that child everything a cold execution gets before the caller's first instruction, then
+//! returns in the program process only:
 //!
 //! ```text
 //! template (root of the template's user namespace, capabilities inside it only)
-//!  └─ child      reads its SpawnSpec; joins the execution's cgroup (through files the engine
-//!      │          opened); unshares mount, pid, net, ipc, uts and cgroup namespaces; binds its
-//!      │          own /workspace, /code, /etc/passwd; fresh /tmp, /dev/shm; hides /.sandbox;
-//!      │          hostname; lo up; forks ↓ and waits for it
-//!      └─ init    pid 1: fresh /proc, forwards signals, reaps, reports `Exited` (as cold)
-//!          └─ program  rlimits, no capabilities, its own uid, no_new_privs, landlock,
-//!                      seccomp; returns into the interpreter, which runs the harness
+//!  └─ child = init  pid 1 of its own pid namespace (the template forked it there): reads its
+//!      │             SpawnSpec; joins the execution's cgroup (through files the engine
+//!      │             opened); unshares mount, net, ipc, uts and cgroup namespaces; binds its
+//!      │             own /workspace, /code, /etc/passwd; fresh /tmp, /dev/shm; hides /.sandbox;
+//!      │             hostname; lo up; not dumpable; fresh /proc; then, as the cold init:
+//!      │             forwards signals, reaps, reports `Exited`
+//!      └─ program    rlimits, no capabilities, its own uid, no_new_privs, landlock,
+//!                    seccomp; returns into the interpreter, which runs the harness
 //! ```
+//!
+//! The child is the sandbox's init itself, so a warm execution costs one copy of the
+//! template's address space besides the program's (an init forked by the child was a third:
+//! ~4.5 ms of fork and exit for the analysis environment, measured on the host).
 //!
 //! The user namespace is the template's (it maps one uid per execution slot); every other
 //! namespace, the cgroup, the uid, the workspace and the protocol on the control socket are
@@ -23,26 +30,22 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 
 use nix::sched::CloneFlags;
-use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitStatus};
 
 use crate::helper::send;
 use crate::spec::{Event, SpawnSpec, WARM_TREES};
 use crate::step::{step, StepError};
 use crate::sys::{self, Forked};
 
-/// Namespaces a template's child enters (the user namespace stays the template's).
-const NAMESPACES: CloneFlags = CloneFlags::CLONE_NEWNS
-    .union(CloneFlags::CLONE_NEWPID)
-    .union(CloneFlags::CLONE_NEWNET)
-    .union(CloneFlags::CLONE_NEWIPC)
-    .union(CloneFlags::CLONE_NEWUTS)
-    .union(CloneFlags::CLONE_NEWCGROUP);
+/// Namespaces a template's child enters itself (the user namespace stays the template's; the
+/// pid namespace is one the child was forked into).
+const NAMESPACES: CloneFlags =
+    CloneFlags::CLONE_NEWNS.union(CloneFlags::CLONE_NEWNET).union(CloneFlags::CLONE_NEWIPC).union(CloneFlags::CLONE_NEWUTS).union(CloneFlags::CLONE_NEWCGROUP);
 
 /// Entry point of a template's forked child, `ctl_fd` being its control socket. Returns 0 in
 /// the program process, sandboxed and ready to run the caller's code; non-zero when set-up
-/// failed (a `failed` event on the socket says where; the caller must `_exit`). The child and
-/// init processes it creates on the way never return: they exit when the program has ended.
+/// failed (a `failed` event on the socket says where; the caller must `_exit`). The calling
+/// process, pid 1 of its pid namespace, becomes the sandbox's init and never returns: it exits
+/// when the program has ended.
 pub fn enter(ctl_fd: i32) -> i32 {
     let Ok(ctl) = sys::take_control_socket(ctl_fd) else { return 2 };
     match child(&ctl) {
@@ -59,6 +62,15 @@ pub fn enter(ctl_fd: i32) -> i32 {
 }
 
 fn child(ctl: &UnixStream) -> Result<(), StepError> {
+    // The sandbox's pid 1 is this process: a template that did not fork it into a pid namespace
+    // of its own (an older template script) gets no execution.
+    let pid = nix::unistd::getpid().as_raw();
+    if pid != 1 {
+        return Err(StepError::new(
+            "pid_namespace",
+            format!("the child is pid {pid} of its pid namespace, not pid 1: the template did not fork it into one of its own"),
+        ));
+    }
     // The engine sends the spec once this process is in the execution's cgroup.
     let mut line = String::new();
     step("read_spec", BufReader::new(ctl).read_line(&mut line))?;
@@ -75,50 +87,27 @@ fn child(ctl: &UnixStream) -> Result<(), StepError> {
     crate::rootfs::warm_child(&spec)?;
     step("hostname", nix::unistd::sethostname(&spec.hostname))?;
     step("loopback", sys::loopback_up())?;
-    match step("fork", sys::fork())? {
-        Forked::Parent(init) => {
-            // Outside the new pid namespace: hold nothing of the execution's, wait for its
-            // pid 1 and leave with it.
-            let _ = crate::init::stdio_to_dev_null("/dev/null");
-            let _ = sys::close_from(3);
-            let code = loop {
-                match waitpid(init, None) {
-                    Ok(WaitStatus::Exited(_, code)) => break code,
-                    Ok(WaitStatus::Signaled(_, sig, _)) => break 128 + sig as i32,
-                    Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-                    Err(_) => break 1,
-                }
-            };
-            sys::exit_now(code)
-        }
-        Forked::Child => {}
+    // Pid 1 of the execution from here on, as a cold init: no one may ptrace it or read its
+    // memory; its own /proc. (No parent-death signal: its parent is the template, whose
+    // interpreter may die while the execution runs on; the engine holds this process's pidfd.)
+    step("dumpable", nix::sys::prctl::set_dumpable(false))?;
+    send(ctl, &Event::Started { init_pid: 0 });
+    crate::rootfs::mount_proc(std::path::Path::new("/proc"))?;
+    let handled = crate::init::handled_signals();
+    step("sigmask", handled.thread_block())?;
+    // Refuse a kernel below the profile's landlock minimum before anything runs.
+    let abi = crate::wall::enforceable_abi();
+    if abi < spec.landlock_min_abi {
+        return Err(StepError::new("landlock", crate::wall::below_minimum(abi, spec.landlock_min_abi)));
     }
-    // Pid 1 of the execution. If the child above dies, so does the whole namespace.
-    let init = || -> Result<nix::unistd::Pid, StepError> {
-        step("pdeathsig", nix::sys::prctl::set_pdeathsig(Signal::SIGKILL))?;
-        step("dumpable", nix::sys::prctl::set_dumpable(false))?;
-        send(ctl, &Event::Started { init_pid: 0 });
-        crate::rootfs::mount_proc(std::path::Path::new("/proc"))?;
-        let handled = crate::init::handled_signals();
-        step("sigmask", handled.thread_block())?;
-        // Refuse a kernel below the profile's landlock minimum before anything runs.
-        let abi = crate::wall::enforceable_abi();
-        if abi < spec.landlock_min_abi {
-            return Err(StepError::new("landlock", crate::wall::below_minimum(abi, spec.landlock_min_abi)));
-        }
-        match step("fork", sys::fork())? {
-            Forked::Child => Ok(nix::unistd::Pid::from_raw(0)),
-            Forked::Parent(program) => {
-                crate::init::supervise(program, &handled, ctl, crate::wall::enforceable_abi(), false)?;
-                sys::exit_now(0)
+    match step("fork", sys::fork())? {
+        Forked::Child => {}
+        Forked::Parent(program) => {
+            if let Err(StepError { step: name, message }) = crate::init::supervise(program, &handled, ctl, abi, false) {
+                send(ctl, &Event::Failed { step: name.into(), message });
+                sys::exit_now(1)
             }
-        }
-    };
-    match init() {
-        Ok(_) => {}
-        Err(StepError { step: name, message }) => {
-            send(ctl, &Event::Failed { step: name.into(), message });
-            sys::exit_now(1)
+            sys::exit_now(0)
         }
     }
     // The program: the same steps as a cold program before its exec.

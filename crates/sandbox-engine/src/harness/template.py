@@ -5,7 +5,8 @@ network, its own cgroup), as root of that sandbox's user namespace. It imports t
 named in SANDBOX_PRELOAD, exercises them once (a figure drawn and saved, a CSV parsed),
 freezes its heap, and says `ready` on fd 4, a socket to the engine. Then, per `fork` message
 (carrying the execution's control socket, stdin, stdout, stderr and side-channel descriptors),
-it forks one child and answers `ok` with the child's pidfd. It never sees a request's code,
+it forks one child, pid 1 of a pid namespace of its own (the execution's init), and answers
+`ok` with the child's pidfd. It never sees a request's code,
 input, environment or files: the child reads those from its own /code once it is sandboxed.
 A `fork ahead BYTES` child is forked before its request (a pool's member): once sandboxed, it
 says ready on its side channel and waits for one byte on its stdin (go), copying meanwhile (up
@@ -32,6 +33,10 @@ import threading  # noqa: F401
 import time
 
 CHANNEL = 4
+# The template's own pid namespace (/proc/self/ns/pid, opened at its start): each execution's
+# child is forked into a new pid namespace, and the template's children's pid namespace is set
+# back to this one right after.
+OWN_PID_NAMESPACE = -1
 
 
 def preload():
@@ -374,7 +379,7 @@ def serve(channel, lib, harness):
             continue
         if not msg:
             return
-        # Reap children that have ended (each waits for its execution's pid 1 and exits).
+        # Reap children that have ended (each is an execution's pid 1, gone with its execution).
         try:
             while os.waitpid(-1, os.WNOHANG)[0] != 0:
                 pass
@@ -394,12 +399,29 @@ def serve(channel, lib, harness):
                 os.close(fd)
             channel.sendall(b"err %d threads\n" % n)
             return
-        pid = os.fork()
+        # The child is pid 1 of a pid namespace of its own: the execution's init, no copy of
+        # this process between them. Every other fork of the template stays in its own.
+        err = lib.sandbox_warm_new_pid_namespace()
+        if err != 0:
+            for fd in fds:
+                os.close(fd)
+            channel.sendall(b"err pid namespace: %s\n" % os.strerror(err).encode())
+            return
+        try:
+            pid = os.fork()
+        except OSError:
+            lib.sandbox_warm_own_pid_namespace(OWN_PID_NAMESPACE)
+            raise
         if pid == 0:
             channel.detach()
             child(fds, lib, harness, ahead)
+        err = lib.sandbox_warm_own_pid_namespace(OWN_PID_NAMESPACE)
         for fd in fds:
             os.close(fd)
+        if err != 0:
+            # Its next children would share this one's pid namespace: no more forks.
+            channel.sendall(b"err pid namespace: %s\n" % os.strerror(err).encode())
+            return
         forks += 1
         pidfd = os.pidfd_open(pid)
         try:
@@ -416,6 +438,12 @@ def main():
     lib = ctypes.CDLL(os.environ.pop("SANDBOX_WARM_LIB"))
     lib.sandbox_warm_enter.argtypes = [ctypes.c_int]
     lib.sandbox_warm_enter.restype = ctypes.c_int
+    lib.sandbox_warm_new_pid_namespace.argtypes = []
+    lib.sandbox_warm_new_pid_namespace.restype = ctypes.c_int
+    lib.sandbox_warm_own_pid_namespace.argtypes = [ctypes.c_int]
+    lib.sandbox_warm_own_pid_namespace.restype = ctypes.c_int
+    global OWN_PID_NAMESPACE
+    OWN_PID_NAMESPACE = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     global LIBC
     try:
         libc = ctypes.CDLL(None)

@@ -429,10 +429,67 @@ pub mod warm_ffi {
     pub extern "C" fn sandbox_warm_enter(ctl_fd: i32) -> i32 {
         crate::warm::enter(ctl_fd)
     }
+
+    /// `int sandbox_warm_new_pid_namespace(void)`: the next process the (single-threaded)
+    /// template forks is pid 1 of a new pid namespace (`unshare(CLONE_NEWPID)`, which moves
+    /// only the caller's future children; pid_namespaces(7)). Returns 0, or the errno: EINVAL
+    /// when the children's pid namespace is already not the caller's own (call
+    /// [`sandbox_warm_own_pid_namespace`] after each fork), EPERM without CAP_SYS_ADMIN in the
+    /// caller's user namespace, ENOSPC past the nesting or `max_pid_namespaces` limit.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn sandbox_warm_new_pid_namespace() -> i32 {
+        match nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWPID) {
+            Ok(()) => 0,
+            Err(e) => e as i32,
+        }
+    }
+
+    /// `int sandbox_warm_own_pid_namespace(int fd)`: the processes the template forks are in
+    /// its own pid namespace again; `fd` is its `/proc/self/ns/pid`, opened at its start
+    /// (`setns(fd, CLONE_NEWPID)`, which a process may do for its own pid namespace; setns(2)).
+    /// Returns 0, or the errno (EBADF, EINVAL when `fd` is not a pid namespace, EPERM).
+    #[unsafe(no_mangle)]
+    pub extern "C" fn sandbox_warm_own_pid_namespace(fd: i32) -> i32 {
+        if fd < 0 {
+            return libc::EBADF;
+        }
+        // SAFETY: only borrowed for this call; the kernel checks that `fd` is open.
+        let ns = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        match nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWPID) {
+            Ok(()) => 0,
+            Err(e) => e as i32,
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    /// The contract a template relies on: after `sandbox_warm_new_pid_namespace` the next child
+    /// is pid 1 of a fresh pid namespace, a second call before the reset is refused, and after
+    /// `sandbox_warm_own_pid_namespace` children are in the caller's own namespace again. (The
+    /// children's pid namespace is per thread: this test's thread only.)
+    #[test]
+    fn a_template_forks_one_child_into_a_new_pid_namespace_then_its_own_again() {
+        use super::warm_ffi::{sandbox_warm_new_pid_namespace, sandbox_warm_own_pid_namespace};
+        use std::os::fd::AsRawFd;
+        let pid_of_child = || {
+            let out = std::process::Command::new("/bin/sh").args(["-c", "echo $$; readlink /proc/self/ns/pid"]).output().expect("sh runs");
+            String::from_utf8(out.stdout).expect("utf-8")
+        };
+        let own = std::fs::File::open("/proc/self/ns/pid").expect("own pid namespace");
+        let ours = std::fs::read_link("/proc/thread-self/ns/pid_for_children").expect("pid_for_children");
+        assert_eq!(sandbox_warm_new_pid_namespace(), 0);
+        assert_eq!(sandbox_warm_new_pid_namespace(), libc::EINVAL, "a second new namespace before the reset");
+        let first = pid_of_child();
+        assert!(first.starts_with("1\n"), "the child is pid 1: {first}");
+        assert_ne!(first.lines().nth(1).map(std::path::PathBuf::from), Some(ours.clone()), "{first}");
+        assert_eq!(sandbox_warm_own_pid_namespace(own.as_raw_fd()), 0);
+        assert_eq!(std::fs::read_link("/proc/thread-self/ns/pid_for_children").expect("pid_for_children"), ours);
+        let again = pid_of_child();
+        assert!(!again.starts_with("1\n"), "back in the caller's namespace: {again}");
+        assert_eq!(sandbox_warm_own_pid_namespace(-1), libc::EBADF);
+    }
+
     /// `sched_normal` lifts `SCHED_IDLE` and leaves every other policy as it is.
     #[test]
     fn sched_normal_lifts_only_sched_idle() {
