@@ -193,6 +193,43 @@ fn each_execution_has_a_network_namespace_of_its_own_with_loopback_that_it_canno
     assert_ne!(lines[0][0], lines[1][0], "two executions shared a network namespace");
 }
 
+/// A service without CAP_NET_ADMIN (a container's default set drops it): the helper's network
+/// namespace cannot bring loopback up, so init makes one of its own, as root of the sandbox's
+/// user namespace. The execution still has its own namespace with only a working loopback, and
+/// the program, holding no capability there, still cannot reconfigure it. Cold: the helper's
+/// path (a template's child always makes its own).
+#[test]
+fn without_cap_net_admin_an_execution_still_has_a_network_namespace_of_its_own() {
+    let code = "import errno, fcntl, os, socket, struct\n\
+                srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(1)\n\
+                c = socket.create_connection(srv.getsockname(), timeout=3); a, _ = srv.accept(); c.sendall(b'ping'); print(a.recv(4).decode())\n\
+                print(sorted(n for _, n in socket.if_nameindex()))\n\
+                owner = os.fstat(fcntl.ioctl(os.open('/proc/self/ns/net', os.O_RDONLY), 0xb701))\n\
+                mine = os.stat('/proc/self/ns/user')\n\
+                print('owned by the sandbox' if (owner.st_dev, owner.st_ino) == (mine.st_dev, mine.st_ino) else 'owned elsewhere')\n\
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n\
+                try:\n    fcntl.ioctl(s, 0x8914, struct.pack('16sh', b'lo', 0)); print('down CHANGED')\n\
+                except OSError as e:\n    print('down', errno.errorcode[e.errno])";
+    let e = crate::env();
+    let out = std::process::Command::new("setpriv")
+        .args(["--bounding-set", "-net_admin", "--inh-caps", "-net_admin", "--"])
+        .arg(crate::bin())
+        .arg("--config")
+        .arg(&e.config)
+        .arg("--data-dir")
+        .arg(&e.data)
+        .args(["run", "--json", "-c", code])
+        .env_remove("SANDBOX_LOG")
+        .output()
+        .expect("setpriv runs");
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|err| panic!("not JSON ({err}): {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(json["status"], "ok", "{json:#}");
+    let lines: Vec<&str> = json["stdout"].as_str().unwrap_or_default().lines().collect();
+    assert_eq!(lines, ["ping", "['lo']", "owned by the sandbox", "down EPERM"], "{json:#}");
+    crate::assert_gone(json["executionId"].as_str().unwrap());
+}
+
 #[test]
 fn dangerous_syscalls_fail_with_eperm() {
     dangerous_syscalls_fail_with_eperm_on("python-default");
