@@ -627,6 +627,9 @@ impl Engine {
             if let Some(pools) = self.pools.get() {
                 pools.ended_unstarted(&admitted.profile_name);
             }
+            if let Some(templates) = self.templates.get() {
+                templates.counters.cold_fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             let member = prepared.into_inner();
             let (opts, layout, id2) = (self.opts.clone(), layout.clone(), id.to_owned());
             let (fresh, back) = off_worker(move || {

@@ -210,7 +210,10 @@ pub(crate) async fn run(
                 }
             }
         }
-        templates.counters.cold_fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // A profile that is not warm starts cold by design, not as a fallback.
+        if a.profile.warm.mode != sandbox_core::profile::WarmMode::Off {
+            templates.counters.cold_fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
     match attempt(opts, spare, prepared, a, received, output, abort, Start::Cold, recorded).await {
         Ok(out) | Err(out) => out,

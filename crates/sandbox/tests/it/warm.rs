@@ -27,6 +27,9 @@ grace_ms = 500
 mode = "template"
 pool_size = 0
 
+[profiles.py-cold]
+language = "python"
+
 [profiles.py-analysis-warm]
 language = "python"
 environment = "python-analysis"
@@ -182,6 +185,24 @@ print(os.path.exists("/proc/1/mem"))
     assert!(sibling.timing.warm);
     let after = warm(&s, &req("py-warm", "print('still serving')"));
     assert_eq!(after.stdout, "still serving\n");
+}
+
+/// `sandbox_warm_cold_fallbacks` counts executions of warm profiles that started cold, not
+/// those of a profile that is not warm (they start cold by design).
+#[test]
+fn a_profile_that_is_not_warm_counts_no_cold_fallback() {
+    let s = warm_server();
+    let fallbacks = || {
+        let metrics = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
+        let line = metrics.lines().find(|l| l.starts_with("sandbox_warm_cold_fallbacks ")).unwrap_or_else(|| panic!("{metrics}")).to_owned();
+        line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()
+    };
+    let before = fallbacks();
+    for _ in 0..2 {
+        let r = exec(&s, &req("py-cold", "print('cold')"));
+        assert_eq!((r.status.as_str(), r.stdout.as_str(), r.timing.warm), ("ok", "cold\n", false), "{r:?}");
+    }
+    assert_eq!(fallbacks(), before, "a profile that is not warm counted as a cold fallback");
 }
 
 #[test]
