@@ -121,8 +121,9 @@ pub(crate) struct Member {
 pub(crate) struct MemberLaunch {
     /// The helper (it exits once the sandbox's init does); none for a template's child.
     pub(crate) helper: Reaped,
-    /// A template's pre-forked child: its host pid (it is the sandbox's pid 1).
-    pub(crate) warm_child: Option<i32>,
+    /// A template's pre-forked child, the sandbox's pid 1 (its pidfd is init's in the member's
+    /// `Prepared`); else a helper's sandbox.
+    pub(crate) warm_child: bool,
     /// The engine's end of the control socket; `Started` and `Spawned` were read already.
     pub(crate) ctl: UnixStream,
     /// Write end of the program's stdin: the go byte (a newline) goes first.
@@ -173,7 +174,7 @@ impl Member {
     /// Every process of the sandbox is single-threaded until the go byte. Returns false when
     /// that failed (the member is then discarded).
     fn lift_idle(&self) -> bool {
-        if self.launch.as_ref().is_none_or(|l| l.warm_child.is_none()) {
+        if self.launch.as_ref().is_none_or(|l| !l.warm_child) {
             return true;
         }
         match self.prepared.as_ref().and_then(|p| p.cgroup.as_ref()).map(|c| c.pids()) {
@@ -454,7 +455,7 @@ impl Pools {
             prepared: Some(prepared),
             launch: Some(MemberLaunch {
                 helper: idle.helper,
-                warm_child: None,
+                warm_child: false,
                 ctl: idle.ctl,
                 stdin: idle.stdin,
                 stdout: idle.stdout,
@@ -478,14 +479,13 @@ impl Pools {
         let request = crate::supervise::fork_fds(&prepared, side_write).map_err(|e| e.message())?;
         // Copies while waiting stay within half its memory limit: the rest is the execution's.
         let child = request.fork(template, Some(profile.limits.memory_max_bytes / 2)).map_err(|e| e.message())?;
-        let pid = child.pid;
         let mut prepared = prepared;
-        prepared.set_init_pidfd(pid, child.pidfd);
+        prepared.set_init_pidfd(child.pidfd);
         let member = Member {
             prepared: Some(prepared),
             launch: Some(MemberLaunch {
                 helper: Reaped(None),
-                warm_child: Some(pid),
+                warm_child: true,
                 ctl: child.ctl,
                 stdin: child.stdin,
                 stdout: child.stdout,
@@ -504,7 +504,7 @@ impl Pools {
     /// init's host pid in `Started`; `None`: a template's child, its own init, whose pidfd the
     /// member holds already.
     fn await_ready(mut member: Member, helper: Option<Option<i32>>) -> Result<Member, String> {
-        let for_helper = member.launch.as_ref().is_some_and(|l| l.warm_child.is_none());
+        let for_helper = member.launch.as_ref().is_some_and(|l| !l.warm_child);
         let line = crate::prepare::spec_line(&mut member.prepared_mut().spec, for_helper);
         let launch = member.launch.as_mut().expect("just made");
         (&launch.ctl).write_all(&line).map_err(|e| format!("sending the spec: {e}"))?;

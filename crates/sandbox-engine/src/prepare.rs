@@ -114,8 +114,6 @@ pub(crate) struct Prepared {
     code_mounted: bool,
     /// Shared with the blocking threads that kill its processes ([`Prepared::stop`]).
     pub(crate) cgroup: Option<Arc<Cgroup>>,
-    /// Host pid of the container's init, once known.
-    pub(crate) init_pid: Option<i32>,
     /// A pidfd of init, once known: every signal to init goes through it, so none can reach a
     /// later process that reused init's pid.
     pub(crate) init: Option<Arc<std::os::fd::OwnedFd>>,
@@ -244,7 +242,6 @@ impl Prepared {
             warm_mounted: false,
             code_mounted: false,
             cgroup: None,
-            init_pid: None,
             init: None,
             inputs: Vec::new(),
             spec: SpawnSpec::default(),
@@ -429,7 +426,6 @@ impl Prepared {
     /// process is still the child of `parent` (the helper, or a warm child), so a pid reused
     /// in between is never signalled.
     pub(crate) fn set_init(&mut self, pid: Option<i32>, parent: Option<i32>) {
-        self.init_pid = pid;
         self.init = pid.and_then(|pid| {
             let fd = sandbox_runtime::pidfd_open(pid).ok()?;
             let parent_now = u32::try_from(pid).ok().and_then(parent_of).and_then(|p| i32::try_from(p).ok());
@@ -438,9 +434,8 @@ impl Prepared {
     }
 
     /// Takes init's pidfd as its parent handed it over (a template's child is its execution's
-    /// init: the template answers a fork with its pidfd), `pid` being the host pid it names.
-    pub(crate) fn set_init_pidfd(&mut self, pid: i32, pidfd: std::os::fd::OwnedFd) {
-        self.init_pid = Some(pid);
+    /// init: the template answers a fork with its pidfd).
+    pub(crate) fn set_init_pidfd(&mut self, pidfd: std::os::fd::OwnedFd) {
         self.init = Some(Arc::new(pidfd));
     }
 

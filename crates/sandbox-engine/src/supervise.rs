@@ -180,7 +180,7 @@ pub(crate) async fn run(
     member: Option<MemberLaunch>,
 ) -> RunOutcome {
     if let Some(m) = member {
-        let how = if m.warm_child.is_some() { WarmStart::Prefork } else { WarmStart::Pool };
+        let how = if m.warm_child { WarmStart::Prefork } else { WarmStart::Pool };
         return match attempt(opts, spare, prepared, a, received, output, abort, Start::Pooled(m), None).await {
             Ok(mut out) => {
                 out.warm_start = Some(how);
@@ -238,8 +238,8 @@ struct Launched {
     stderr: Pin<Box<dyn AsyncRead + Send>>,
     /// The helper process: a cold start's, or a pooled sandbox's (none for a template's child).
     helper: Option<Reaped>,
-    /// The warm child's host pid: it is the execution's pid 1.
-    warm_child: Option<i32>,
+    /// A template's child, the execution's pid 1 (its pidfd is init's in [`Prepared`]).
+    warm_child: bool,
     /// A pooled sandbox: the landlock ABI its `Spawned` reported (the program is running
     /// already; the go byte goes before the stdin).
     pooled: Option<u32>,
@@ -281,7 +281,7 @@ async fn attempt(
             let MemberLaunch { helper, warm_child, ctl, stdin, stdout, stderr, side, landlock_abi, net } = m;
             go_probe = sandbox_runtime::pipe_reader(std::os::fd::AsFd::as_fd(&stdin)).ok();
             let launched = match (&helper.0, warm_child) {
-                (None, None) => Err(SuperviseError::PooledHelperGone),
+                (None, false) => Err(SuperviseError::PooledHelperGone),
                 _ => launch_pooled(opts, a, helper, warm_child, ctl, [stdin, stdout, stderr], landlock_abi, net),
             };
             (side, launched)
@@ -369,7 +369,7 @@ async fn attempt(
                 Ok(Some(line)) => match serde_json::from_str::<Event>(&line) {
                     Ok(Event::Started { init_pid }) => {
                         // A warm child is its sandbox's pid 1: its pidfd came with the fork.
-                        if l.warm_child.is_none() {
+                        if !l.warm_child {
                             prepared.set_init(Some(init_pid), l.helper.as_ref().and_then(Reaped::pid));
                         }
                     }
@@ -492,7 +492,7 @@ fn launch_pooled(
     opts: &EngineOptions,
     a: &Admitted,
     helper: Reaped,
-    warm_child: Option<i32>,
+    warm_child: bool,
     ctl: std::os::unix::net::UnixStream,
     [stdin, stdout, stderr]: [std::os::fd::OwnedFd; 3],
     landlock_abi: u32,
@@ -529,7 +529,7 @@ fn async_ends(
         stdout: Box::pin(stdout),
         stderr: Box::pin(stderr),
         helper: None,
-        warm_child: None,
+        warm_child: false,
         pooled: None,
         network: None,
         spawned_at,
@@ -542,9 +542,9 @@ async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os:
     let request = fork_fds(prepared, side_write)?;
     let spawned_at = Instant::now();
     let child = tokio::task::spawn_blocking(move || request.fork(&template, None)).await.map_err(SuperviseError::ForkTask)??;
-    prepared.set_init_pidfd(child.pid, child.pidfd);
+    prepared.set_init_pidfd(child.pidfd);
     let mut l = async_ends(child.ctl, child.stdin, child.stdout, child.stderr, spawned_at)?;
-    l.warm_child = Some(child.pid);
+    l.warm_child = true;
     Ok(l)
 }
 
@@ -558,10 +558,9 @@ pub(crate) struct ForkFds {
     stderr: std::os::fd::OwnedFd,
 }
 
-/// A template's child, forked: the execution's pid 1 (its host pid and the pidfd the template
-/// answered with) and the engine's ends of its control socket, stdin, stdout and stderr.
+/// A template's child, forked: the execution's pid 1 (the pidfd the template answered with)
+/// and the engine's ends of its control socket, stdin, stdout and stderr.
 pub(crate) struct WarmChild {
-    pub(crate) pid: i32,
     pub(crate) pidfd: std::os::fd::OwnedFd,
     pub(crate) ctl: std::os::unix::net::UnixStream,
     pub(crate) stdin: std::os::fd::OwnedFd,
@@ -602,8 +601,8 @@ impl ForkFds {
         let Self { child, ctl, stdin, stdout, stderr } = self;
         let pidfd = template.fork(&child.iter().collect::<Vec<_>>(), ahead).map_err(SuperviseError::Fork)?;
         drop(child);
-        let pid = crate::warm::pidfd_pid(&pidfd).ok_or(SuperviseError::WarmChildGone)?;
-        Ok(WarmChild { pid, pidfd, ctl, stdin, stdout, stderr })
+        crate::warm::pidfd_pid(&pidfd).ok_or(SuperviseError::WarmChildGone)?;
+        Ok(WarmChild { pidfd, ctl, stdin, stdout, stderr })
     }
 }
 
