@@ -109,6 +109,34 @@ def floor_once():
     return float(floor.stdout.readline())
 
 
+# The fork floor (bench/fork_floor.py): the same job in a child forked per request from a host
+# Python that has imported its libraries, run the job and frozen its heap, with no sandbox: what
+# any fork-based warm start costs here before isolation adds anything.
+fork_socket = os.path.join(tempfile.mkdtemp(), "fork-floor.sock")
+fork_floor = subprocess.Popen([py, "-S", os.path.join(root, "bench/fork_floor.py"), csv, os.path.join(root, "examples/data-analyst/analysis.py"), fork_socket],
+                              stdout=subprocess.PIPE, text=True, env=dict(host_env, TMPDIR=tempfile.mkdtemp()))
+if fork_floor.stdout.readline().strip() != "ready":
+    sys.exit("the fork floor did not start")
+
+
+def fork_once():
+    """One job in a child of the fork floor, over this thread's connection; returns ms (client side)."""
+    conn = getattr(local, "fork_conn", None)
+    if conn is None:
+        import socket
+
+        conn = local.fork_conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(fork_socket)
+        local.fork_reply = conn.makefile("r", encoding="ascii")
+    t = time.perf_counter()
+    conn.sendall(b"\n")
+    status, _ = local.fork_reply.readline().split()
+    ms = (time.perf_counter() - t) * 1000
+    if status != "0":
+        sys.exit(f"the fork floor's child exited {status}")
+    return ms
+
+
 work = tempfile.mkdtemp()
 os.symlink(csv, os.path.join(work, "data.csv"))
 
@@ -126,6 +154,7 @@ for job in JOBS:
 variants += [
     ("data-analyst.py: host python3 (process)", lambda: process([py, "-S", os.path.join(root, "examples/data-analyst/analysis.py")], host_env, work)),
     ("data-analyst.py: in-process floor", floor_once),
+    ("data-analyst.py: fork floor (no sandbox)", fork_once),
 ]
 
 for _, f in variants:  # warm-up: page cache, connections
@@ -165,6 +194,8 @@ floor_ms = pct(times["data-analyst.py: in-process floor"], 50)
 warm_job = pct(times["data-analyst.py: warm"], 50)
 print(f"warm print(1) p50 {warm_print:.1f} ms vs bare host python3 -c pass {bare:.1f} ms ({warm_print / bare:.2f}x)")
 print(f"warm data-analyst p50 {warm_job:.1f} ms vs in-process floor {floor_ms:.1f} ms (+{warm_job - floor_ms:.1f} ms)")
+fork_ms = pct(times["data-analyst.py: fork floor (no sandbox)"], 50)
+print(f"warm data-analyst p50 {warm_job:.1f} ms vs fork floor {fork_ms:.1f} ms (+{warm_job - fork_ms:.1f} ms: the sandbox's own cost on a forked start)")
 if ref_url:
     for job in JOBS:
         new, old = pct(times[f"{job}: warm"], 50), pct(times[f"{job}: warm (reference)"], 50)
@@ -184,17 +215,20 @@ print("throughput (executions/s), M requests from C client threads; CPU: all cor
 print("per execution (the server, its sandboxes and this client), which bounds the rate at C >= cores")
 throughput = {}
 for job, m in (("print(1)", 40), ("data-analyst.py", 24)):
+    runs = [(mode, lambda url=url: post(url, JOBS[job])) for mode, url in MODES]
+    if job == "data-analyst.py":
+        runs.append(("fork floor", fork_once))
     for c in (2, 8):
-        for mode, url in MODES:
+        for mode, once in runs:
             busy = busy_ms()
             t = time.perf_counter()
             with concurrent.futures.ThreadPoolExecutor(c) as pool:
-                list(pool.map(lambda _: post(url, JOBS[job]), range(m)))
+                list(pool.map(lambda _: once(), range(m)))
             rate = m / (time.perf_counter() - t)
             cpu = (busy_ms() - busy) / m
             throughput[(job, c, mode)] = rate
             print(f"  {job:<18} C={c}  {mode:<16}: {rate:6.2f}/s  CPU {cpu:6.1f} ms per execution")
-        ratios = ", ".join(f"{mode}/cold {throughput[(job, c, mode)] / throughput[(job, c, 'cold')]:.1f}x" for mode, _ in MODES[1:])
+        ratios = ", ".join(f"{mode}/cold {throughput[(job, c, mode)] / throughput[(job, c, 'cold')]:.1f}x" for mode, _ in runs[1:])
         print(f"  {job:<18} C={c}  {ratios}")
 busy = busy_ms()
 for _ in range(10):
@@ -242,3 +276,5 @@ for p in descendants(warm_pid):
 print("each warm child's own memory is its execution cgroup's peak ('child peak MiB' above)")
 floor.stdin.close()
 floor.wait()
+fork_floor.kill()
+fork_floor.wait()

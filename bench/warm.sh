@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Warm-start benchmark (issue 11): cold and warm executions through two release `sandbox serve`
 # processes over HTTP (one started with --no-warm), interleaved in one run, beside the same
-# Python job in-process on the host with its libraries already imported (the floor) and as a
-# bare host python3 process (what a user would do without us). Prints sequential p50/p99,
+# Python job in-process on the host with its libraries already imported (the floor), in a child
+# forked per job from such a host Python with no sandbox (the fork floor, bench/fork_floor.py:
+# what any fork-based warm start costs before isolation adds anything) and as a bare host
+# python3 process (what a user would do without us). Prints sequential p50/p99,
 # throughput at concurrency 2 and 8, the templates' memory and each child's own memory.
 #   N=20 bash bench/warm.sh      (N: timed sequential runs per variant, default 20)
 #   SANDBOX_BENCH_REF_BIN=/path/to/older/sandbox adds that build's warm server (with the
