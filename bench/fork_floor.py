@@ -63,7 +63,10 @@ while True:
             _, status = os.waitpid(pid, 0)
             ms = (time.perf_counter() - start) * 1000
             os.close(r)
-            c.sendall(f"{os.waitstatus_to_exitcode(status)} {ms:.3f}\n".encode())
+            try:
+                c.sendall(f"{os.waitstatus_to_exitcode(status)} {ms:.3f}\n".encode())
+            except OSError:
+                pass  # its client went away meanwhile
         else:
             data = r.recv(64)
             if not data:

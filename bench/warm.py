@@ -6,6 +6,8 @@ import http.client
 import json
 import os
 import random
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -98,7 +100,10 @@ for line in sys.stdin:
     plt.close("all")
     print((time.perf_counter() - t) * 1000, flush=True)
 """
-host_env = dict(os.environ, PYTHONPATH=site, MPLBACKEND="Agg", MPLCONFIGDIR=tempfile.mkdtemp())
+# Every directory the host-side variants make (the floors' per-job directories, matplotlib's
+# cache, the fork floor's socket) is under this one, removed at the end.
+scratch = tempfile.mkdtemp()
+host_env = dict(os.environ, PYTHONPATH=site, MPLBACKEND="Agg", MPLCONFIGDIR=os.path.join(scratch, "mpl"), TMPDIR=scratch)
 floor = subprocess.Popen([py, "-S", "-c", FLOOR, csv, os.path.join(root, "examples/data-analyst/analysis.py")],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=host_env)
 
@@ -112,9 +117,9 @@ def floor_once():
 # The fork floor (bench/fork_floor.py): the same job in a child forked per request from a host
 # Python that has imported its libraries, run the job and frozen its heap, with no sandbox: what
 # any fork-based warm start costs here before isolation adds anything.
-fork_socket = os.path.join(tempfile.mkdtemp(), "fork-floor.sock")
+fork_socket = os.path.join(scratch, "fork-floor.sock")
 fork_floor = subprocess.Popen([py, "-S", os.path.join(root, "bench/fork_floor.py"), csv, os.path.join(root, "examples/data-analyst/analysis.py"), fork_socket],
-                              stdout=subprocess.PIPE, text=True, env=dict(host_env, TMPDIR=tempfile.mkdtemp()))
+                              stdout=subprocess.PIPE, text=True, env=host_env)
 if fork_floor.stdout.readline().strip() != "ready":
     sys.exit("the fork floor did not start")
 
@@ -123,8 +128,6 @@ def fork_once():
     """One job in a child of the fork floor, over this thread's connection; returns ms (client side)."""
     conn = getattr(local, "fork_conn", None)
     if conn is None:
-        import socket
-
         conn = local.fork_conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(fork_socket)
         local.fork_reply = conn.makefile("r", encoding="ascii")
@@ -137,7 +140,7 @@ def fork_once():
     return ms
 
 
-work = tempfile.mkdtemp()
+work = tempfile.mkdtemp(dir=scratch)
 os.symlink(csv, os.path.join(work, "data.csv"))
 
 
@@ -278,3 +281,4 @@ floor.stdin.close()
 floor.wait()
 fork_floor.kill()
 fork_floor.wait()
+shutil.rmtree(scratch, ignore_errors=True)

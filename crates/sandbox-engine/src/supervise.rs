@@ -601,6 +601,7 @@ impl ForkFds {
         let Self { child, ctl, stdin, stdout, stderr } = self;
         let pidfd = template.fork(&child.iter().collect::<Vec<_>>(), ahead).map_err(SuperviseError::Fork)?;
         drop(child);
+        // A pidfd that names no pid: the child was reaped already.
         crate::warm::pidfd_pid(&pidfd).ok_or(SuperviseError::WarmChildGone)?;
         Ok(WarmChild { pidfd, ctl, stdin, stdout, stderr })
     }
