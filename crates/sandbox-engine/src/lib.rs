@@ -434,11 +434,13 @@ impl Engine {
     /// be recorded, so nothing runs). Never panics on what the caller sent. The audit writes (an
     /// fsync, or a PostgreSQL round trip) run on blocking threads.
     ///
-    /// A cold execution without a quota builds its sandbox while the `begin` is written: its
-    /// program waits in the sandbox for the go that follows a durable `begin` (so nothing of the
-    /// caller's runs unrecorded), and a refused `begin` ends it before it started. With a quota
-    /// the `begin` comes first, so that refusals cost no sandbox; so does a profile served warm,
-    /// so that a refusal takes no template child or pooled sandbox.
+    /// An execution without a quota starts its sandbox while the `begin` is written (a cold
+    /// one is built, a template forks its child, a pooled sandbox or a child forked ahead is
+    /// taken): its program waits in the sandbox for the go that follows a durable `begin` (so
+    /// nothing of the caller's runs unrecorded), and a refused `begin` ends it before it
+    /// started, with no fallback started after it (a refusal then costs that sandbox: a pooled
+    /// one or a child forked ahead is used up). With a quota the `begin` comes first, so that
+    /// the refusals a caller can cause (`concurrency_limited`) cost no sandbox.
     #[expect(clippy::too_many_arguments, reason = "one execution's parts, passed once by its ticket")]
     pub(crate) async fn execute_admitted(
         &self,
@@ -451,7 +453,7 @@ impl Engine {
         output: Option<mpsc::UnboundedSender<Chunk>>,
     ) -> ExecutionResult {
         let started = Instant::now();
-        let overlap = quota.is_none() && !self.served_warm(&admitted.profile_name);
+        let overlap = quota.is_none();
         let language = admitted.language;
         let (on_record, recorded) = tokio::sync::watch::channel(None);
         // Until its finish is written, a dropped future abandons the execution (its lease then
@@ -542,11 +544,6 @@ impl Engine {
         }
     }
 
-    /// Whether a warm template or pool serves `profile` (its executions may take one).
-    fn served_warm(&self, profile: &str) -> bool {
-        self.templates.get().is_some_and(|t| t.serves(profile)) || self.pools.get().is_some_and(|p| p.serves(profile))
-    }
-
     async fn run_admitted(
         &self,
         id: &str,
@@ -617,9 +614,19 @@ impl Engine {
         };
         result.enforcement = Some(Enforcement { cgroup: cgroup_version(&layout), landlock_abi: 0, seccomp: true, network: admitted.profile.network.mode() });
         let templates = self.templates.get();
-        let mut run =
-            supervise::run(&self.opts, &self.spare, recorded, &mut prepared, &admitted, received, output.clone(), self.abort.subscribe(), templates, member)
-                .await;
+        let mut run = supervise::run(
+            &self.opts,
+            &self.spare,
+            recorded.clone(),
+            &mut prepared,
+            &admitted,
+            received,
+            output.clone(),
+            self.abort.subscribe(),
+            templates,
+            member,
+        )
+        .await;
         if run.start_cold {
             // The pooled sandbox ended before its go byte was read (killed, or its template
             // gone): nothing of the execution ran there. It is torn down and the execution
@@ -646,7 +653,7 @@ impl Engine {
                 Ok(p) => p,
                 Err(e) => return prepare_failed(result, id, &e),
             };
-            run = supervise::run(&self.opts, &self.spare, None, &mut prepared, &admitted, received, output, self.abort.subscribe(), None, None).await;
+            run = supervise::run(&self.opts, &self.spare, recorded, &mut prepared, &admitted, received, output, self.abort.subscribe(), None, None).await;
         }
         let collect_start = Instant::now();
         // The cgroup kill loop, usage, reading output files and teardown (unmounts, rmdir

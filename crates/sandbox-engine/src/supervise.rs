@@ -156,16 +156,23 @@ struct Captured {
 /// holding them is dead by then, so this only bounds a kernel that is slow to tear down.
 const DRAIN_PATIENCE: Duration = Duration::from_secs(2);
 
-/// The audit `begin` of an execution whose cold sandbox is built while it is written:
+/// The audit `begin` of an execution whose sandbox is started while it is written:
 /// `Some(true)` once it is durable, `Some(false)` when it was refused or failed; `None` while
-/// pending. A cold start given one holds its program until then (`SpawnSpec::hold`).
+/// pending. Every start given one holds the program until then: a cold init and a template's
+/// child wait for their go byte (`SpawnSpec::hold`), a pooled sandbox or a child forked ahead
+/// is sent its go only then.
 pub(crate) type Recorded = tokio::sync::watch::Receiver<Option<bool>>;
+
+/// Whether the execution's audit `begin` was refused: no other sandbox may be started for it.
+pub(crate) fn refused(recorded: Option<&Recorded>) -> bool {
+    recorded.is_some_and(|r| *r.borrow() == Some(false))
+}
 
 /// Runs the prepared execution to its end: in `member` when the execution took a pooled sandbox
 /// (`prepared` is then that member's), else forked from a template of `templates` when one is
 /// ready (falling back to a cold start if the template cannot start it), else cold (with the
-/// helper waiting in `spare` when there is one; with `recorded`, its program waits for the
-/// execution's audit `begin`).
+/// helper waiting in `spare` when there is one). With `recorded`, the program of whichever
+/// start waits for the execution's audit `begin`, and a refused `begin` starts no fallback.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     opts: &EngineOptions,
@@ -181,11 +188,13 @@ pub(crate) async fn run(
 ) -> RunOutcome {
     if let Some(m) = member {
         let how = if m.warm_child { WarmStart::Prefork } else { WarmStart::Pool };
-        return match attempt(opts, spare, prepared, a, received, output, abort, Start::Pooled(m), None).await {
+        return match attempt(opts, spare, prepared, a, received, output, abort, Start::Pooled(m), recorded.clone()).await {
             Ok(mut out) => {
                 out.warm_start = Some(how);
                 out
             }
+            // It read EOF for its go: nothing ran, and nothing may.
+            Err(out) if refused(recorded.as_ref()) => out,
             Err(mut out) => {
                 let reason = out.failure.as_ref().map(SuperviseError::message).unwrap_or_default();
                 tracing::warn!(%reason, "the pooled sandbox could not start the execution; starting it cold");
@@ -196,12 +205,14 @@ pub(crate) async fn run(
     }
     if let Some(templates) = templates {
         if let Some(template) = templates.checkout(&a.profile_name) {
-            match attempt(opts, spare, prepared, a, received, output.clone(), abort.clone(), Start::Warm(template), None).await {
+            match attempt(opts, spare, prepared, a, received, output.clone(), abort.clone(), Start::Warm(template), recorded.clone()).await {
                 Ok(mut out) => {
                     templates.counters.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     out.warm_start = Some(WarmStart::Template);
                     return out;
                 }
+                // The child ended at its go: nothing ran, and nothing may.
+                Err(out) if refused(recorded.as_ref()) => return out,
                 Err(why) => {
                     let reason = why.failure.as_ref().map(SuperviseError::message).unwrap_or_default();
                     tracing::warn!(%reason, "the template could not start the execution; starting it cold");
@@ -311,32 +322,36 @@ async fn attempt(
     let mut exec_at: Option<Instant> = None;
     let mut stdin_data = a.stdin.clone();
     if let Some(landlock_abi) = &l.pooled {
-        // The program runs already: its clock starts now. Its code and `_sandbox_run.json` are
-        // in /code (`Prepared::fill_member`); one newline on its stdin says go, and the rest of
-        // stdin is the program's.
-        exec_at = Some(l.spawned_at);
         out.landlock_abi = *landlock_abi;
-        let mut go = vec![b'\n'];
-        go.extend_from_slice(&stdin_data);
-        stdin_data = go;
     } else {
         prepared.spec.hold = recorded.is_some();
         let spec_line = crate::prepare::spec_line(&mut prepared.spec, !warm);
         if let Err(e) = ctl_write.write_all(&spec_line).await {
             bail!(SuperviseError::SendSpec(e));
         }
-        if let Some(mut recorded) = recorded {
-            // The sandbox is being built; its program starts once the execution is on record:
-            // one byte on its stdin says go (init reads it, not the program), and its clock
-            // starts then. Refused: init reads EOF instead and ends; nothing ran.
-            if matches!(recorded.wait_for(Option::is_some).await.as_deref(), Ok(Some(true))) {
-                let mut go = vec![b'\n'];
-                go.extend_from_slice(&stdin_data);
-                stdin_data = go;
-                l.spawned_at = Instant::now();
-            } else {
-                stdin_data = Vec::new();
+    }
+    // One byte on the program's stdin says go (a cold or warm init reads it, not the program;
+    // a pooled sandbox's harness reads a newline), and the rest of stdin is the program's. With
+    // `recorded`, the sandbox is built (or a pooled one waits) while the execution's `begin` is
+    // written, and the go follows a durable `begin`; the program's clock starts then. Refused:
+    // the sandbox reads EOF instead and ends; nothing ran.
+    let go = match recorded {
+        Some(mut recorded) => matches!(recorded.wait_for(Option::is_some).await.as_deref(), Ok(Some(true))),
+        None => true,
+    };
+    if l.pooled.is_some() || prepared.spec.hold {
+        if go {
+            let mut with_go = vec![b'\n'];
+            with_go.extend_from_slice(&stdin_data);
+            stdin_data = with_go;
+            l.spawned_at = Instant::now();
+            if l.pooled.is_some() {
+                // The pooled program runs already: its code and `_sandbox_run.json` are in /code
+                // (`Prepared::fill_member`).
+                exec_at = Some(l.spawned_at);
             }
+        } else {
+            stdin_data = Vec::new();
         }
     }
 

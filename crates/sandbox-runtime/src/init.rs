@@ -67,17 +67,7 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream, loopback: bool) -> Re
         return Err(StepError::new("landlock", crate::wall::below_minimum(landlock_abi, spec.landlock_min_abi)));
     }
     if spec.hold {
-        // The engine's go: one byte on the program's stdin (read unbuffered, so the rest is
-        // the program's), sent once the execution is on record.
-        let mut go = [0u8; 1];
-        loop {
-            match nix::unistd::read(std::io::stdin(), &mut go) {
-                Ok(1) => break,
-                Ok(_) => return Err(StepError::new("go", "the engine did not start the program (its stdin closed first)")),
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(StepError::new("go", format!("reading the go byte: {e}"))),
-            }
-        }
+        wait_for_go()?;
     }
     let program = match step("fork", sys::fork())? {
         Forked::Child => {
@@ -92,6 +82,21 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream, loopback: bool) -> Re
     };
     let template = spec.template_slots > 0;
     supervise(program, &handled, ctl, if template { 0 } else { landlock_abi }, template)
+}
+
+/// Init's wait for the engine's go (`SpawnSpec::hold`): one byte on the program's stdin, read
+/// unbuffered so that the rest is the program's, sent once the execution is on record. Errors:
+/// step `go` when stdin closes first (the execution was refused or abandoned) or cannot be read.
+pub(crate) fn wait_for_go() -> Result<(), StepError> {
+    let mut go = [0u8; 1];
+    loop {
+        match nix::unistd::read(std::io::stdin(), &mut go) {
+            Ok(1) => return Ok(()),
+            Ok(_) => return Err(StepError::new("go", "the engine did not start the program (its stdin closed first)")),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(StepError::new("go", format!("reading the go byte: {e}"))),
+        }
+    }
 }
 
 /// SIGCHLD and the signals init forwards.

@@ -110,9 +110,10 @@ pub struct SpawnSpec {
     /// library they run). Empty: the program's init loads its own build's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub seccomp_bpf: Vec<Vec<u8>>,
-    /// Init builds the sandbox, then waits for one byte on the program's stdin before it starts
-    /// the program: the engine's go, sent once the execution's audit `begin` is durable, so
-    /// that the set-up overlaps that write. The byte is not the program's. EOF instead (the
+    /// Init (a cold start's, or a template's child, which is its sandbox's init) builds the
+    /// sandbox, then waits for one byte on the program's stdin before it starts the program:
+    /// the engine's go, sent once the execution's audit `begin` is durable, so that the set-up
+    /// overlaps that write. The byte is not the program's. EOF instead (the
     /// execution was refused or abandoned): init ends, failing step `go`, and nothing ran.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hold: bool,

@@ -100,6 +100,10 @@ fn child(ctl: &UnixStream) -> Result<(), StepError> {
     if abi < spec.landlock_min_abi {
         return Err(StepError::new("landlock", crate::wall::below_minimum(abi, spec.landlock_min_abi)));
     }
+    if spec.hold {
+        // As a cold init: the program starts once the execution is on record.
+        crate::init::wait_for_go()?;
+    }
     match step("fork", sys::fork())? {
         Forked::Child => {}
         Forked::Parent(program) => {

@@ -443,10 +443,13 @@ fn an_execution_that_cannot_be_recorded_does_not_run() {
     assert!(!data.join("executions").exists() || std::fs::read_dir(data.join("executions")).unwrap().next().is_none());
 }
 
-/// A cold run builds its sandbox while its audit `begin` is written, and its program waits in
-/// the sandbox for the go that follows a durable `begin`. When the `begin` fails (here a
-/// trigger refuses it, as a full disk would), the run is refused and the program never starts:
-/// its output, streamed live by `sandbox run`, never appears, and nothing of it is left.
+/// A run starts its sandbox while its audit `begin` is written, and its program waits in the
+/// sandbox for the go that follows a durable `begin`: cold (init holds it), forked from a
+/// template (the child, its sandbox's init, holds it), in a child forked ahead or a pooled
+/// sandbox (the go is not sent). When the `begin` fails (here a trigger refuses it, as a full
+/// disk would), the run is refused and the program never starts, in any of these starts, and
+/// no cold fallback starts it either: its output, streamed live by `sandbox run`, never
+/// appears, and nothing of it is left.
 #[test]
 fn an_execution_whose_begin_fails_is_refused_before_its_program_starts() {
     let data = data_dir();
@@ -458,14 +461,18 @@ fn an_execution_whose_begin_fails_is_refused_before_its_program_starts() {
     .unwrap();
     drop(db);
     let program = "import time\nprint('RAN', flush=True)\ntime.sleep(3)";
-    // Streamed: a program that had started would have printed at once.
-    let start = Instant::now();
-    let out = cli(&data, &["run", "-c", program]);
-    // Exit 3: the service cannot run it now (README, `sandbox run`'s exit codes).
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("RAN"), "the program ran unrecorded: {out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("audit_unavailable"), "{out:?}");
-    assert!(start.elapsed() < Duration::from_secs(3), "the refusal waited for the program: {:?}", start.elapsed());
+    for how in [None, Some("--warm"), Some("--warm=prefork"), Some("--warm=pool")] {
+        // Streamed: a program that had started would have printed at once.
+        let start = Instant::now();
+        let out = cli(&data, &[&["run"][..], how.as_slice(), &["-c", program]].concat());
+        // Exit 3: the service cannot run it now (README, `sandbox run`'s exit codes).
+        assert_eq!(out.status.code(), Some(3), "{how:?}: {out:?}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("RAN"), "{how:?}: the program ran unrecorded: {out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("audit_unavailable"), "{how:?}: {out:?}");
+        assert!(start.elapsed() < Duration::from_secs(3) || how.is_some(), "the refusal waited for the program: {:?}", start.elapsed());
+        let left: Vec<_> = std::fs::read_dir(data.join("executions")).map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
+        assert!(left.is_empty(), "{how:?}: execution directories left: {left:?}");
+    }
     let r = run_in(&data, "python-default", program, &[]);
     assert_eq!((r["status"].as_str(), r["error"]["type"].as_str()), (Some("rejected"), Some("audit_unavailable")), "{r}");
     let id = r["executionId"].as_str().unwrap();
