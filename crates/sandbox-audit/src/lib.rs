@@ -59,6 +59,10 @@ pub enum AuditError {
         #[source]
         source: postgres::Error,
     },
+    /// The database answered something its schema rules out: the chain's last event without
+    /// a sequence number or a hash (both `NOT NULL`).
+    #[error("audit database (postgres) answered the chain's last event without its {0}")]
+    Malformed(&'static str),
     /// An event body could not be encoded or decoded.
     #[error("audit event body is not valid JSON")]
     Json(#[from] serde_json::Error),

@@ -13,11 +13,11 @@
 //! Round trips: what an execution waits for is its `begin` and its `finish`, each one
 //! transaction. A statement sent as text is parsed and described by the server before it runs,
 //! one more round trip, so the statements of those transactions are prepared once per
-//! connection ([`Statements`]); `BEGIN` and the advisory lock go as one simple query
-//! ([`Locked`]); the chain's last event and the head's check (is the event the head file names
-//! still there) are one query; the event, its `audit_open` entry and its lease are written by
-//! one statement. An append is then 4 round trips (a `begin` with a quota one more, to count
-//! its leases) where it took 14.
+//! connection ([`Statements`]); `BEGIN`, the advisory lock and the read of the chain's last
+//! event with the head's check (is the event the head file names still there) go as one simple
+//! query ([`Locked::begin`]; it sends no value but integers); the event, its `audit_open` entry
+//! and its lease are written by one statement. An append is then 3 round trips (begin, lock and
+//! read; write; commit; a `begin` with a quota one more, to count its leases) where it took 14.
 
 use std::collections::HashMap;
 
@@ -268,25 +268,40 @@ enum LeaseChange<'a> {
 /// event, then writes the event, its `audit_open` entry (a `begin` adds it, a `finish` or
 /// `interrupted` removes it) and its `lease` change in one statement.
 fn append_in(tx: &mut impl GenericClient, st: &mut Statements, e: &NewEvent, lease: LeaseChange<'_>) -> Result<StoredEvent, AuditError> {
-    Ok(append_checked(tx, st, e, lease, None)?.0)
+    Ok(append_checked(tx, st, e, lease, None, None)?.0)
+}
+
+/// The chain's last event as an append reads it under the lock: `(seq, hash, hash of the event
+/// at the head file's seq)`; `None` for an empty chain.
+type Last = Option<(i64, String, Option<String>)>;
+
+/// The query reading [`Last`] for a head file at `head_seq` (0: none).
+fn last_sql(head_seq: &str) -> String {
+    format!("SELECT seq, hash, (SELECT hash FROM audit_events WHERE seq = {head_seq}) FROM audit_events ORDER BY seq DESC LIMIT 1")
 }
 
 /// [`append_in`], also answering whether a head file whose mark is `head` may move to the new
 /// event (see [`HeadFile::advance`]: no mark yet, or the event it names is still there and
-/// older), asked in the same query as the chain's last event.
+/// older), asked in the same query as the chain's last event; `read`: that query's answer when
+/// the caller read it already, under the same lock ([`Locked::begin`]).
 fn append_checked(
     tx: &mut impl GenericClient,
     st: &mut Statements,
     e: &NewEvent,
     lease: LeaseChange<'_>,
     head: Option<&HeadMark>,
+    read: Option<Last>,
 ) -> Result<(StoredEvent, bool), AuditError> {
-    let last =
-        st.get(tx, "SELECT seq, hash, (SELECT hash FROM audit_events WHERE seq = $1) FROM audit_events ORDER BY seq DESC LIMIT 1").map_err(pg("append"))?;
-    let head_seq = head.map_or(0, |h| h.seq);
-    let last = tx.query_opt(&last, &[&head_seq]).map_err(pg("append"))?;
+    let last = match read {
+        Some(last) => last,
+        None => {
+            let q = st.get(tx, &last_sql("$1::BIGINT")).map_err(pg("append"))?;
+            let head_seq = head.map_or(0, |h| h.seq);
+            tx.query_opt(&q, &[&head_seq]).map_err(pg("append"))?.map(|r| (r.get::<_, i64>(0), r.get(1), r.get(2)))
+        }
+    };
     let (seq, prev_hash, head_hash): (i64, String, Option<String>) = match last {
-        Some(r) => (r.get::<_, i64>(0) + 1, r.get(1), r.get(2)),
+        Some((seq, hash, head_hash)) => (seq + 1, hash, head_hash),
         None => (1, GENESIS.to_owned(), None),
     };
     let advance = head.is_none_or(|h| h.seq < seq && head_hash.as_deref() == Some(h.hash.as_str()));
@@ -347,10 +362,34 @@ struct Locked<'c> {
 }
 
 impl<'c> Locked<'c> {
-    fn begin(c: &'c mut Client, op: &'static str) -> Result<Self, AuditError> {
+    /// Begins, takes the append lock and reads the chain's last event (with the check of the
+    /// event at `head`'s seq) in one round trip: the three statements go as one simple query
+    /// (values come back as text; the only value sent is `head`'s seq, an integer).
+    fn begin(c: &'c mut Client, op: &'static str, head: Option<&HeadMark>) -> Result<(Self, Last), AuditError> {
         let tx = Self { c, open: true };
-        tx.c.batch_execute(&format!("BEGIN; SELECT pg_advisory_xact_lock({APPEND_LOCK})")).map_err(pg(op))?;
-        Ok(tx)
+        let head_seq = head.map_or(0, |h| h.seq);
+        let sql = format!("BEGIN; SELECT pg_advisory_xact_lock({APPEND_LOCK}); {}", last_sql(&head_seq.to_string()));
+        let messages = tx.c.simple_query(&sql).map_err(pg(op))?;
+        // The last statement's row: the one after the first two statements completed.
+        let mut completed = 0;
+        let mut last = None;
+        for m in &messages {
+            match m {
+                postgres::SimpleQueryMessage::CommandComplete(_) => completed += 1,
+                postgres::SimpleQueryMessage::Row(r) if completed == 2 => last = Some(r),
+                _ => {}
+            }
+        }
+        let last = match last {
+            None => None,
+            Some(r) => {
+                let text = |i: usize| r.get(i).map(str::to_owned);
+                let seq = text(0).and_then(|s| s.parse::<i64>().ok()).ok_or(AuditError::Malformed("sequence number"))?;
+                let hash = text(1).ok_or(AuditError::Malformed("hash"))?;
+                Some((seq, hash, text(2)))
+            }
+        };
+        Ok((tx, last))
     }
 
     fn commit(mut self, op: &'static str) -> Result<(), AuditError> {
@@ -421,10 +460,10 @@ impl PostgresStore {
     fn append_inner(&mut self, e: &NewEvent, stamp: bool) -> Result<StoredEvent, AuditError> {
         let (lock, head) = self.lock_and_read_head()?;
         let (stored, advance) = self.with_statements(|c, st| {
-            let tx = Locked::begin(c, "append")?;
+            let (tx, last) = Locked::begin(c, "append", head.as_ref())?;
             let lease = if matches!(e.kind, EventKind::Finish | EventKind::Interrupted) { LeaseChange::Drop } else { LeaseChange::Keep };
             let e = if stamp { stamped(e) } else { e.clone() };
-            let appended = append_checked(tx.c, st, &e, lease, head.as_ref())?;
+            let appended = append_checked(tx.c, st, &e, lease, head.as_ref(), Some(last))?;
             tx.commit("append")?;
             Ok(appended)
         })?;
@@ -453,7 +492,7 @@ impl PostgresStore {
     fn append_begin_inner(&mut self, e: &NewEvent, lease: &Lease<'_>) -> Result<Begin, AuditError> {
         let (lock, head) = self.lock_and_read_head()?;
         let begun = self.with_statements(|c, st| {
-            let tx = Locked::begin(c, "begin")?;
+            let (tx, last) = Locked::begin(c, "begin", head.as_ref())?;
             let key = lease.quota.map(|q| q.key.as_str());
             if let Some(q) = lease.quota {
                 let count = st
@@ -466,7 +505,8 @@ impl PostgresStore {
                 }
             }
             let ttl_ms = i64::try_from(lease.ttl_ms).unwrap_or(i64::MAX);
-            let appended = append_checked(tx.c, st, &stamped(e), LeaseChange::Take { node_id: lease.node_id, quota_key: key, ttl_ms }, head.as_ref())?;
+            let appended =
+                append_checked(tx.c, st, &stamped(e), LeaseChange::Take { node_id: lease.node_id, quota_key: key, ttl_ms }, head.as_ref(), Some(last))?;
             tx.commit("begin")?;
             Ok(Ok(appended))
         })?;
