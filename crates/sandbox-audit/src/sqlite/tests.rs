@@ -442,3 +442,40 @@ fn an_entry_left_in_the_open_table_by_an_older_build_is_not_an_open_execution() 
         assert_eq!(s.execute_raw("DELETE FROM audit_open WHERE execution_id = 'x'").unwrap(), 0);
     });
 }
+
+#[path = "../../examples/common/relay.rs"]
+mod relay;
+
+/// A PostgreSQL append takes 3 round trips (`BEGIN`, the append lock and the chain's last event
+/// in one query; the write; `COMMIT`), a `begin` with its lease and an `end` dropping it too,
+/// counted by a relay between the store and the server once the connection's statements are
+/// prepared: what ARCHITECTURE.md "The audit log" says, kept from growing back.
+#[test]
+fn a_postgres_append_takes_three_round_trips() {
+    let Some((scratch, url)) = postgres_scratch() else { return };
+    let config: postgres::Config = url.parse().unwrap();
+    let postgres::config::Host::Tcp(host) = config.get_hosts()[0].clone() else { panic!("SANDBOX_TEST_POSTGRES_URL: a TCP host, not a socket") };
+    let trips = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let port = relay::relay((host, config.get_ports().first().copied().unwrap_or(5432)), std::time::Duration::ZERO, trips.clone());
+    let user = config.get_user().map(|u| format!(" user={u}")).unwrap_or_default();
+    let relayed = format!("host=127.0.0.1 port={port} dbname={}{user}", config.get_dbname().unwrap());
+    let node = tempfile::tempdir().unwrap();
+    let mut s = open_store(Some(&relayed), node.path()).unwrap();
+    let lease = crate::Lease { node_id: "n1", ttl_ms: 60_000, quota: None };
+    let round = |s: &mut Box<dyn AuditStore>, id: &str| {
+        assert!(matches!(s.append_begin(&event(id, EventKind::Begin, "running"), &lease).unwrap(), crate::Begin::Appended(_)));
+        s.append_end(&event(id, EventKind::Finish, "ok")).unwrap();
+        s.append(&event(&format!("{id}-r"), EventKind::Rejected, "rejected")).unwrap();
+    };
+    // The first round prepares each statement once on this connection.
+    round(&mut s, "warm-up");
+    let before = trips.load(std::sync::atomic::Ordering::Relaxed);
+    for i in 0..5 {
+        round(&mut s, &format!("e{i}"));
+    }
+    let per_append = (trips.load(std::sync::atomic::Ordering::Relaxed) - before) as f64 / 15.0;
+    assert!((per_append - 3.0).abs() < f64::EPSILON, "{per_append} round trips per append, not 3");
+    assert_eq!(s.verify().unwrap().broken, None);
+    drop(s);
+    drop(scratch);
+}
