@@ -354,8 +354,9 @@ fn mark_of(e: &StoredEvent) -> HeadMark {
 }
 
 /// A transaction holding the append lock, begun and locked by one simple query (`BEGIN;
-/// SELECT pg_advisory_xact_lock(..)`: one round trip where `Client::transaction` and the lock
-/// take two). Rolled back when dropped uncommitted.
+/// SELECT pg_advisory_xact_lock(..)`, with the read of the chain's last event: one round trip
+/// where `Client::transaction`, the lock and the read take three). Rolled back when dropped
+/// uncommitted.
 struct Locked<'c> {
     c: &'c mut Client,
     open: bool,

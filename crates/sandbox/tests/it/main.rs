@@ -286,7 +286,9 @@ pub fn run(profile: &str, code: &str, args: &[&str]) -> Run {
     let json = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
     let run = Run { json, status: out.status.code().unwrap_or(-1), elapsed, stderr: String::from_utf8_lossy(&out.stderr).into_owned() };
-    if warm_mode() && !run.stderr.contains("cannot start warm") && !matches!(run.status(), "rejected" | "?") && run.json["timing"].is_object() {
+    // Nothing ran, so nothing started warm or cold: TypeScript that does not transpile.
+    let nothing_ran = run.status() == "error" && run.json.get("exitCode").is_none() && run.json.get("signal").is_none();
+    if warm_mode() && !nothing_ran && !run.stderr.contains("cannot start warm") && !matches!(run.status(), "rejected" | "?") && run.json["timing"].is_object() {
         assert_eq!(run.json["timing"]["warm"], true, "SANDBOX_TEST_WARM is set but the execution started cold: {run:?}");
         if warm_flag() == Some("--warm=pool") {
             assert_eq!(run.json["timing"]["warmStart"], "pool", "SANDBOX_TEST_WARM=pool but the execution did not take a pooled sandbox: {run:?}");
