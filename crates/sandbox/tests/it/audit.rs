@@ -464,11 +464,22 @@ fn an_execution_whose_begin_fails_is_refused_before_its_program_starts() {
     for how in [None, Some("--warm"), Some("--warm=prefork"), Some("--warm=pool")] {
         // Streamed: a program that had started would have printed at once.
         let start = Instant::now();
-        let out = cli(&data, &[&["run"][..], how.as_slice(), &["-c", program]].concat());
+        // With the engine's warnings: a warm start that fell back to cold would say so.
+        let out = Command::new(bin())
+            .arg("--config")
+            .arg(&env().config)
+            .arg("--data-dir")
+            .arg(&data)
+            .args([&["run"][..], how.as_slice(), &["-c", program]].concat())
+            .env("SANDBOX_LOG", "sandbox_engine=warn")
+            .output()
+            .unwrap();
         // Exit 3: the service cannot run it now (README, `sandbox run`'s exit codes).
         assert_eq!(out.status.code(), Some(3), "{how:?}: {out:?}");
         assert!(!String::from_utf8_lossy(&out.stdout).contains("RAN"), "{how:?}: the program ran unrecorded: {out:?}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains("audit_unavailable"), "{how:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("audit_unavailable"), "{how:?}: {out:?}");
+        assert!(!stderr.contains("cannot start warm") && !stderr.contains("starting it cold"), "{how:?}: a cold start followed the refusal: {stderr}");
         assert!(start.elapsed() < Duration::from_secs(3) || how.is_some(), "the refusal waited for the program: {:?}", start.elapsed());
         let left: Vec<_> = std::fs::read_dir(data.join("executions")).map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
         assert!(left.is_empty(), "{how:?}: execution directories left: {left:?}");
