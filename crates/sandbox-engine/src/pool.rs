@@ -16,8 +16,8 @@
 //! A `template` profile with a `pool_size` keeps a pool too, of children forked from its
 //! template ahead of their requests ([`Prepared::new_template_member`], the template's `fork
 //! ahead`): each enters its sandbox as an execution's child does, says ready, and copies the
-//! template's pages it shares under `SCHED_IDLE` while it waits; the engine lifts that policy at
-//! checkout and writes the execution's files into its `warm/code/` (ARCHITECTURE.md, "Children
+//! template's pages it shares under `SCHED_IDLE` while it waits; the engine writes the
+//! execution's files into its `warm/code/` and lifts that policy right before its go (ARCHITECTURE.md, "Children
 //! forked ahead").
 //!
 //! One filler thread keeps every pool at its `pool_size`: it starts one member at a time, at
@@ -169,20 +169,6 @@ impl Member {
         self.prepared.as_mut().expect("present until taken")
     }
 
-    /// A template's child waits under `SCHED_IDLE` (copying the template's pages it shares
-    /// only when a CPU has nothing else to do); its execution runs under the normal policy.
-    /// Every process of the sandbox is single-threaded until the go byte. Returns false when
-    /// that failed (the member is then discarded).
-    fn lift_idle(&self) -> bool {
-        if self.launch.as_ref().is_none_or(|l| !l.warm_child) {
-            return true;
-        }
-        match self.prepared.as_ref().and_then(|p| p.cgroup.as_ref()).map(|c| c.pids()) {
-            Some(Ok(pids)) => pids.into_iter().all(|pid| sandbox_runtime::sched_normal(pid).is_ok()),
-            _ => false,
-        }
-    }
-
     fn alive(&mut self) -> bool {
         let Some(launch) = self.launch.as_mut() else { return false };
         match launch.helper.0.as_mut() {
@@ -193,6 +179,19 @@ impl Member {
                 matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(0))
             }),
         }
+    }
+}
+
+/// Lifts the `SCHED_IDLE` a template's child forked ahead waits under (copying the template's
+/// pages it shares only when a CPU has nothing else to do): its execution runs under the normal
+/// policy. Called right before its go byte is written, so that the child keeps yielding while
+/// the execution's `begin` and files are written. Every process of the sandbox is
+/// single-threaded until the go byte. Returns false when that failed (the child must then not
+/// be started: nothing has run in it).
+pub(crate) fn lift_idle(prepared: &Prepared) -> bool {
+    match prepared.cgroup.as_ref().map(|c| c.pids()) {
+        Some(Ok(pids)) => pids.into_iter().all(|pid| sandbox_runtime::sched_normal(pid).is_ok()),
+        _ => false,
     }
 }
 
@@ -255,7 +254,7 @@ impl Pools {
             let max_age = Duration::from_millis(a.profile.warm.max_age_ms);
             loop {
                 let mut m = self.state.lock().expect("pools lock").get_mut(&a.profile_name)?.ready.pop_front()?;
-                if m.alive() && m.born.elapsed() < max_age && m.lift_idle() {
+                if m.alive() && m.born.elapsed() < max_age {
                     return Some(m);
                 }
                 self.counters.discarded.fetch_add(1, Ordering::Relaxed);

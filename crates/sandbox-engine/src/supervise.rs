@@ -120,6 +120,10 @@ pub(crate) enum SuperviseError {
     /// The warm child ended before its program started.
     #[error("the warm child ended before its program started")]
     WarmChildEnded,
+    /// A child forked ahead could not be lifted from `SCHED_IDLE` before its go (its cgroup's
+    /// processes unreadable, or `sched_setscheduler(2)` failed): nothing ran in it.
+    #[error("the child forked ahead could not leave SCHED_IDLE")]
+    SchedIdle,
     /// The pooled sandbox's helper was already reaped.
     #[error("the pooled sandbox's helper is gone")]
     PooledHelperGone,
@@ -339,6 +343,10 @@ async fn attempt(
         Some(mut recorded) => matches!(recorded.wait_for(Option::is_some).await.as_deref(), Ok(Some(true))),
         None => true,
     };
+    if go && l.warm_child && l.pooled.is_some() && !crate::pool::lift_idle(prepared) {
+        // A child forked ahead left under `SCHED_IDLE`: not started (it reads EOF and ends).
+        bail!(SuperviseError::SchedIdle);
+    }
     if l.pooled.is_some() || prepared.spec.hold {
         if go {
             let mut with_go = vec![b'\n'];
