@@ -30,30 +30,7 @@ SB=("$SANDBOX" --config "$CONFIG")
 SITE="$(ls -d "$ENVS"/python-analysis-*/python | head -1)"
 CSV="$(bash examples/data-analyst/fetch-data.sh)"
 
-start_server() { # DATA_DIR [FLAGS...] -> prints the URL
-  local data="$1"; shift
-  "${SB[@]}" --data-dir "$data" serve --listen 127.0.0.1:0 "$@" > "$data.out" 2> "$data.log" &
-  echo $! >> "$WORK/pids"
-  for _ in $(seq 100); do
-    if grep -q listening "$data.out" 2>/dev/null; then
-      awk '{print $3; exit}' "$data.out"
-      return
-    fi
-    sleep 0.1
-  done
-  echo "server did not start: $(cat "$data.log")" >&2
-  exit 1
-}
-# The servers are not this shell's children (started in command substitutions): wait for each to
-# finish its own clean-up (templates, pools, mounts) before removing their directories.
-stop_servers() {
-  local p
-  kill $(cat "$WORK/pids" 2>/dev/null) 2>/dev/null || true
-  for p in $(cat "$WORK/pids" 2>/dev/null); do
-    while kill -0 "$p" 2>/dev/null; do sleep 0.1; done
-  done
-  rm -rf "$WORK"
-}
+source "$ROOT/bench/servers.sh"
 trap stop_servers EXIT
 COLD_URL="$(start_server "$WORK/cold" --no-warm)"
 WARM_URL="$(start_server "$WORK/warm")"

@@ -172,7 +172,7 @@ impl Member {
     fn alive(&mut self) -> bool {
         let Some(launch) = self.launch.as_mut() else { return false };
         match launch.helper.0.as_mut() {
-            Some(h) => matches!(h.try_wait(), Ok(None)),
+            Some(h) => matches!(h.running(), Ok(true)),
             // A template's child: its sandbox's pid 1 has not ended (its pidfd is not readable).
             None => self.prepared.as_ref().and_then(|p| p.init.as_ref()).is_some_and(|fd| {
                 let mut fds = [nix::poll::PollFd::new(fd.as_fd(), nix::poll::PollFlags::POLLIN)];

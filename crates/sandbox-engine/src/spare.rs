@@ -15,30 +15,77 @@
 //! run, the audit `begin` is written and the sandbox's directories and cgroup are prepared); a
 //! service has it keep one ready.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use command_fds::{CommandFdExt, FdMapping};
+use nix::unistd::Pid;
 use sandbox_runtime::spec::{CONTROL_FD, RESULT_FD};
 use sandbox_runtime::HELPER_ARGV0;
 
 use crate::supervise::SuperviseError;
 
+/// A helper process of ours, by pid. Until it is reaped the pid stays ours (an exited helper is
+/// a zombie), so signalling it cannot reach another process.
+pub(crate) struct HelperProcess {
+    pid: Pid,
+    reaped: bool,
+}
+
+impl HelperProcess {
+    /// SIGKILL, unless it was reaped already.
+    /// Errors: `kill(2)`'s.
+    pub(crate) fn kill(&mut self) -> nix::Result<()> {
+        match self.reaped {
+            true => Ok(()),
+            false => nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGKILL),
+        }
+    }
+
+    /// Blocks until it has exited, and reaps it.
+    /// Errors: `waitpid(2)`'s (other than `EINTR`, retried, and `ECHILD`: already reaped).
+    pub(crate) fn wait(&mut self) -> nix::Result<()> {
+        while !self.reaped {
+            match nix::sys::wait::waitpid(self.pid, None) {
+                Ok(_) | Err(nix::errno::Errno::ECHILD) => self.reaped = true,
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reaps it if it has exited; `Ok(true)` while it runs.
+    /// Errors: `waitpid(2)`'s (other than `ECHILD`: already reaped).
+    pub(crate) fn running(&mut self) -> nix::Result<bool> {
+        if self.reaped {
+            return Ok(false);
+        }
+        match nix::sys::wait::waitpid(self.pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+            Ok(nix::sys::wait::WaitStatus::StillAlive) => Ok(true),
+            Ok(_) | Err(nix::errno::Errno::ECHILD) => {
+                self.reaped = true;
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
 /// A helper process that is killed and reaped (on a thread of its own) if dropped unreaped.
-pub(crate) struct Reaped(pub(crate) Option<std::process::Child>);
+pub(crate) struct Reaped(pub(crate) Option<HelperProcess>);
 
 impl Reaped {
     /// Its host pid; `None` once reaped.
     pub(crate) fn pid(&self) -> Option<i32> {
-        self.0.as_ref().and_then(|c| i32::try_from(c.id()).ok())
+        self.0.as_ref().map(|c| c.pid.as_raw())
     }
 
     /// Whether it has not exited (a failed check counts as exited).
     pub(crate) fn alive(&mut self) -> bool {
-        self.0.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.0.as_mut().is_some_and(|c| matches!(c.running(), Ok(true)))
     }
 
     /// Reaps it, on tokio's blocking pool (it has exited or is about to: its control socket's
@@ -82,44 +129,67 @@ impl IdleHelper {
     /// on the control socket, and exits when the socket closes first.
     ///
     /// The helper's parent-death signal (set once it has its spec) follows the thread that
-    /// forked it, so call this from a thread that outlives the execution (a runtime worker,
+    /// started it ([`spawn_with_fds`]), so call this from a thread that outlives the execution (a runtime worker,
     /// the main thread, the pool's filler or the spare's own thread), never from tokio's
     /// blocking pool, whose idle threads exit.
-    /// Errors: [`SuperviseError::Descriptor`] (a pipe or socket), [`SuperviseError::SpawnHelper`],
-    /// [`SuperviseError::MissingPipe`].
+    /// Errors: [`SuperviseError::Descriptor`] (a pipe or socket), [`SuperviseError::SpawnHelper`]
+    /// (the binary cannot be started, or a descriptor not moved out of the way).
     pub(crate) fn spawn(helper: &Path, net: bool) -> Result<Self, SuperviseError> {
         let descriptor = |what| move |source| SuperviseError::Descriptor { what, source };
-        let (side, side_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| descriptor("pipe")(e.into()))?;
+        let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| descriptor("pipe")(e.into()));
+        let (side, side_write) = pipe()?;
         let (ctl, helper_end) = UnixStream::pair().map_err(descriptor("socketpair"))?;
-        let mut fds = vec![FdMapping { parent_fd: helper_end.into(), child_fd: CONTROL_FD }, FdMapping { parent_fd: side_write, child_fd: RESULT_FD }];
+        let (stdin_read, stdin) = pipe()?;
+        let (stdout, stdout_write) = pipe()?;
+        let (stderr, stderr_write) = pipe()?;
+        let mut fds: Vec<(OwnedFd, RawFd)> =
+            vec![(stdin_read, 0), (stdout_write, 1), (stderr_write, 2), (helper_end.into(), CONTROL_FD), (side_write, RESULT_FD)];
         let net = match net {
             true => {
                 let (engine, helper) = UnixStream::pair().map_err(descriptor("socketpair"))?;
-                fds.push(FdMapping { parent_fd: helper.into(), child_fd: sandbox_runtime::tun::NET_FD });
+                fds.push((helper.into(), sandbox_runtime::tun::NET_FD));
                 Some(engine)
             }
             false => None,
         };
-        let mut cmd = std::process::Command::new(helper);
-        cmd.arg0(HELPER_ARGV0).env_clear().stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-        cmd.fd_mappings(fds).map_err(|e| descriptor("fd mapping")(std::io::Error::other(e)))?;
-        let spawned = cmd.spawn();
-        // The command holds the helper's ends; drop them so that their only copies live in the
-        // helper and init, and EOF means both have exited.
-        drop(cmd);
-        let mut child = spawned.map_err(|source| SuperviseError::SpawnHelper { helper: helper.to_owned(), source })?;
-        let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
-        let helper = Reaped(Some(child));
-        Ok(Self {
-            helper,
-            ctl,
-            stdin: stdin.ok_or(SuperviseError::MissingPipe("stdin"))?.into(),
-            stdout: stdout.ok_or(SuperviseError::MissingPipe("stdout"))?.into(),
-            stderr: stderr.ok_or(SuperviseError::MissingPipe("stderr"))?.into(),
-            side,
-            net,
-        })
+        let pid = spawn_with_fds(helper, HELPER_ARGV0, fds).map_err(|source| SuperviseError::SpawnHelper { helper: helper.to_owned(), source })?;
+        Ok(Self { helper: Reaped(Some(HelperProcess { pid, reaped: false })), ctl, stdin, stdout, stderr, side, net })
     }
+}
+
+/// Starts `program` as `argv0` with an empty environment, default signal dispositions and mask,
+/// and each `(fd, number)` of `fds` as that descriptor number (all else the caller holds is
+/// close-on-exec, as everything Rust opens is). `posix_spawn(3)`, which glibc runs as
+/// `clone(CLONE_VM | CLONE_VFORK)`: unlike `fork(2)` (what `std::process::Command` falls back to
+/// when descriptors must be moved), it neither copies this process's page tables nor leaves
+/// its pages copy-on-write for every thread of a large multi-threaded service to fault on.
+/// The child's parent is the calling thread (its parent-death signal follows that thread).
+/// Our ends of `fds` are closed once it has started.
+/// Errors: the program cannot be started (`posix_spawn`'s error, e.g. `ENOENT`), or a
+/// descriptor cannot be duplicated.
+fn spawn_with_fds(program: &Path, argv0: &str, fds: Vec<(OwnedFd, RawFd)>) -> std::io::Result<Pid> {
+    use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags};
+    let target_max = fds.iter().map(|(_, n)| *n).max().unwrap_or(0);
+    // Every source above every target number first (close-on-exec), so that no `dup2` onto a
+    // target overwrites a source still to be moved; a `dup2` onto a target clears its
+    // close-on-exec flag, and the sources then close at exec.
+    let high: Vec<(OwnedFd, RawFd)> =
+        fds.into_iter().map(|(fd, n)| sandbox_runtime::dup_above(std::os::fd::AsFd::as_fd(&fd), target_max + 1).map(|h| (h, n))).collect::<Result<_, _>>()?;
+    let mut actions = PosixSpawnFileActions::init()?;
+    for (fd, n) in &high {
+        actions.add_dup2(fd.as_raw_fd(), *n)?;
+    }
+    let mut attr = PosixSpawnAttr::init()?;
+    attr.set_flags(PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF | PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK)?;
+    // The Rust runtime ignores SIGPIPE, and an ignored disposition survives exec.
+    let mut default = nix::sys::signal::SigSet::empty();
+    default.add(nix::sys::signal::Signal::SIGPIPE);
+    attr.set_sigdefault(&default)?;
+    attr.set_sigmask(&nix::sys::signal::SigSet::empty())?;
+    let path = std::ffi::CString::new(program.as_os_str().as_bytes())?;
+    let argv0 = std::ffi::CString::new(argv0)?;
+    let env: [&std::ffi::CStr; 0] = [];
+    Ok(nix::spawn::posix_spawn(path.as_c_str(), &actions, &attr, &[argv0], &env)?)
 }
 
 /// How long [`Spare::take`] waits for a helper being started (a start takes 1-3 ms; one that

@@ -85,9 +85,6 @@ pub(crate) enum SuperviseError {
         #[source]
         source: std::io::Error,
     },
-    /// The helper started without a stdout or stderr pipe.
-    #[error("no {0} pipe")]
-    MissingPipe(&'static str),
     /// The spawn spec could not be sent on the control socket.
     #[error("sending the spec")]
     SendSpec(#[source] std::io::Error),

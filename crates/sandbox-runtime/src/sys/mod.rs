@@ -251,11 +251,20 @@ pub fn pipe_reader(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<OwnedFd> {
     Ok(file.into())
 }
 
+/// A close-on-exec duplicate of `fd` numbered `min` or above (`fcntl(F_DUPFD_CLOEXEC)`): moves a
+/// descriptor out of the way of the numbers a child is to get.
+/// Errors: the kernel's errno (EMFILE, EINVAL for a `min` past the descriptor limit).
+pub fn dup_above(fd: std::os::fd::BorrowedFd<'_>, min: std::os::fd::RawFd) -> io::Result<OwnedFd> {
+    let new = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(min))?;
+    // SAFETY: `fcntl` just returned this new descriptor, which nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
 /// Puts thread `tid` back under the normal time-sharing policy (`SCHED_OTHER`, priority 0;
 /// `sched_setscheduler(2)`) if it runs under `SCHED_IDLE`, and leaves any other policy alone
 /// (so a pid reused by another process since it was listed is not demoted): a child forked
 /// ahead waits under `SCHED_IDLE`, which it cannot leave by itself, and the engine (privileged)
-/// lifts it when an execution takes the child.
+/// lifts it right before the go byte of the execution that took the child.
 /// Errors: the kernel's errno (ESRCH when no such thread exists).
 pub fn sched_normal(tid: i32) -> io::Result<()> {
     // SAFETY: plain integer argument.
@@ -282,6 +291,28 @@ pub fn take_fd(fd: i32) -> io::Result<OwnedFd> {
     // SAFETY: the descriptor is open (checked above) and its number was reserved for this use by
     // the process that placed it; it is taken exactly once.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Puts the signals glibc reserves for itself (32 up to `SIGRTMIN`, 34: thread cancellation and
+/// `setxid`) back to their default disposition. glibc's `posix_spawn(3)` sets them to `SIG_IGN`
+/// in its child (so that no handler runs while the child shares its parent's memory), and an
+/// ignored disposition survives exec: a helper started that way would hand them on, ignored,
+/// to the program, which a `fork(2)`-started one never did.
+/// Errors: the kernel's errno.
+pub fn reserved_signals_default() -> io::Result<()> {
+    // The kernel's `struct sigaction` (handler, flags, restorer, mask: at most four words),
+    // all zero: SIG_DFL, no flags, an empty mask. The raw call: glibc's `sigaction` refuses
+    // its reserved signals.
+    let dfl = [0u64; 4];
+    for sig in 32..libc::SIGRTMIN() {
+        // SAFETY: `dfl` is a valid, large enough kernel sigaction that installs no handler (no
+        // code of ours runs on these signals); the old disposition is not read (null).
+        let r = unsafe { libc::syscall(libc::SYS_rt_sigaction, sig, dfl.as_ptr(), std::ptr::null_mut::<u64>(), 8usize) };
+        if r == -1 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Closes every descriptor from `first` up (`close_range(2)`, Linux 5.9).

@@ -280,7 +280,17 @@ fn a_pooled_sandbox_that_dies_before_its_go_runs_the_execution_cold() {
     let rows: Vec<(String, String)> = q.query_map([&out.execution_id], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect();
     assert_eq!(rows.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(), ["begin", "finish"], "{rows:?}");
     assert_eq!(rows[1].1, "ok", "{rows:?}");
-    // The pool serves again once refilled.
-    wait_pool(&s, "ts-pool", 1);
-    pooled(&s, &req("ts-pool", "console.log('ok');"));
+    // The pool serves again once refilled. The other member killed above may still count as
+    // ready until the filler finds it dead (its helper ends a little after its program): an
+    // execution that takes it first runs cold (a discard), and the next gets a live one.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        wait_pool(&s, "ts-pool", 1);
+        let out = exec(&s, &req("ts-pool", "console.log('ok');"));
+        assert_eq!(out.stdout, "ok\n", "{out:?}");
+        if out.timing.warm_start == Some(WarmStart::Pool) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the pool never served again: {out:?}");
+    }
 }

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Two warm `sandbox serve` processes side by side, this tree's release build against another
-# build, on one job: the data-analyst example in Python (or `print(1)`, or the example in TypeScript,
-# `harness: function`) under the built-in warm profiles, bench/warm.py's jobs. Requests go one at a time, to both servers in a random order each
+# Two `sandbox serve` processes side by side, this tree's release build against another build,
+# on one job: the data-analyst example in Python (or `print(1)`, or the example in TypeScript,
+# `harness: function`) under the built-in warm profiles, bench/warm.py's jobs; or, with
+# JOB=cold, `print(1)` with both servers started `--no-warm` (every execution a cold start). Requests go one at a time, to both servers in a random order each
 # round, 0.25 s apart (so each child forked ahead is ready again); then at concurrency 2 in
-# alternating rounds. Prints p50/mean end-to-end ms, `setupMs` mean and executions per second
-# for each build. A change to a warm path measured against its base in minutes, not warm.sh's 10.
-#   SANDBOX_BENCH_REF_BIN=/path/to/older/sandbox N=100 JOB=analyst|print|ts bash bench/warm_ab.sh
+# alternating rounds. Prints p50/mean end-to-end ms, `setupMs` mean, executions per second and
+# the CPU time all cores spent per execution at concurrency 2 (`/proc/stat`) for each build. A
+# change measured against its base in minutes, not warm.sh's 10.
+#   SANDBOX_BENCH_REF_BIN=/path/to/older/sandbox N=100 JOB=analyst|print|ts|cold bash bench/ab.sh
 # (the reference's libsandbox_warm.so beside it; N: sequential requests per build, default 60).
 set -euo pipefail
 
@@ -18,7 +20,7 @@ REF="${SANDBOX_BENCH_REF_BIN:?set SANDBOX_BENCH_REF_BIN to the build to compare 
 bash scripts/install-deps.sh >/dev/null
 cargo build --release -q -p sandbox -p sandbox-warm
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/release"
-WORK="$(mktemp -d /tmp/sandbox-bench-warm-ab.XXXXXX)"
+WORK="$(mktemp -d /tmp/sandbox-bench-ab.XXXXXX)"
 chmod 0755 "$WORK"
 ENVS="${SANDBOX_BENCH_ENVIRONMENTS:-/var/tmp/sandbox-test-environments}"
 CONFIG="$WORK/config.toml"
@@ -32,46 +34,27 @@ cp "$(dirname "$REF")/libsandbox_warm.so" "$WORK/ref/" 2>/dev/null || true
 "$WORK/new/sandbox" --config "$CONFIG" --data-dir "$WORK/install" env install typescript-analysis >/dev/null 2>&1
 CSV="$(bash examples/data-analyst/fetch-data.sh)"
 
-start_server() { # BUILD -> prints the URL
-  local data="$WORK/$1.data"
-  "$WORK/$1/sandbox" --config "$CONFIG" --data-dir "$data" serve --listen 127.0.0.1:0 > "$data.out" 2> "$data.log" &
-  echo $! >> "$WORK/pids"
-  for _ in $(seq 100); do
-    if grep -q listening "$data.out" 2>/dev/null; then
-      awk '{print $3; exit}' "$data.out"
-      return
-    fi
-    sleep 0.1
-  done
-  echo "server did not start: $(cat "$data.log")" >&2
-  exit 1
-}
-stop_servers() {
-  local p
-  kill $(cat "$WORK/pids" 2>/dev/null) 2>/dev/null || true
-  for p in $(cat "$WORK/pids" 2>/dev/null); do
-    while kill -0 "$p" 2>/dev/null; do sleep 0.1; done
-  done
-  rm -rf "$WORK"
-}
+FLAGS=()
+if [ "$JOB" = cold ]; then FLAGS=(--no-warm); fi
+source "$ROOT/bench/servers.sh"
 trap stop_servers EXIT
-NEW_URL="$(start_server new)"
-REF_URL="$(start_server ref)"
+NEW_URL="$(SB=("$WORK/new/sandbox" --config "$CONFIG"); start_server "$WORK/new.data" "${FLAGS[@]}")"
+REF_URL="$(SB=("$WORK/ref/sandbox" --config "$CONFIG"); start_server "$WORK/ref.data" "${FLAGS[@]}")"
 
 python3 - "$NEW_URL" "$REF_URL" "$N" "$JOB" "$CSV" <<'PY'
-import http.client, json, random, statistics, sys, threading, time, urllib.parse
+import http.client, json, os, random, statistics, sys, threading, time, urllib.parse
 
 new, ref, n, job, csv = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 if job == "analyst":
     body = {"profile": "python-analysis", "language": "python",
             "code": open("examples/data-analyst/analysis.py").read(), "files": {"data.csv": open(csv).read()}}
-elif job == "print":
+elif job in ("print", "cold"):
     body = {"profile": "python-default", "language": "python", "code": "print(1)"}
 elif job == "ts":
     body = {"profile": "typescript-analysis", "language": "typescript", "harness": "function",
             "code": open("examples/data-analyst/analysis.ts").read(), "files": {"data.csv": open(csv).read()}}
 else:
-    sys.exit(f"unknown JOB {job}: analyst, print or ts")
+    sys.exit(f"unknown JOB {job}: analyst, print, ts or cold")
 body = json.dumps(body).encode()
 builds = {"new": new, "ref": ref}
 
@@ -90,7 +73,7 @@ conns = {b: conn(u) for b, u in builds.items()}
 # Until both serve warm (templates started, pools filled).
 for b, c in conns.items():
     deadline = time.time() + 120
-    while not post(c)["timing"].get("warm"):
+    while job != "cold" and not post(c)["timing"].get("warm"):
         if time.time() > deadline:
             sys.exit(f"{b}: never warm")
         time.sleep(0.5)
@@ -102,24 +85,32 @@ for _ in range(n):
         t = time.perf_counter(); r = post(conns[b]); ms[b].append((time.perf_counter() - t) * 1000)
         setup[b].append(r["timing"].get("setupMs", 0)); warm[b] += bool(r["timing"].get("warm"))
 
+def busy_ms():
+    """CPU time all cores have spent so far, ms (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) * 1000 / os.sysconf("SC_CLK_TCK")
+
 def burst(url, per):
     def worker():
         c = conn(url)
         for _ in range(per):
             post(c)
     ts = [threading.Thread(target=worker) for _ in range(2)]
-    t = time.perf_counter(); [x.start() for x in ts]; [x.join() for x in ts]
-    return 2 * per / (time.perf_counter() - t)
+    c0, t = busy_ms(), time.perf_counter(); [x.start() for x in ts]; [x.join() for x in ts]
+    return 2 * per / (time.perf_counter() - t), (busy_ms() - c0) / (2 * per)
 
-rate = {b: [] for b in builds}
+per = 40 if job in ("print", "cold") else 10
+rate, cpu = {b: [] for b in builds}, {b: [] for b in builds}
 for i in range(6):
     for b in (list(builds) if i % 2 == 0 else list(builds)[::-1]):
         time.sleep(1.5)
-        rate[b].append(burst(builds[b], 10))
-print(f"job {job}: {n} sequential requests per build, interleaved; concurrency 2: 6 alternating rounds of 20")
-print(f"{'build':6} {'p50 ms':>8} {'mean ms':>8} {'p99 ms':>8} {'setupMs':>8} {'warm':>5} {'exec/s c2':>10}")
+        r, c = burst(builds[b], per)
+        rate[b].append(r); cpu[b].append(c)
+print(f"job {job}: {n} sequential requests per build, interleaved; concurrency 2: 6 alternating rounds of {2 * per}")
+print(f"{'build':6} {'p50 ms':>8} {'mean ms':>8} {'p99 ms':>8} {'setupMs':>8} {'warm':>5} {'exec/s c2':>10} {'CPU ms/exec':>12}")
 for b in builds:
     v = sorted(ms[b])
     print(f"{b:6} {statistics.median(v):8.1f} {statistics.mean(v):8.1f} {v[min(len(v) - 1, int(len(v) * 0.99))]:8.1f} "
-          f"{statistics.mean(setup[b]):8.2f} {warm[b]:5} {statistics.mean(rate[b]):10.2f}")
+          f"{statistics.mean(setup[b]):8.2f} {warm[b]:5} {statistics.mean(rate[b]):10.2f} {statistics.mean(cpu[b]):12.1f}")
 PY
