@@ -39,8 +39,6 @@ pub fn helper_main() -> ! {
     // ahead (`spare.rs`) may wait long for its spec. A kernel without close_range (before
     // 5.9) keeps them until `cloexec_from` below keeps them from the program.
     let _ = sys::close_from(6);
-    // Started by the engine's `posix_spawn`: glibc's reserved signals come ignored.
-    let _ = sys::reserved_signals_default();
     let ctl = match sys::take_control_socket(CONTROL_FD) {
         Ok(s) => s,
         Err(_) => std::process::exit(2),

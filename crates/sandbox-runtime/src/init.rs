@@ -177,6 +177,8 @@ pub(crate) fn stdio_to_dev_null(dev_null: &str) -> nix::Result<()> {
 /// mounts) and gets neither landlock nor seccomp (which would forbid that); its children apply
 /// all of them before the caller's first instruction.
 fn exec_program(spec: &SpawnSpec) -> Result<std::convert::Infallible, StepError> {
+    // Nothing ignored comes through exec from the service or from us (`sys::signals_default`).
+    step("signals", crate::sys::signals_default())?;
     if spec.template_slots > 0 {
         step("sigmask", SigSet::all().thread_unblock())?;
         step("setsid", nix::unistd::setsid())?;

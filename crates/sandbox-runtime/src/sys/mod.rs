@@ -293,18 +293,19 @@ pub fn take_fd(fd: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Puts the signals glibc reserves for itself (32 up to `SIGRTMIN`, 34: thread cancellation and
-/// `setxid`) back to their default disposition. glibc's `posix_spawn(3)` sets them to `SIG_IGN`
-/// in its child (so that no handler runs while the child shares its parent's memory), and an
-/// ignored disposition survives exec: a helper started that way would hand them on, ignored,
-/// to the program, which a `fork(2)`-started one never did.
+/// Puts every signal's disposition back to SIG_DFL (all but SIGKILL and SIGSTOP, which cannot
+/// be changed, up to `SIGRTMAX`), as a freshly booted process has them: an ignored disposition
+/// survives exec, so without this a program would inherit whatever the service inherited (a
+/// shell ignores SIGINT and SIGQUIT for a job it starts in the background, `nohup` SIGHUP), the
+/// Rust runtime's ignored SIGPIPE, and glibc's reserved signals 32-33, which its `posix_spawn`
+/// leaves ignored in the helper it starts. As systemd resets a service's signals before exec.
+/// The raw `rt_sigaction`: glibc's wrapper refuses its reserved signals.
 /// Errors: the kernel's errno.
-pub fn reserved_signals_default() -> io::Result<()> {
+pub fn signals_default() -> io::Result<()> {
     // The kernel's `struct sigaction` (handler, flags, restorer, mask: at most four words),
-    // all zero: SIG_DFL, no flags, an empty mask. The raw call: glibc's `sigaction` refuses
-    // its reserved signals.
+    // all zero: SIG_DFL, no flags, an empty mask.
     let dfl = [0u64; 4];
-    for sig in 32..libc::SIGRTMIN() {
+    for sig in (1..=libc::SIGRTMAX()).filter(|s| ![libc::SIGKILL, libc::SIGSTOP].contains(s)) {
         // SAFETY: `dfl` is a valid, large enough kernel sigaction that installs no handler (no
         // code of ours runs on these signals); the old disposition is not read (null).
         let r = unsafe { libc::syscall(libc::SYS_rt_sigaction, sig, dfl.as_ptr(), std::ptr::null_mut::<u64>(), 8usize) };
