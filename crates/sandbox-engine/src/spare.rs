@@ -129,9 +129,9 @@ impl IdleHelper {
     /// on the control socket, and exits when the socket closes first.
     ///
     /// The helper's parent-death signal (set once it has its spec) follows the thread that
-    /// started it ([`spawn_with_fds`]), so call this from a thread that outlives the execution (a runtime worker,
-    /// the main thread, the pool's filler or the spare's own thread), never from tokio's
-    /// blocking pool, whose idle threads exit.
+    /// started it ([`spawn_with_fds`]), so call this from a thread that outlives the execution
+    /// (a runtime worker, the main thread, the pool's filler or the spare's own thread), never
+    /// from tokio's blocking pool, whose idle threads exit.
     /// Errors: [`SuperviseError::Descriptor`] (a pipe or socket), [`SuperviseError::SpawnHelper`]
     /// (the binary cannot be started, or a descriptor not moved out of the way).
     pub(crate) fn spawn(helper: &Path, net: bool) -> Result<Self, SuperviseError> {
@@ -157,9 +157,10 @@ impl IdleHelper {
     }
 }
 
-/// Starts `program` as `argv0` with an empty environment, default signal dispositions and mask,
-/// and each `(fd, number)` of `fds` as that descriptor number (all else the caller holds is
-/// close-on-exec, as everything Rust opens is). `posix_spawn(3)`, which glibc runs as
+/// Starts `program` as `argv0` with an empty environment, SIGPIPE at its default (the Rust
+/// runtime ignores it), an empty signal mask, and each `(fd, number)` of `fds` as that
+/// descriptor number (all else the caller holds is close-on-exec, as everything Rust opens
+/// is). `posix_spawn(3)`, which glibc runs as
 /// `clone(CLONE_VM | CLONE_VFORK)`: unlike `fork(2)` (what `std::process::Command` falls back to
 /// when descriptors must be moved), it neither copies this process's page tables nor leaves
 /// its pages copy-on-write for every thread of a large multi-threaded service to fault on.
