@@ -2,9 +2,9 @@
 # Two `sandbox serve` processes side by side, this tree's release build against another build,
 # on one job: the data-analyst example in Python (or `print(1)`, or the example in TypeScript,
 # `harness: function`) under the built-in warm profiles, bench/warm.py's jobs; or, with
-# JOB=cold, `print(1)` with both servers started `--no-warm` (every execution a cold start). Requests go one at a time, to both servers in a random order each
-# round, 0.25 s apart (so each child forked ahead is ready again); then at concurrency 2 in
-# alternating rounds. Prints p50/mean end-to-end ms, `setupMs` mean, executions per second and
+# JOB=cold, `print(1)` with both servers started `--no-warm` (every execution a cold start).
+# Requests go one at a time, to both servers in a random order each round, 0.25 s apart (so
+# each child forked ahead is ready again); then at concurrency 2 in alternating rounds. Prints p50/mean end-to-end ms, `setupMs` mean, executions per second and
 # the CPU time all cores spent per execution at concurrency 2 (`/proc/stat`) for each build. A
 # change measured against its base in minutes, not warm.sh's 10.
 #   SANDBOX_BENCH_REF_BIN=/path/to/older/sandbox N=100 JOB=analyst|print|ts|cold bash bench/ab.sh
@@ -92,12 +92,18 @@ def busy_ms():
     return (sum(v) - v[3] - v[4]) * 1000 / os.sysconf("SC_CLK_TCK")
 
 def burst(url, per):
+    failed = []
     def worker():
         c = conn(url)
-        for _ in range(per):
-            post(c)
+        try:
+            for _ in range(per):
+                post(c)
+        except BaseException as e:  # post's exit included: a thread's SystemExit ends only it
+            failed.append(e)
     ts = [threading.Thread(target=worker) for _ in range(2)]
     c0, t = busy_ms(), time.perf_counter(); [x.start() for x in ts]; [x.join() for x in ts]
+    if failed:
+        sys.exit(f"a request at concurrency 2 failed: {failed[0]}")
     return 2 * per / (time.perf_counter() - t), (busy_ms() - c0) / (2 * per)
 
 per = 40 if job in ("print", "cold") else 10

@@ -17,8 +17,8 @@
 //! template ahead of their requests ([`Prepared::new_template_member`], the template's `fork
 //! ahead`): each enters its sandbox as an execution's child does, says ready, and copies the
 //! template's pages it shares under `SCHED_IDLE` while it waits; the engine writes the
-//! execution's files into its `warm/code/` and lifts that policy right before its go (ARCHITECTURE.md, "Children
-//! forked ahead").
+//! execution's files into its `warm/code/` and lifts that policy right before its go
+//! (ARCHITECTURE.md, "Children forked ahead").
 //!
 //! One filler thread keeps every pool at its `pool_size`: it starts one member at a time, at
 //! most one per `pool_refill_interval_ms` (the rate cap: a burst that empties the pool runs

@@ -157,9 +157,8 @@ impl IdleHelper {
     }
 }
 
-/// Starts `program` as `argv0` with an empty environment, SIGPIPE at its default (the Rust
-/// runtime ignores it), an empty signal mask, and each `(fd, number)` of `fds` as that
-/// descriptor number (all else the caller holds is close-on-exec, as everything Rust opens
+/// Starts `program` as `argv0` with an empty environment, an empty signal mask, and each
+/// `(fd, number)` of `fds` as that descriptor number (all else the caller holds is close-on-exec, as everything Rust opens
 /// is). `posix_spawn(3)`, which glibc runs as
 /// `clone(CLONE_VM | CLONE_VFORK)`: unlike `fork(2)` (what `std::process::Command` falls back to
 /// when descriptors must be moved), it neither copies this process's page tables nor leaves
@@ -180,12 +179,10 @@ fn spawn_with_fds(program: &Path, argv0: &str, fds: Vec<(OwnedFd, RawFd)>) -> st
     for (fd, n) in &high {
         actions.add_dup2(fd.as_raw_fd(), *n)?;
     }
+    // No signal blocked from the calling thread. Dispositions are left alone: the helper's Rust
+    // runtime sets its own, and the program's exec resets them all (`sys::signals_default`).
     let mut attr = PosixSpawnAttr::init()?;
-    attr.set_flags(PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF | PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK)?;
-    // The Rust runtime ignores SIGPIPE, and an ignored disposition survives exec.
-    let mut default = nix::sys::signal::SigSet::empty();
-    default.add(nix::sys::signal::Signal::SIGPIPE);
-    attr.set_sigdefault(&default)?;
+    attr.set_flags(PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK)?;
     attr.set_sigmask(&nix::sys::signal::SigSet::empty())?;
     let path = std::ffi::CString::new(program.as_os_str().as_bytes())?;
     let argv0 = std::ffi::CString::new(argv0)?;
