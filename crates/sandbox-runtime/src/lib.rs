@@ -31,4 +31,6 @@ pub use helper::{helper_main, HELPER_ARGV0};
 pub use seccomp::programs as seccomp_programs;
 pub use selftest::{selftest_main, SELFTEST_ARGV0};
 pub use sys::warm_ffi as warm_entry;
-pub use sys::{dup_above, open_tree_clone, pidfd_open, pidfd_send_signal, pipe_reader, pipe_unread, recv_fd, recv_with_fds, sched_normal, send_fds};
+pub use sys::{
+    dup_above, fork_helper, open_tree_clone, pidfd_open, pidfd_send_signal, pipe_reader, pipe_unread, recv_fd, recv_with_fds, sched_normal, send_fds,
+};

@@ -102,6 +102,9 @@ fn main() -> ExitCode {
     if std::env::args_os().next().is_some_and(|a| a == sandbox_runtime::SELFTEST_ARGV0) {
         sandbox_runtime::selftest_main();
     }
+    // Still single-threaded: a local cold `sandbox run` forks its helper now, before clap and the
+    // configuration, so that it makes its network namespace while they and the audit log run.
+    let early = run::early_helper();
     let cli = Cli::parse();
     COMMAND.get_or_init(|| command_of(cli.config.as_deref(), cli.data_dir.as_deref()));
     // `run` reports failures in its own words (and the result); a server logs its work.
@@ -116,7 +119,7 @@ fn main() -> ExitCode {
         // Colours only for a person watching: a redirected log gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    match dispatch(cli) {
+    match dispatch(cli, early) {
         Ok(code) => code,
         // A reader that went away (`| head`) ends the output, not in an error.
         Err(e) if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) => ExitCode::SUCCESS,
@@ -158,12 +161,12 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+fn dispatch(cli: Cli, early: Option<sandbox_engine::EarlySpare>) -> anyhow::Result<ExitCode> {
     let config = config::load(cli.config.as_deref())?;
     match cli.command {
         Command::Run(args) => {
             let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);
-            run::run(config, data_dir, *args)
+            run::run(config, data_dir, *args, early)
         }
         Command::Serve(args) => {
             let data_dir = config::data_dir(cli.data_dir.as_deref(), &config);

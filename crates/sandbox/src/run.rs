@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use base64::Engine as _;
 use sandbox_core::wire::FileContent;
 use sandbox_core::{Config, ErrorCode, ExecutionRequest, Status};
-use sandbox_engine::{Caller, Chunk, NoHooks, Service, StreamKind};
+use sandbox_engine::{Caller, Chunk, EarlySpare, NoHooks, Service, StreamKind};
 
 /// How `sandbox run --warm` starts the execution.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +94,42 @@ pub struct RunArgs {
     api_key: Option<String>,
 }
 
+/// Forks the helper of a cold start now, when this process's arguments ask for a local `sandbox
+/// run` ([`EarlySpare::fork`]): global options, `run`, and none of `--server`, `--warm`,
+/// `--help`, `--version` (a value that merely looks like one of them only costs the fork: the
+/// helper is dropped unused, as it is when the profile turns out to have an allowlist network).
+/// Must run before any thread exists: `main` calls it first.
+pub fn early_helper() -> Option<EarlySpare> {
+    use std::os::unix::ffi::OsStringExt as _;
+    use zeroize::Zeroize as _;
+    // Read from copies, which are zeroed before the fork: the helper's memory is a copy of this
+    // process's, and keeps nothing of the invocation (the fork overwrites the originals there).
+    let mut args: Vec<Vec<u8>> = std::env::args_os().skip(1).map(std::ffi::OsString::into_vec).collect();
+    let local = is_local_run(&args);
+    args.zeroize();
+    drop(args);
+    if !local {
+        return None;
+    }
+    EarlySpare::fork(std::env::current_exe().ok()?)
+}
+
+/// Whether `args` (without argv\[0\]) are a `run` that runs here: [`early_helper`].
+fn is_local_run(args: &[Vec<u8>]) -> bool {
+    let mut args = args.iter().map(Vec::as_slice);
+    loop {
+        match args.next() {
+            Some(b"--config" | b"--data-dir") => {
+                args.next();
+            }
+            Some(a) if a.starts_with(b"--config=") || a.starts_with(b"--data-dir=") => {}
+            Some(b"run") => break,
+            _ => return false,
+        }
+    }
+    !args.any(|a| matches!(a, b"--server" | b"--warm" | b"--help" | b"-h" | b"--version" | b"-V") || a.starts_with(b"--server=") || a.starts_with(b"--warm="))
+}
+
 /// `--timeout`: a bare number is milliseconds (the HTTP API's unit), anything else a humantime
 /// duration (`20s`, `1m 30s`, `500ms`). Errors: the text, with the forms accepted.
 fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
@@ -110,17 +146,18 @@ pub const UNREACHABLE: u8 = 5;
 /// Runs one execution and maps its result to an exit code: the program's own, 128+signal when a
 /// signal ended it, 2 for a rejected request, 3 when the host cannot run it, 4 for an internal
 /// error, [`UNREACHABLE`] (5) when `--server` cannot be reached.
-pub fn run(config: Config, data_dir: PathBuf, args: RunArgs) -> anyhow::Result<ExitCode> {
+/// `early`: the helper `main` forked ([`early_helper`]), used for a cold start without an
+/// allowlist network, else dropped (which kills it).
+pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<EarlySpare>) -> anyhow::Result<ExitCode> {
     let request = build_request(&args)?;
     if let Some(url) = &args.server {
         return run_remote(url, request, &args);
     }
-    // A cold start's helper is started now, so that its exec and loading overlap opening the
-    // audit log, probing the host, the audit `begin` and the sandbox's preparation (an
-    // allowlist profile starts its own at its run; a warm one needs none).
-    let early = (args.warm.is_none() && config.profiles.get(&request.profile).is_some_and(|p| p.network == sandbox_core::network::Network::None))
-        .then(|| std::env::current_exe().ok().map(sandbox_engine::EarlySpare::start))
-        .flatten();
+    // A cold start's helper: the one `main` forked, else one started now, so that its start
+    // overlaps opening the audit log, probing the host, the audit `begin` and the sandbox's
+    // preparation (an allowlist profile starts its own at its run; a warm one needs none).
+    let cold = args.warm.is_none() && config.profiles.get(&request.profile).is_some_and(|p| p.network == sandbox_core::network::Network::None);
+    let early = cold.then(|| early.or_else(|| std::env::current_exe().ok().map(EarlySpare::start))).flatten();
     if let Some(env) = config.profiles.get(&request.profile).and_then(|p| p.environment.clone()) {
         let envs = sandbox_engine::environment::Environments::for_runtime(&config.runtime, &data_dir);
         if envs.installed_in(&config, &env).is_none() {
@@ -365,5 +402,39 @@ fn report(r: &sandbox_core::ExecutionResult, wrote_files: bool) {
         // Names come from the program: escape control characters before they reach a terminal.
         let names: Vec<String> = r.files.keys().map(|n| n.escape_debug().to_string()).collect();
         errln!("sandbox: {} output file(s) not written (use --out-dir): {}", names.len(), names.join(", "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_local_run;
+
+    fn local(args: &str) -> bool {
+        is_local_run(&args.split(' ').map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_local_run_is_told_from_its_arguments_alone() {
+        for yes in
+            ["run -c pass", "--data-dir /d run x.py", "--config=c.toml --data-dir=/d run -c pass", "--config c.toml run --json -c pass -p python-default"]
+        {
+            assert!(local(yes), "{yes}");
+        }
+        for no in [
+            "serve",
+            "profiles list",
+            "audit show run",
+            "--data-dir run profiles list",
+            "run --server http://h -c pass",
+            "run --server=http://h -c pass",
+            "run --warm -c pass",
+            "run --warm=pool -c pass",
+            "run --help",
+            "run -h",
+            "--version",
+            "",
+        ] {
+            assert!(!local(no), "{no}");
+        }
     }
 }

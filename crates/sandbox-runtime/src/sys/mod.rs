@@ -316,6 +316,95 @@ pub fn signals_default() -> io::Result<()> {
     Ok(())
 }
 
+/// Forks the helper ([`crate::helper_main`]) from this process without an exec: `sandbox run`'s
+/// helper started ahead, which so skips an exec, the loading and relocation of the binary and
+/// the Rust runtime's start (~1.2 ms of CPU per run on this machine kind). Only while this
+/// process has a single thread (`main`, before anything else), so that the child's copy of
+/// every lock and of the allocator is consistent; checked here (`num_threads`, field 20 of
+/// `/proc/self/stat`). The child puts each `(fd, number)` of `fds` at that number (stdio, the
+/// control socket, the side channel: where an exec'd helper gets them), empties its signal
+/// mask, overwrites the arguments and environment it inherited ([`retitle`]: `/proc/PID/cmdline`
+/// reads `sandbox-init` as an exec'd helper's does, and nothing of the caller's environment
+/// stays in its memory or in that of the init it clones), and runs the helper; it exits 127 if
+/// any of that fails. The parent's copies of `fds` are for it to close.
+/// Errors: `ErrorKind::Other` when the process has more than one thread, else the kernel's errno
+/// (`fork(2)`, or reading `/proc/self/stat`).
+pub fn fork_helper(fds: &[(OwnedFd, std::os::fd::RawFd)]) -> io::Result<Pid> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    let threads = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().nth(20 - 3)).and_then(|t| t.parse::<u32>().ok());
+    if threads != Some(1) {
+        return Err(io::Error::other(format!("the process has {threads:?} threads; a helper is forked from a single-threaded one only")));
+    }
+    // SAFETY: this process has one thread (checked above, and the caller's thread cannot start
+    // another meanwhile), so the child's copy of its memory, locks included, is consistent.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Parent { child } => Ok(child),
+        nix::unistd::ForkResult::Child => {
+            use std::os::fd::AsRawFd as _;
+            let target_max = fds.iter().map(|(_, n)| *n).max().unwrap_or(0);
+            // Every source above every target first, so that no dup2 overwrites a source still
+            // to be moved; dup2 clears the close-on-exec flag of its target.
+            let placed = fds
+                .iter()
+                .map(|(fd, n)| dup_above(std::os::fd::AsFd::as_fd(fd), target_max + 1).map(|high| (high, *n)))
+                .collect::<io::Result<Vec<_>>>()
+                .and_then(|high| {
+                    high.iter().try_for_each(|(fd, n)| {
+                        // SAFETY: both are descriptor numbers; the target is one the helper owns.
+                        match unsafe { libc::dup2(fd.as_raw_fd(), *n) } {
+                            -1 => Err(io::Error::last_os_error()),
+                            _ => Ok(()),
+                        }
+                    })
+                });
+            let unmasked = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&nix::sys::signal::SigSet::empty()), None);
+            // SAFETY: this child is single-threaded (forked from a single-threaded process), and
+            // the helper reads neither its arguments nor its environment.
+            if placed.is_err() || unmasked.is_err() || unsafe { retitle(crate::HELPER_ARGV0) }.is_err() {
+                exit_now(127);
+            }
+            crate::helper_main()
+        }
+    }
+}
+
+/// Overwrites this process's argument and environment strings where the kernel placed them at
+/// its exec (`arg_start..arg_end` and `env_start..env_end`, fields 48-51 of `/proc/self/stat`,
+/// proc(5)), so that `/proc/PID/cmdline` reads `title` and `/proc/PID/environ` only NUL bytes,
+/// and clears `environ` (`clearenv(3)`): what a process exec'd with argv `[title]` and an empty
+/// environment shows and holds. For a helper forked from our binary instead of exec'd
+/// ([`fork_helper`]): the caller's arguments and environment (an API key, a cloud
+/// credential) are not left in the memory of the helper and of the init it clones. A `title`
+/// longer than the argument area is cut (the area ends with a NUL either way).
+/// Errors: `/proc/self/stat` cannot be read or has no such fields.
+///
+/// # Safety
+/// The process must be single-threaded, and nothing may read its arguments or environment
+/// afterwards (`std::env::args` would return the overwritten text).
+unsafe fn retitle(title: &str) -> io::Result<()> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    let malformed = || io::Error::new(io::ErrorKind::InvalidData, "/proc/self/stat has no argument and environment fields");
+    // Fields after the command name (which may hold spaces) start at field 3.
+    let after = stat.rfind(')').map(|i| &stat[i + 1..]).ok_or_else(malformed)?;
+    let field = |n: usize| after.split_whitespace().nth(n - 3).and_then(|f| f.parse::<usize>().ok()).ok_or_else(malformed);
+    let (arg_start, arg_end, env_start, env_end) = (field(48)?, field(49)?, field(50)?, field(51)?);
+    if arg_end < arg_start || env_end < env_start || arg_start == 0 {
+        return Err(malformed());
+    }
+    // SAFETY: both ranges are the strings the kernel copied onto this process's stack at exec,
+    // writable and still mapped (the initial stack is never unmapped); the caller guarantees no
+    // other thread reads them.
+    unsafe {
+        std::ptr::write_bytes(env_start as *mut u8, 0, env_end - env_start);
+        let area = std::slice::from_raw_parts_mut(arg_start as *mut u8, arg_end - arg_start);
+        area.fill(0);
+        let n = title.len().min(area.len().saturating_sub(1));
+        area[..n].copy_from_slice(&title.as_bytes()[..n]);
+        libc::clearenv();
+    }
+    Ok(())
+}
+
 /// Closes every descriptor from `first` up (`close_range(2)`, Linux 5.9).
 /// Errors: the kernel's errno.
 pub fn close_from(first: u32) -> io::Result<()> {

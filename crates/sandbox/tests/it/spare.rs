@@ -145,6 +145,95 @@ fn a_cli_run_without_its_audit_log_leaves_no_helper_behind() {
     assert_no_process_in(cwd.path());
 }
 
+/// `sandbox run` forks its helper from its own `main`, before clap and the configuration, instead
+/// of executing the binary again. That helper, and the init it clones into the sandbox, must
+/// still hold nothing of the invocation that the sandbox is not given: not the CLI's
+/// environment (an API key, a cloud credential in the caller's shell) and not its arguments.
+/// While the program runs, the host reads both processes: `/proc/PID/cmdline`
+/// says `sandbox-init`, `/proc/PID/environ` holds only NUL bytes, and neither secret is anywhere
+/// in their writable memory.
+#[test]
+fn a_cli_runs_helper_and_init_hold_nothing_of_the_clis_environment_or_arguments() {
+    let nonce = format!("{}x{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    // Each secret is looked for by its tail: a freed heap block keeps its text past its first
+    // 16 bytes (the allocator's free-list links overwrite those).
+    let (env_tail, arg_tail) = (format!("{nonce}env"), format!("{nonce}arg"));
+    let env_secret = format!("credential-{env_tail}");
+    // An argument the program is not given (an output glob stays with the CLI).
+    let arg_secret = format!("output-glob-{arg_tail}");
+    let cli = sandbox(&["run", "--json", "--output", &arg_secret, "-c", "import time\ntime.sleep(120)"])
+        .env("SANDBOX_TEST_CREDENTIAL", &env_secret)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let cli_pid = cli.id();
+    let children = |pid: u32| -> Vec<u32> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.filter_map(Result::ok).collect::<Vec<_>>()).unwrap_or_default();
+        tasks
+            .iter()
+            .flat_map(|t| {
+                std::fs::read_to_string(t.path().join("children")).unwrap_or_default().split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<u32>>()
+            })
+            .collect()
+    };
+    // The CLI's helper (its child) and the helper's child, init, once init has started the
+    // program (init's own child).
+    let deadline = Instant::now() + slack(Duration::from_secs(30));
+    let (helper, init) = loop {
+        let found = children(cli_pid).into_iter().find_map(|h| children(h).into_iter().find(|i| !children(*i).is_empty()).map(|i| (h, i)));
+        if let Some(pair) = found {
+            break pair;
+        }
+        assert!(Instant::now() < deadline, "no helper with a running init appeared under the CLI {cli_pid}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    for (what, pid) in [("helper", helper), ("init", init)] {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        assert!(cmdline.starts_with(b"sandbox-init\0") && cmdline[13..].iter().all(|b| *b == 0), "{what}'s cmdline: {:?}", String::from_utf8_lossy(&cmdline));
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        assert!(environ.iter().all(|b| *b == 0), "{what}'s environment: {:?}", String::from_utf8_lossy(&environ));
+        for secret in [&env_tail, &arg_tail] {
+            let at = writable_memory_holding(pid, secret.as_bytes());
+            assert!(at.is_empty(), "{what} (pid {pid}) holds {secret:?} in {at:?}");
+        }
+    }
+    // Done: a SIGTERM ends the CLI, and the helper and init with it.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(cli_pid).unwrap()), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let _ = cli.wait_with_output().unwrap();
+    let deadline = Instant::now() + slack(Duration::from_secs(10));
+    while [helper, init].iter().any(|p| Path::new(&format!("/proc/{p}")).exists()) {
+        assert!(Instant::now() < deadline, "the helper {helper} or init {init} outlived the CLI");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The writable mappings of process `pid` (`/proc/PID/maps`: heap, stacks, anonymous and data
+/// pages, where anything it received or copied lives) whose memory (`/proc/PID/mem`) contains
+/// `needle`. Panics if the process is gone.
+fn writable_memory_holding(pid: u32, needle: &[u8]) -> Vec<String> {
+    use std::io::{Read as _, Seek as _};
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_else(|e| panic!("/proc/{pid}/maps: {e}"));
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap_or_else(|e| panic!("/proc/{pid}/mem: {e}"));
+    let mut found = Vec::new();
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
+        let Some((a, b)) = range.split_once('-') else { continue };
+        let (a, b) = (u64::from_str_radix(a, 16).unwrap(), u64::from_str_radix(b, 16).unwrap());
+        if !perms.starts_with("rw") {
+            continue;
+        }
+        let mut data = vec![0u8; usize::try_from(b - a).unwrap()];
+        mem.seek(std::io::SeekFrom::Start(a)).unwrap();
+        mem.read_exact(&mut data).unwrap_or_else(|e| panic!("/proc/{pid}/mem at {line}: {e}"));
+        if data.windows(needle.len()).any(|w| w == needle) {
+            found.push(line.to_owned());
+        }
+    }
+    found
+}
+
 /// Waits (up to 10 s) until no process has `cwd` as its working directory.
 #[track_caller]
 fn assert_no_process_in(cwd: &std::path::Path) {
