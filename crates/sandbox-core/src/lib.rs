@@ -16,5 +16,5 @@ pub mod wire;
 pub use admit::{admit, Admitted, InputFile, Rejection};
 pub use error::ErrorCode;
 pub use path::WorkspacePath;
-pub use profile::{Config, ConfigError, Profile};
+pub use profile::{AuditConfig, Config, ConfigError, Profile};
 pub use wire::{ExecutionRequest, ExecutionResult, Harness, Language, Status};

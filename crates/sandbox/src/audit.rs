@@ -9,13 +9,13 @@ use anyhow::Context as _;
 use sandbox_audit::{AuditLog, Caps, ListFilter};
 use sandbox_engine::Engine;
 
-/// Opens `<data_dir>/audit.db` with the caps of `[audit]`.
-pub fn open(data_dir: &Path, config: &sandbox_core::Config) -> anyhow::Result<AuditLog> {
+/// Opens `<data_dir>/audit.db`, or the log at `[audit] url`, with the caps of `[audit]`.
+pub fn open(data_dir: &Path, audit: &sandbox_core::AuditConfig) -> anyhow::Result<AuditLog> {
     let caps = Caps {
-        code_max_bytes: usize::try_from(config.audit.code_max_bytes).unwrap_or(usize::MAX),
-        output_max_bytes: usize::try_from(config.audit.output_max_bytes).unwrap_or(usize::MAX),
+        code_max_bytes: usize::try_from(audit.code_max_bytes).unwrap_or(usize::MAX),
+        output_max_bytes: usize::try_from(audit.output_max_bytes).unwrap_or(usize::MAX),
     };
-    match config.audit.url.as_deref() {
+    match audit.url.as_deref() {
         Some(url) => AuditLog::open_url(Some(url), data_dir, caps).context("cannot open the audit log ([audit] url)"),
         None => AuditLog::open(data_dir, caps).with_context(|| format!("cannot open the audit log in {}", data_dir.display())),
     }
@@ -36,7 +36,19 @@ pub fn engine_building(
     builds: std::collections::BTreeMap<String, std::path::PathBuf>,
 ) -> anyhow::Result<(Engine, std::sync::Arc<AuditLog>)> {
     let node = crate::config::node_id(&config);
-    let audit = std::sync::Arc::new(open(&data_dir, &config)?.with_node(node, config.audit.lease_ttl_ms));
+    // The log opens (SQLite's schema and the WAL's recovery, or a PostgreSQL connection) on a
+    // thread of its own while this one probes the host: both come before a `sandbox run`'s
+    // `begin`, and the CLI would otherwise do one after the other.
+    let opening = {
+        let (dir, audit) = (data_dir.clone(), config.audit.clone());
+        std::thread::Builder::new().name("audit-open".into()).spawn(move || open(&dir, &audit))
+    };
+    let probe = sandbox_engine::HostProbe::run(&config);
+    let opened = match opening {
+        Ok(thread) => thread.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the audit log's opening thread panicked"))),
+        Err(_) => open(&data_dir, &config.audit),
+    };
+    let audit = std::sync::Arc::new(opened?.with_node(node, config.audit.lease_ttl_ms));
     let options = sandbox_engine::EngineOptions {
         config,
         data_dir,
@@ -45,7 +57,7 @@ pub fn engine_building(
         command: crate::command().to_owned(),
         environment_builds: builds,
     };
-    let engine = Engine::new(options, audit.clone());
+    let engine = Engine::probed(options, audit.clone(), probe);
     recover(&engine, &audit);
     Ok((engine, audit))
 }
@@ -195,7 +207,7 @@ fn ms(t: Option<std::time::SystemTime>) -> Option<i64> {
 
 /// Runs one `sandbox audit` subcommand on the log in `data_dir`.
 pub fn run(data_dir: &Path, config: &sandbox_core::Config, command: AuditCommand) -> anyhow::Result<ExitCode> {
-    let log = open(data_dir, config)?;
+    let log = open(data_dir, &config.audit)?;
     if let AuditCommand::Prune { older_than, keep_last } = command {
         let report = match (older_than, keep_last) {
             (None, None) => log.apply_retention(config.audit.retention_days, config.audit.retention_max_events)?,
