@@ -339,8 +339,8 @@ impl Engine {
         }
     }
 
-    /// Ends every running execution now (service shutdown past its grace period): each is
-    /// killed, torn down, and reported as `internal_error` saying the service shut down.
+    /// Ends every running execution now (service shutdown past its grace period, `sandbox run`
+    /// interrupted): each is killed, torn down, and reported as `internal_error` saying so.
     /// Executions started afterwards end the same way at once.
     pub fn abort_all(&self) {
         self.abort.send_replace(true);
@@ -692,11 +692,18 @@ impl Engine {
         // The cgroup kill loop, usage, reading output files and teardown (unmounts, rmdir
         // retries): on a blocking thread, so a slow teardown stalls only this execution.
         let prepared = prepared.into_inner();
+        let ending = run.ending.take();
         let (usage, files, teardown, admitted) = off_worker(move || {
             let mut prepared = prepared;
-            prepared.stop_everything();
+            // After init's `Exited` no process of the sandbox but init runs (it reaped them
+            // all): the usage and the files are final, and are read while init ends. Else
+            // whatever still runs is killed first.
+            if ending.is_none() {
+                prepared.stop_everything();
+            }
             let usage = prepared.usage();
             let files = prepared.collect_files(&admitted);
+            supervise::RunOutcome::finish_ending(ending, &prepared);
             let teardown = prepared.teardown();
             (usage, files, teardown, admitted)
         })

@@ -31,6 +31,7 @@ use crate::supervise::SuperviseError;
 
 /// A helper process of ours, by pid. Until it is reaped the pid stays ours (an exited helper is
 /// a zombie), so signalling it cannot reach another process.
+#[derive(Debug)]
 pub(crate) struct HelperProcess {
     pid: Pid,
     reaped: bool,
@@ -77,6 +78,7 @@ impl HelperProcess {
 }
 
 /// A helper process that is killed and reaped (on a thread of its own) if dropped unreaped.
+#[derive(Debug)]
 pub(crate) struct Reaped(pub(crate) Option<HelperProcess>);
 
 impl Reaped {
@@ -88,6 +90,13 @@ impl Reaped {
     /// Whether it has not exited (a failed check counts as exited).
     pub(crate) fn alive(&mut self) -> bool {
         self.0.as_mut().is_some_and(|c| matches!(c.running(), Ok(true)))
+    }
+
+    /// Blocks until it has exited, and reaps it (it is about to exit: its init has reported).
+    pub(crate) fn wait_blocking(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.wait();
+        }
     }
 
     /// Reaps it, on tokio's blocking pool (it has exited or is about to: its control socket's

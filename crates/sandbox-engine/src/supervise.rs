@@ -64,6 +64,33 @@ pub(crate) struct RunOutcome {
     /// The pooled sandbox it was given ended before the execution started in it: the caller
     /// starts the execution again, cold, in a sandbox of its own.
     pub(crate) start_cold: bool,
+    /// Init reported the program's end (`Exited`), which it does once it has reaped every
+    /// other process of the sandbox, and was not waited for while it tears its namespaces down
+    /// (~0.5 ms of the kernel's on this machine kind): the caller reads the usage and the
+    /// workspace's files meanwhile, then [`RunOutcome::finish_ending`] before the teardown.
+    pub(crate) ending: Option<Ending>,
+}
+
+/// What still ends after init's `Exited` ([`RunOutcome::ending`]): init itself, and the helper
+/// that waits for it (a cold or pooled start's; none for a template's child).
+#[derive(Debug)]
+pub(crate) struct Ending {
+    helper: Option<Reaped>,
+}
+
+impl RunOutcome {
+    /// Waits until the sandbox has ended: init (exiting already) and anything left in the
+    /// cgroup SIGKILLed and gone (`Prepared::stop_everything`), then the helper reaped. Blocks:
+    /// call it off the async workers, after the usage and the files are read and before the
+    /// teardown. A no-op when the run already waited (`ending` is `None`).
+    pub(crate) fn finish_ending(ending: Option<Ending>, prepared: &Prepared) {
+        if let Some(ending) = ending {
+            prepared.stop_everything();
+            if let Some(mut helper) = ending.helper {
+                helper.wait_blocking();
+            }
+        }
+    }
 }
 
 /// Why an execution could not be run to its end (status `internal_error`, the message naming
@@ -131,8 +158,9 @@ pub(crate) enum SuperviseError {
     /// The sandbox's set-up failed inside (the runtime's step and message, from its `Failed` event).
     #[error("sandbox set-up failed at {step}: {message}")]
     SetUp { step: String, message: String },
-    /// The service shut down while the execution ran.
-    #[error("the service shut down before the execution ended")]
+    /// The service shut down, or `sandbox run` was interrupted (SIGINT, SIGTERM), while the
+    /// execution ran ([`crate::Engine::abort_all`]).
+    #[error("the service shut down (or `sandbox run` was interrupted) before the execution ended")]
     ShutDown,
 }
 
@@ -379,6 +407,7 @@ async fn attempt(
     let side_task = Some(tokio::spawn(capture(side_read, StreamKind::Stdout, caps.return_max_bytes, None, Arc::new(Notify::new()))));
 
     let mut events = BufReader::new(ctl_read).lines();
+    let mut exited = false;
     let deadline = tokio::time::Instant::from_std(l.spawned_at + Duration::from_millis(a.timeout_ms));
     let grace = Duration::from_millis(a.profile.limits.grace_ms);
     let mut kill_at: Option<tokio::time::Instant> = None;
@@ -403,6 +432,10 @@ async fn attempt(
                     Ok(Event::Exited { code, signal, killed_at_teardown }) => {
                         out.exit = Some((code, signal));
                         out.killed_at_teardown = killed_at_teardown;
+                        // Every other process of the sandbox is reaped and its pipes closed:
+                        // what remains is init's and the helper's own end (RunOutcome::ending).
+                        exited = true;
+                        break;
                     }
                     Err(e) => tracing::warn!(error = %e, "unreadable helper event"),
                 },
@@ -436,13 +469,17 @@ async fn attempt(
         }
     }
     let ended = Instant::now();
-    if let Some(helper) = l.helper.take() {
+    if exited {
+        out.ending = Some(Ending { helper: l.helper.take() });
+    } else if let Some(helper) = l.helper.take() {
         // It has exited (the control socket's EOF says so): this only reaps it.
         helper.reap().await;
     }
     out.network = l.network.take().map(Network::finish);
-    // Every process of the sandbox is gone once init is; the pipes close with them.
-    prepared.stop().await;
+    if !exited {
+        // Every process of the sandbox is gone once init is; the pipes close with them.
+        prepared.stop().await;
+    }
     if let Some(t) = stdin_task {
         t.abort();
         // Cancelled, or ended: `written` is final.

@@ -201,7 +201,24 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
         Err(refusal) => return finish(&refusal.into_result(&profile), &args),
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // A Ctrl-C (SIGINT) or a SIGTERM ends the execution as a service's shutdown does: the
+    // sandbox is killed, torn down and recorded, and the command then exits 128+signal. Dying
+    // at once instead left its cgroup, mounts and directory until the next run's recovery.
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
     let result = rt.block_on(async {
+        let watcher = {
+            let (engine, interrupted) = (engine.clone(), interrupted.clone());
+            tokio::spawn(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else { return };
+                let sig = tokio::select! {
+                    _ = term.recv() => libc::SIGTERM,
+                    _ = int.recv() => libc::SIGINT,
+                };
+                interrupted.store(sig, std::sync::atomic::Ordering::Relaxed);
+                engine.abort_all();
+            })
+        };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Chunk>();
         let stream = !args.json;
         let printer = tokio::spawn(async move {
@@ -216,10 +233,18 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
         });
         let result = ticket.run(Some(tx)).await;
         let _ = printer.await;
+        watcher.abort();
         result
     });
     engine.stop_warm();
-    finish(&result, &args)
+    let code = finish(&result, &args)?;
+    match interrupted.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => Ok(code),
+        sig => {
+            errln!("sandbox: interrupted by {}: the execution was ended and its sandbox removed", if sig == libc::SIGINT { "SIGINT" } else { "SIGTERM" });
+            Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)))
+        }
+    }
 }
 
 /// `--server`: the same run through the HTTP API, streaming output as it comes.

@@ -26,3 +26,32 @@ fn check_timeout(profile: &str, code: &str) -> Run {
 fn busy_loop_times_out() {
     check_timeout("py-small", "while True: pass");
 }
+
+/// Ctrl-C (SIGINT) or a SIGTERM to `sandbox run` while its program runs: the execution is ended
+/// as a service's shutdown ends it (killed, torn down, recorded as `internal_error`), the command
+/// says so and exits 128+signal, and nothing of the execution stays on the host (no cgroup, mount
+/// or directory: the command used to die at once and leave them for the next run's recovery).
+#[test]
+fn an_interrupted_cli_run_ends_its_execution_and_leaves_nothing_behind() {
+    use std::io::BufRead as _;
+    for (sig, code) in [(nix::sys::signal::Signal::SIGINT, 130), (nix::sys::signal::Signal::SIGTERM, 143)] {
+        let mut args = vec!["run", "-c", "import time\nprint('started', flush=True)\ntime.sleep(60)"];
+        args.extend(warm_flag());
+        let mut cli = sandbox(&args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        // The program runs once its first line is streamed.
+        let mut stdout = std::io::BufReader::new(cli.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line, "started\n");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(cli.id()).unwrap()), sig).unwrap();
+        let out = cli.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{sig}: {stderr}");
+        assert!(stderr.contains(&format!("interrupted by {sig}")) && stderr.contains("error[internal_error]"), "{stderr}");
+        let id = stderr.split("(execution ").nth(1).and_then(|r| r.split(')').next()).unwrap_or_else(|| panic!("no execution id in {stderr}"));
+        assert_gone(id);
+        // Its record ends as the command said.
+        let shown = sandbox(&["audit", "show", id]).output().unwrap();
+        assert!(String::from_utf8_lossy(&shown.stdout).contains("internal_error"), "{}", String::from_utf8_lossy(&shown.stdout));
+    }
+}
