@@ -439,6 +439,19 @@ impl Prepared {
         self.init = Some(Arc::new(pidfd));
     }
 
+    /// Blocks until init has exited (its pidfd turns readable), for at most `patience`; returns
+    /// at once when init is unknown. For an init that reported the program's end and ends by
+    /// itself: waiting on its pidfd, not polling the cgroup, lets the caller go on the moment it
+    /// is gone.
+    pub(crate) fn wait_init_exit(&self, patience: Duration) {
+        if let Some(fd) = &self.init {
+            let mut fds = [nix::poll::PollFd::new(std::os::fd::AsFd::as_fd(fd.as_ref()), nix::poll::PollFlags::POLLIN)];
+            let ms = u16::try_from(patience.as_millis()).unwrap_or(u16::MAX);
+            // EINTR or a timeout: the caller kills what remains anyway.
+            let _ = nix::poll::poll(&mut fds, ms);
+        }
+    }
+
     /// Sends `sig` to init through its pidfd (nothing when it is unknown or gone).
     pub(crate) fn signal_init(&self, sig: Signal) {
         if let Some(fd) = &self.init {

@@ -92,9 +92,11 @@ impl Reaped {
         self.0.as_mut().is_some_and(|c| matches!(c.running(), Ok(true)))
     }
 
-    /// Blocks until it has exited, and reaps it (it is about to exit: its init has reported).
-    pub(crate) fn wait_blocking(&mut self) {
+    /// SIGKILLs it and reaps it, blocking (a helper whose init is gone only has its exit
+    /// left, which this does not wait for a stopped one to take).
+    pub(crate) fn kill_and_wait(&mut self) {
         if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
             let _ = c.wait();
         }
     }

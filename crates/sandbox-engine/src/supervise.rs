@@ -79,19 +79,27 @@ pub(crate) struct Ending {
 }
 
 impl RunOutcome {
-    /// Waits until the sandbox has ended: init (exiting already) and anything left in the
-    /// cgroup SIGKILLed and gone (`Prepared::stop_everything`), then the helper reaped. Blocks:
-    /// call it off the async workers, after the usage and the files are read and before the
-    /// teardown. A no-op when the run already waited (`ending` is `None`).
+    /// Waits until the sandbox has ended: init, which ends by itself right after its report,
+    /// gone (its pidfd, up to [`ENDING_PATIENCE`]); the helper, which only waited for init (and
+    /// on cgroup v1 sits in the execution's cgroup), killed and reaped; then anything left in
+    /// the cgroup SIGKILLed and gone (`Prepared::stop_everything`, which so finds the cgroup
+    /// empty at its first look instead of polling it every 2 ms). Blocks: call it off the async
+    /// workers, after the usage and the files are read and before the teardown. A no-op when
+    /// the run already waited (`ending` is `None`).
     pub(crate) fn finish_ending(ending: Option<Ending>, prepared: &Prepared) {
         if let Some(ending) = ending {
-            prepared.stop_everything();
+            prepared.wait_init_exit(ENDING_PATIENCE);
             if let Some(mut helper) = ending.helper {
-                helper.wait_blocking();
+                helper.kill_and_wait();
             }
+            prepared.stop_everything();
         }
     }
 }
+
+/// How long [`RunOutcome::finish_ending`] waits for an init that reported `Exited` to end by
+/// itself before it is killed (it takes ~0.5 ms; a stopped or stuck one is not waited for).
+const ENDING_PATIENCE: Duration = Duration::from_secs(1);
 
 /// Why an execution could not be run to its end (status `internal_error`, the message naming
 /// the step and its cause: [`SuperviseError::message`]). A warm start that fails so starts cold.
