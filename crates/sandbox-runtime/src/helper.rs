@@ -145,8 +145,10 @@ fn run(ctl: &UnixStream, netns_ready: bool) -> Result<i32, StepError> {
             send(ctl, &Event::Started { init_pid: init.as_raw() });
             step("release_init", nix::unistd::write(go_write.as_fd(), b"g"))?;
             drop(go_write);
-            // Hold no copy of the program's stdio: its pipes must close when the sandbox ends.
+            // Hold no copy of the program's stdio or side channel (fd 4, init's now): its pipes
+            // must close when the program ends.
             step("stdio", crate::init::stdio_to_dev_null("/dev/null"))?;
+            sys::close_raw(crate::spec::RESULT_FD);
             loop {
                 match waitpid(init, None) {
                     Ok(WaitStatus::Exited(_, code)) => return Ok(code),

@@ -116,8 +116,11 @@ pub(crate) fn handled_signals() -> SigSet {
 /// namespace and supervised by the engine, end on their own.
 pub(crate) fn supervise(program: Pid, handled: &SigSet, ctl: &UnixStream, landlock_abi: u32, linger: bool) -> Result<(), StepError> {
     send(ctl, &Event::Spawned { landlock_abi });
-    // Hold no copy of the program's stdio: a pipe closes when the last sandbox process ends.
+    // Hold no copy of the program's stdio or of its side channel (fd 4): each pipe closes when
+    // the last process of the program ends, so the engine has the program's whole output at
+    // `Exited`, without waiting for init's own end.
     step("stdio", stdio_to_dev_null("/dev/null"))?;
+    crate::sys::close_raw(crate::spec::RESULT_FD);
 
     let (code, signal) = loop {
         let sig = step("sigwait", handled.wait())?;

@@ -405,6 +405,17 @@ unsafe fn retitle(title: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// Closes descriptor number `fd` of this process if it is open (`close(2)`; an error, `EBADF`
+/// for one not open, is ignored). For numbers the process holds by convention rather than as
+/// an owned value: the side channel (fd 4) that the helper and init keep only to pass on.
+pub(crate) fn close_raw(fd: std::os::fd::RawFd) {
+    // SAFETY: the callers (the helper and init, after passing the descriptor on) own `fd` by
+    // the descriptor convention of `spec.rs` and never use it afterwards.
+    unsafe {
+        libc::close(fd);
+    }
+}
+
 /// Closes every descriptor from `first` up (`close_range(2)`, Linux 5.9).
 /// Errors: the kernel's errno.
 pub fn close_from(first: u32) -> io::Result<()> {
