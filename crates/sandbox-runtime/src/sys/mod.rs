@@ -322,7 +322,8 @@ pub fn signals_default() -> io::Result<()> {
 /// process has a single thread (`main`, before anything else), so that the child's copy of
 /// every lock and of the allocator is consistent; checked here (`num_threads`, field 20 of
 /// `/proc/self/stat`). The child puts each `(fd, number)` of `fds` at that number (stdio, the
-/// control socket, the side channel: where an exec'd helper gets them), empties its signal
+/// control socket, the side channel: where an exec'd helper gets them), closes every other
+/// descriptor above them (an exec would have closed the close-on-exec ones), empties its signal
 /// mask, overwrites the arguments and environment it inherited ([`retitle`]: `/proc/PID/cmdline`
 /// reads `sandbox-init` as an exec'd helper's does, and nothing of the caller's environment
 /// stays in its memory or in that of the init it clones), and runs the helper; it exits 127 if
@@ -357,10 +358,14 @@ pub fn fork_helper(fds: &[(OwnedFd, std::os::fd::RawFd)]) -> io::Result<Pid> {
                         }
                     })
                 });
+            // Nothing else stays open: no exec closes the parent's close-on-exec descriptors here,
+            // and among them are the engine's own ends of these very pipes (a helper holding the
+            // engine's end of its control socket would never read EOF there).
+            let closed = u32::try_from(target_max + 1).map_err(io::Error::other).and_then(close_from);
             let unmasked = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&nix::sys::signal::SigSet::empty()), None);
             // SAFETY: this child is single-threaded (forked from a single-threaded process), and
             // the helper reads neither its arguments nor its environment.
-            if placed.is_err() || unmasked.is_err() || unsafe { retitle(crate::HELPER_ARGV0) }.is_err() {
+            if placed.is_err() || closed.is_err() || unmasked.is_err() || unsafe { retitle(crate::HELPER_ARGV0) }.is_err() {
                 exit_now(127);
             }
             crate::helper_main()

@@ -150,8 +150,8 @@ fn a_cli_run_without_its_audit_log_leaves_no_helper_behind() {
 /// still hold nothing of the invocation that the sandbox is not given: not the CLI's
 /// environment (an API key, a cloud credential in the caller's shell) and not its arguments.
 /// While the program runs, the host reads both processes: `/proc/PID/cmdline`
-/// says `sandbox-init`, `/proc/PID/environ` holds only NUL bytes, and neither secret is anywhere
-/// in their writable memory.
+/// says `sandbox-init`, `/proc/PID/environ` holds only NUL bytes, they hold no descriptor past
+/// their own (0-4), and neither secret is anywhere in their writable memory.
 #[test]
 fn a_cli_runs_helper_and_init_hold_nothing_of_the_clis_environment_or_arguments() {
     let nonce = format!("{}x{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
@@ -193,6 +193,14 @@ fn a_cli_runs_helper_and_init_hold_nothing_of_the_clis_environment_or_arguments(
         assert!(cmdline.starts_with(b"sandbox-init\0") && cmdline[13..].iter().all(|b| *b == 0), "{what}'s cmdline: {:?}", String::from_utf8_lossy(&cmdline));
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
         assert!(environ.iter().all(|b| *b == 0), "{what}'s environment: {:?}", String::from_utf8_lossy(&environ));
+        // Only its own descriptors: stdio and the control socket (and, in init, nothing the
+        // CLI held: the CLI's ends of these pipes would keep the helper from ever reading EOF).
+        let fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| format!("{} -> {}", e.file_name().to_string_lossy(), std::fs::read_link(e.path()).map(|l| l.display().to_string()).unwrap_or_default()))
+            .collect();
+        assert!(fds.iter().all(|f| f.split(' ').next().and_then(|n| n.parse::<u32>().ok()).is_some_and(|n| n <= 4)), "{what}'s descriptors: {fds:?}");
         for secret in [&env_tail, &arg_tail] {
             let at = writable_memory_holding(pid, secret.as_bytes());
             assert!(at.is_empty(), "{what} (pid {pid}) holds {secret:?} in {at:?}");
