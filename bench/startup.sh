@@ -6,6 +6,8 @@
 #   (its own data directory), interleaved with the others: a change measured against its base.
 #   LOG_EXECUTIONS=10000 starts each data directory's audit log with that many finished
 #   executions (copies of the check run's events), as a host's log is after months of use.
+#   AUDIT_URL='host=127.0.0.1 port=5432 user=postgres dbname=bench' records both builds' runs
+#   in that PostgreSQL database (`[audit] url`) instead of each data directory's SQLite file.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -52,7 +54,13 @@ SANDBOX="$(copy_build "$SANDBOX" build)"
 BWRAP=(bwrap --unshare-all --ro-bind /usr /usr --symlink usr/lib /lib --symlink usr/lib64 /lib64
        --symlink usr/bin /bin --proc /proc --dev /dev --tmpfs /tmp "$PY" -c pass)
 UNSHARE=(unshare --user --map-root-user --pid --fork --mount --net --ipc --uts "$PY" -c pass)
-SB=("$SANDBOX" --data-dir "$DATA_DIR" run -c pass)
+CONFIG_ARGS=()
+if [ -n "${AUDIT_URL:-}" ]; then
+  if [ -n "${LOG_EXECUTIONS:-}" ]; then echo "LOG_EXECUTIONS grows SQLite logs only: not with AUDIT_URL" >&2; exit 2; fi
+  printf '[audit]\nurl = "%s"\n' "$AUDIT_URL" > "$BIN_DIR/audit.toml"
+  CONFIG_ARGS=(--config "$BIN_DIR/audit.toml")
+fi
+SB=("$SANDBOX" "${CONFIG_ARGS[@]}" --data-dir "$DATA_DIR" run -c pass)
 
 # Check every variant runs before timing it.
 check() {
@@ -76,15 +84,16 @@ if [ -n "$REF" ]; then
   REF_DIR="$(mktemp -d /tmp/sandbox-bench-ref.XXXXXX)"
   chmod 0755 "$REF_DIR"
   trap 'rm -rf "$DATA_DIR" "$REF_DIR" "$BIN_DIR"' EXIT
-  check "$REF" --data-dir "$REF_DIR" run -c pass
+  check "$REF" "${CONFIG_ARGS[@]}" --data-dir "$REF_DIR" run -c pass
 fi
-"$PY" - "$N" "$WARMUP" "$JSON_RUNS" "$PY" "$SANDBOX" "$DATA_DIR" "$REF" "$REF_DIR" "${LOG_EXECUTIONS:-0}" <<'EOF'
+"$PY" - "$N" "$WARMUP" "$JSON_RUNS" "$PY" "$SANDBOX" "$DATA_DIR" "$REF" "$REF_DIR" "${LOG_EXECUTIONS:-0}" "${CONFIG_ARGS[@]}" <<'EOF'
 import json, sqlite3, statistics, subprocess, sys, time, uuid
 
 n, warmup, json_runs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 py, sandbox, data_dir = sys.argv[4], sys.argv[5], sys.argv[6]
 ref, ref_dir = sys.argv[7], sys.argv[8]
 log_executions = int(sys.argv[9])
+config = sys.argv[10:]  # [] or ["--config", FILE]
 
 def grow_log(dir, executions):
     # Copies of the check run's begin and finish under new ids, appended after it. They are not
@@ -117,10 +126,10 @@ variants = [
                "--dev", "/dev", "--tmpfs", "/tmp", py, "-c", "pass"]),
     ("unshare", ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount", "--net",
                  "--ipc", "--uts", py, "-c", "pass"]),
-    ("sandbox run", [sandbox, "--data-dir", data_dir, "run", "-c", "pass"]),
+    ("sandbox run", [sandbox, *config, "--data-dir", data_dir, "run", "-c", "pass"]),
 ]
 if ref:
-    variants.append(("reference run", [ref, "--data-dir", ref_dir, "run", "-c", "pass"]))
+    variants.append(("reference run", [ref, *config, "--data-dir", ref_dir, "run", "-c", "pass"]))
 
 def once(argv):
     t0 = time.perf_counter()
@@ -167,7 +176,7 @@ print(f"sandbox overhead {sb_over:.2f} ms vs bubblewrap overhead {bw_over:.2f} m
 keys = ("setupMs", "runMs", "collectMs")
 timing = {k: [] for k in keys}
 for _ in range(json_runs):
-    r = subprocess.run([sandbox, "--data-dir", data_dir, "run", "--json", "-c", "pass"],
+    r = subprocess.run([sandbox, *config, "--data-dir", data_dir, "run", "--json", "-c", "pass"],
                        stdin=subprocess.DEVNULL, capture_output=True, check=True)
     t = json.loads(r.stdout)["timing"]
     for k in keys:

@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use sandbox_audit::{AuditLog, Caps, ListFilter};
+use sandbox_core::record::{BeginError, Quota, RecordError, Recorder};
+use sandbox_core::{ExecutionRequest, ExecutionResult};
 use sandbox_engine::Engine;
 
 /// Opens `<data_dir>/audit.db`, or the log at `[audit] url`, with the caps of `[audit]`.
@@ -21,8 +23,8 @@ pub fn open(data_dir: &Path, audit: &sandbox_core::AuditConfig) -> anyhow::Resul
     }
 }
 
-/// The engine for `run` and `serve`: this binary as the helper, the audit log as its recorder,
-/// and recovery from a crashed predecessor done.
+/// The engine for `serve`, `mcp` and the environment commands: this binary as the helper, the
+/// audit log as its recorder, and recovery from a crashed predecessor done.
 /// Errors: the audit log cannot be opened (then nothing may run), or the binary cannot be found.
 pub fn engine(config: sandbox_core::Config, data_dir: std::path::PathBuf) -> anyhow::Result<(Engine, std::sync::Arc<AuditLog>)> {
     engine_building(config, data_dir, Default::default())
@@ -35,42 +37,180 @@ pub fn engine_building(
     data_dir: std::path::PathBuf,
     builds: std::collections::BTreeMap<String, std::path::PathBuf>,
 ) -> anyhow::Result<(Engine, std::sync::Arc<AuditLog>)> {
-    let node = crate::config::node_id(&config);
     // The log opens (SQLite's schema and the WAL's recovery, or a PostgreSQL connection) on a
-    // thread of its own while this one probes the host: both come before a `sandbox run`'s
-    // `begin`, and the CLI would otherwise do one after the other.
-    let opening = {
-        let (dir, audit) = (data_dir.clone(), config.audit.clone());
-        std::thread::Builder::new().name("audit-open".into()).spawn(move || open(&dir, &audit))
-    };
+    // thread of its own while this one probes the host.
+    let opening = Opening::start(&config, &data_dir);
     let probe = sandbox_engine::HostProbe::run(&config);
-    let opened = match opening {
-        Ok(thread) => thread.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the audit log's opening thread panicked"))),
-        Err(_) => open(&data_dir, &config.audit),
-    };
-    let audit = std::sync::Arc::new(opened?.with_node(node, config.audit.lease_ttl_ms));
-    let options = sandbox_engine::EngineOptions {
+    if let Some(e) = opening.failure() {
+        return Err(e);
+    }
+    let audit = opening.log()?;
+    let engine = Engine::probed(engine_options(config, data_dir, builds)?, audit.clone(), probe);
+    recover_host(&engine);
+    Ok((engine, audit))
+}
+
+/// The engine of a `sandbox run`: as [`engine`], but the audit log opens on a thread of its own
+/// while the engine is built and the sandbox prepared ([`Opening`]), so that only the first
+/// record waits for it. A cold run writes its `begin` while its sandbox is built, and its
+/// program waits for the go that follows a durable `begin`, so the open (SQLite's schema and
+/// recovery, ~0.9 ms here; a PostgreSQL connection, a network round trip or more) leaves the
+/// run's critical path; nothing runs unrecorded. A log that cannot be opened refuses every
+/// record, and [`Opening::failure`] gives the command its error.
+/// Errors: the binary cannot be found.
+pub fn engine_opening(config: sandbox_core::Config, data_dir: std::path::PathBuf) -> anyhow::Result<(Engine, std::sync::Arc<Opening>)> {
+    let opening = std::sync::Arc::new(Opening::start(&config, &data_dir));
+    let probe = sandbox_engine::HostProbe::run(&config);
+    let engine = Engine::probed(engine_options(config, data_dir, Default::default())?, opening.clone(), probe);
+    recover_host(&engine);
+    Ok((engine, opening))
+}
+
+/// This binary as the helper, `sandbox` as the cgroup parent, this invocation's command.
+/// Errors: the binary cannot be found.
+fn engine_options(
+    config: sandbox_core::Config,
+    data_dir: std::path::PathBuf,
+    builds: std::collections::BTreeMap<String, std::path::PathBuf>,
+) -> anyhow::Result<sandbox_engine::EngineOptions> {
+    Ok(sandbox_engine::EngineOptions {
         config,
         data_dir,
         helper: std::env::current_exe().context("cannot find the sandbox binary to re-execute")?,
         cgroup_parent: "sandbox".into(),
         command: crate::command().to_owned(),
         environment_builds: builds,
-    };
-    let engine = Engine::probed(options, audit.clone(), probe);
-    recover(&engine, &audit);
-    Ok((engine, audit))
+    })
 }
 
-/// After a crash: sweeps the host state of dead executions and marks their records `interrupted`.
-pub fn recover(engine: &Engine, audit: &AuditLog) {
+/// After a crash, the host half: the cgroups, mounts and directories of dead executions are
+/// swept (their records are marked `interrupted` as the log opens: [`Opening::start`]).
+fn recover_host(engine: &Engine) {
     let swept = engine.recover();
+    if !swept.is_empty() {
+        tracing::warn!(swept = swept.len(), "swept the sandboxes of executions of a process that died");
+    }
+}
+
+/// After a crash, the records' half: the unfinished records of this node's dead executions
+/// are marked `interrupted`.
+fn recover_records(audit: &AuditLog) {
     match audit.recover() {
-        Ok(ids) if !ids.is_empty() || !swept.is_empty() => {
-            tracing::warn!(interrupted = ids.len(), swept = swept.len(), "recovered executions of a service that died");
-        }
+        Ok(ids) if !ids.is_empty() => tracing::warn!(interrupted = ids.len(), "marked the records of executions of a process that died interrupted"),
         Ok(_) => {}
         Err(e) => tracing::error!(error = %e, "could not mark interrupted executions"),
+    }
+}
+
+/// An audit log opening on a thread of its own ([`engine_opening`]); a
+/// [`Recorder`] whose calls wait for the open to end. The open includes [`AuditLog::recover`] (the records of
+/// dead executions marked `interrupted`), so no record of this process precedes it.
+pub struct Opening {
+    state: std::sync::Mutex<OpeningState>,
+}
+
+enum OpeningState {
+    Pending(std::thread::JoinHandle<anyhow::Result<std::sync::Arc<AuditLog>>>),
+    Open(std::sync::Arc<AuditLog>),
+    /// Why it failed, in full (`{:#}`), and the error itself until [`Opening::failure`] takes it.
+    Failed(String, Option<anyhow::Error>),
+}
+
+impl Opening {
+    /// Starts opening the log of `config`'s `[audit]` in `data_dir` (as [`open`], with this
+    /// node's id and lease time), on a thread named `audit-open`; opens it on this thread when
+    /// no thread can be started.
+    pub fn start(config: &sandbox_core::Config, data_dir: &Path) -> Self {
+        let (dir, audit, node) = (data_dir.to_owned(), config.audit.clone(), crate::config::node_id(config));
+        let open_here = move || {
+            let log = std::sync::Arc::new(open(&dir, &audit)?.with_node(node, audit.lease_ttl_ms));
+            recover_records(&log);
+            Ok(log)
+        };
+        let state = match std::thread::Builder::new().name("audit-open".into()).spawn(open_here.clone()) {
+            Ok(thread) => OpeningState::Pending(thread),
+            Err(_) => Self::settled(open_here()),
+        };
+        Self { state: std::sync::Mutex::new(state) }
+    }
+
+    fn settled(opened: anyhow::Result<std::sync::Arc<AuditLog>>) -> OpeningState {
+        match opened {
+            Ok(log) => OpeningState::Open(log),
+            Err(e) => OpeningState::Failed(format!("{e:#}"), Some(e)),
+        }
+    }
+
+    /// The open log, once the open has ended (blocks until then).
+    /// Errors: why it could not be opened.
+    pub fn log(&self) -> Result<std::sync::Arc<AuditLog>, RecordError> {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Settled once, under the lock: a second caller waits here and finds it settled.
+        *state = match std::mem::replace(&mut *state, OpeningState::Failed(String::new(), None)) {
+            OpeningState::Pending(thread) => Self::settled(thread.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the audit log's opening thread panicked")))),
+            settled => settled,
+        };
+        match &*state {
+            OpeningState::Open(log) => Ok(log.clone()),
+            OpeningState::Failed(why, _) => Err(RecordError(why.clone().into())),
+            OpeningState::Pending(_) => Err(RecordError("the audit log is still opening".into())),
+        }
+    }
+
+    /// Why the log could not be opened (once: the error is handed over), after waiting for the
+    /// open to end; `None` when it opened.
+    pub fn failure(&self) -> Option<anyhow::Error> {
+        let _ = self.log();
+        match &mut *self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            OpeningState::Failed(why, e) => Some(e.take().unwrap_or_else(|| anyhow::anyhow!("{why}"))),
+            _ => None,
+        }
+    }
+
+    /// The log if it is open now (never blocks).
+    fn open_now(&self) -> Option<std::sync::Arc<AuditLog>> {
+        match &*self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
+            OpeningState::Open(log) => Some(log.clone()),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Opening {
+    /// Waits for an open still under way, so that the process never exits in the middle of
+    /// the log's recovery.
+    fn drop(&mut self) {
+        let _ = self.log();
+    }
+}
+
+impl Recorder for Opening {
+    fn begin(&self, id: &str, caller: &str, request: &ExecutionRequest, quota: Option<&Quota>) -> Result<(), BeginError> {
+        self.log()?.begin(id, caller, request, quota)
+    }
+    fn abandoned(&self, id: &str) {
+        // Must not block; a log not open yet holds no begun execution.
+        if let Some(log) = self.open_now() {
+            log.abandoned(id);
+        }
+    }
+    fn finish(&self, caller: &str, result: &ExecutionResult) -> Result<(), RecordError> {
+        self.log()?.finish(caller, result)
+    }
+    fn rejected(&self, id: &str, caller: &str, request: Option<&ExecutionRequest>, code: &str, message: &str) -> Result<(), RecordError> {
+        self.log()?.rejected(id, caller, request, code, message)
+    }
+    fn shares_results(&self) -> bool {
+        self.log().is_ok_and(|log| log.shares_results())
+    }
+    fn keep_result(&self, owner: &str, result: &ExecutionResult, bytes: u64, keep_results: u64, keep_bytes: u64) -> Result<(), RecordError> {
+        self.log()?.keep_result(owner, result, bytes, keep_results, keep_bytes)
+    }
+    fn kept_result(&self, owner: &str, id: &str) -> Result<Option<ExecutionResult>, RecordError> {
+        self.log()?.kept_result(owner, id)
+    }
+    fn kept_results(&self, owner: &str) -> Result<Vec<ExecutionResult>, RecordError> {
+        self.log()?.kept_results(owner)
     }
 }
 

@@ -168,7 +168,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
             }
         }
     }
-    let (engine, _audit) = crate::audit::engine(config, data_dir)?;
+    let (engine, audit) = crate::audit::engine_opening(config, data_dir)?;
     let engine = match early {
         Some(early) => engine.with_spare(early),
         None => engine,
@@ -198,7 +198,13 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
     let profile = request.profile.clone();
     let ticket = match service.submit(&Caller::local(crate::audit::cli_caller()), request) {
         Ok(t) => t,
-        Err(refusal) => return finish(&refusal.into_result(&profile), &args),
+        Err(refusal) => {
+            // Nothing runs unrecorded: a log that did not open fails the command, as it says.
+            if let Some(e) = audit.failure() {
+                return Err(e);
+            }
+            return finish(&refusal.into_result(&profile), &args);
+        }
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     // A Ctrl-C (SIGINT) or a SIGTERM ends the execution as a service's shutdown does: the
@@ -237,6 +243,9 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
         result
     });
     engine.stop_warm();
+    if let Some(e) = audit.failure() {
+        return Err(e);
+    }
     let code = finish(&result, &args)?;
     match interrupted.load(std::sync::atomic::Ordering::Relaxed) {
         0 => Ok(code),

@@ -495,6 +495,36 @@ fn an_execution_whose_begin_fails_is_refused_before_its_program_starts() {
     }
 }
 
+/// A `sandbox run` opens its audit log and writes its `begin` while its sandbox is built
+/// (`audit::engine_opening`), but its program starts only once the `begin` is in the log: here
+/// another writer holds the log for a second, and the program's first instruction comes after
+/// that writer let go (cold, or in the warm mode the suite runs in).
+#[test]
+fn a_cli_runs_program_starts_only_after_its_begin_is_in_the_log() {
+    let data = data_dir();
+    assert_eq!(run_in(&data, "python-default", "pass", &[])["status"], "ok", "a first run creates the log");
+    let db = rusqlite::Connection::open(data.join("audit.db")).unwrap();
+    db.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let child = Command::new(bin())
+        .arg("--config")
+        .arg(&env().config)
+        .arg("--data-dir")
+        .arg(&data)
+        .args([&["run", "--json"][..], warm_flag().as_slice(), &["-c", "import time\nprint(time.time_ns())"]].concat())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let released = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    db.execute_batch("COMMIT").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(r["status"], "ok", "{r}");
+    let started: u128 = r["stdout"].as_str().unwrap().trim().parse().unwrap();
+    assert!(started > released, "the program started {} ms before its begin could be written", (released - started) / 1_000_000);
+    assert_eq!(show(&data, r["executionId"].as_str().unwrap())["state"], "finished");
+}
+
 /// `sandbox run` in `data` of a program that prints `up`, then runs `rest` (Python, `time`
 /// imported): returned once `up` was read, with the rest of its stdout.
 fn started(data: &Path, rest: &str) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
