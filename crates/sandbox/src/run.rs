@@ -174,6 +174,19 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
         None => engine,
     };
     let engine = std::sync::Arc::new(engine);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // A Ctrl-C (SIGINT) or a SIGTERM from here on ends what runs, and the command then exits
+    // 128+signal: a warm start is stopped and removed, an execution is ended as a service's
+    // shutdown ends it (killed, torn down, recorded). Dying at once instead left their cgroups,
+    // mounts and directories until the next run's recovery.
+    let mut signals = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let _runtime = rt.enter();
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(term), Ok(int)) => Some((term, int)),
+            _ => None,
+        }
+    };
     // A data directory no sandbox can use (`mktemp -d` makes one) is refused here, with the fix,
     // by the availability check every door makes (runtime_unavailable, exit 3).
     if let Some(how) = args.warm.filter(|_| engine.availability(&request.profile).is_ok()) {
@@ -183,9 +196,28 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
             WarmStart::Pool => sandbox_engine::WarmFor::Pool,
         };
         if engine.enable_warm_for(&request.profile, how).map_err(|why| anyhow::anyhow!("--warm: {why}"))? {
-            let ready = engine
-                .wait_warm(&request.profile, std::time::Duration::from_secs(300))
-                .map_err(|why| anyhow::anyhow!("--warm: the warm start of profile {:?} failed: {why}", request.profile))?;
+            let waiting = {
+                let (engine, profile) = (engine.clone(), request.profile.clone());
+                move || engine.wait_warm(&profile, std::time::Duration::from_secs(300))
+            };
+            let waited = rt.block_on(async {
+                tokio::select! {
+                    waited = tokio::task::spawn_blocking(waiting) => Ok(waited),
+                    sig = interruption(&mut signals) => Err(sig),
+                }
+            });
+            let ready = match waited {
+                Ok(Ok(ready)) => ready,
+                Ok(Err(_)) => Err("the thread waiting for it panicked".to_owned()),
+                Err(sig) => {
+                    engine.stop_warm();
+                    errln!("sandbox: interrupted by {} during the warm start: it was stopped and removed; nothing ran", signal_name(sig));
+                    // The thread still waiting for the warm start is not waited for.
+                    rt.shutdown_background();
+                    return Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)));
+                }
+            };
+            let ready = ready.map_err(|why| anyhow::anyhow!("--warm: the warm start of profile {:?} failed: {why}", request.profile))?;
             if !ready {
                 anyhow::bail!("--warm: the warm start of profile {:?} did not get ready", request.profile);
             }
@@ -206,21 +238,12 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
             return finish(&refusal.into_result(&profile), &args);
         }
     };
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    // A Ctrl-C (SIGINT) or a SIGTERM ends the execution as a service's shutdown does: the
-    // sandbox is killed, torn down and recorded, and the command then exits 128+signal. Dying
-    // at once instead left its cgroup, mounts and directory until the next run's recovery.
     let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
     let result = rt.block_on(async {
         let watcher = {
             let (engine, interrupted) = (engine.clone(), interrupted.clone());
             tokio::spawn(async move {
-                use tokio::signal::unix::{signal, SignalKind};
-                let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else { return };
-                let sig = tokio::select! {
-                    _ = term.recv() => libc::SIGTERM,
-                    _ = int.recv() => libc::SIGINT,
-                };
+                let sig = interruption(&mut signals).await;
                 interrupted.store(sig, std::sync::atomic::Ordering::Relaxed);
                 engine.abort_all();
             })
@@ -250,9 +273,30 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
     match interrupted.load(std::sync::atomic::Ordering::Relaxed) {
         0 => Ok(code),
         sig => {
-            errln!("sandbox: interrupted by {}: the execution was ended and its sandbox removed", if sig == libc::SIGINT { "SIGINT" } else { "SIGTERM" });
+            errln!("sandbox: interrupted by {}: the execution was ended and its sandbox removed", signal_name(sig));
             Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)))
         }
+    }
+}
+
+/// The first SIGTERM or SIGINT `signals` (the streams of both) receive, as its number; never,
+/// without streams (they could not be made: the signals then act as they would).
+async fn interruption(signals: &mut Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>) -> i32 {
+    match signals {
+        Some((term, int)) => tokio::select! {
+            _ = term.recv() => libc::SIGTERM,
+            _ = int.recv() => libc::SIGINT,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// `SIGINT` or `SIGTERM`, the signals [`interruption`] reports.
+fn signal_name(sig: i32) -> &'static str {
+    if sig == libc::SIGINT {
+        "SIGINT"
+    } else {
+        "SIGTERM"
     }
 }
 

@@ -313,7 +313,12 @@ pub fn scratch_file(name: &str, content: &[u8]) -> PathBuf {
 /// Asserts the execution `id` left no cgroup, mount, directory or process on the host.
 #[track_caller]
 pub fn assert_gone(id: &str) {
-    let dir = env().data.join("executions").join(id);
+    assert_gone_from(&env().data, id);
+}
+
+/// [`assert_gone`] for an execution (or template, or pooled sandbox) of the data directory `data`.
+pub fn assert_gone_from(data: &Path, id: &str) {
+    let dir = data.join("executions").join(id);
     assert!(!dir.exists(), "execution directory {} still exists", dir.display());
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mountinfo.contains(id), "a mount of {id} is still there");

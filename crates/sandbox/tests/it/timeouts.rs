@@ -55,3 +55,53 @@ fn an_interrupted_cli_run_ends_its_execution_and_leaves_nothing_behind() {
         assert!(String::from_utf8_lossy(&shown.stdout).contains("internal_error"), "{}", String::from_utf8_lossy(&shown.stdout));
     }
 }
+
+/// Ctrl-C (SIGINT) or a SIGTERM to `sandbox run --warm` while its template or pooled sandbox
+/// is still starting: the warm start is stopped and removed, the command says so and exits
+/// 128+signal, nothing ran, and nothing of the warm start stays on the host (the command used
+/// to die at once and leave its cgroup and directory to the next run's recovery). The
+/// `python-analysis` profile: its template imports pandas and matplotlib (~1 s), so the signal
+/// lands in the start. The suite's warm mode, else `--warm`.
+#[test]
+fn an_interrupted_warm_start_is_stopped_and_leaves_nothing_behind() {
+    environments_installed();
+    let flag = warm_flag().unwrap_or("--warm");
+    for (sig, code) in [(nix::sys::signal::Signal::SIGINT, 130), (nix::sys::signal::Signal::SIGTERM, 143)] {
+        let data = tempfile::Builder::new().prefix("warm-start-").tempdir_in(&env().dir).unwrap().keep();
+        std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let cli = Command::new(bin())
+            .arg("--config")
+            .arg(&env().config)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["run", flag, "--profile", "python-analysis", "-c", "print('RAN')"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The warm start has begun once its directory exists.
+        let executions = data.join("executions");
+        let entries = || -> Vec<String> {
+            std::fs::read_dir(&executions).map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default()
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let started = loop {
+            let names = entries();
+            if !names.is_empty() {
+                break names;
+            }
+            assert!(Instant::now() < deadline, "{flag}: no warm start began");
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(cli.id()).unwrap()), sig).unwrap();
+        let out = cli.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{flag} {sig}: {stderr}");
+        assert!(stderr.contains(&format!("interrupted by {sig} during the warm start")), "{flag} {sig}: {stderr}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("RAN"), "{flag} {sig}: the program ran");
+        assert!(entries().is_empty(), "{flag} {sig}: left in {}: {:?}", executions.display(), entries());
+        for id in &started {
+            assert_gone_from(&data, id);
+        }
+    }
+}
