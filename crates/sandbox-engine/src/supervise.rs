@@ -372,8 +372,17 @@ async fn attempt(
     // `recorded`, the sandbox is built (or a pooled one waits) while the execution's `begin` is
     // written, and the go follows a durable `begin`; the program's clock starts then. Refused:
     // the sandbox reads EOF instead and ends; nothing ran.
+    // A shutdown (or an interrupted `sandbox run`) while the `begin` is still being written
+    // (it may wait for the audit log to open, or for a busy database) gives no go: the loop
+    // below then ends the execution as shut down, and nothing ran.
     let go = match recorded {
-        Some(mut recorded) => matches!(recorded.wait_for(Option::is_some).await.as_deref(), Ok(Some(true))),
+        Some(mut recorded) => {
+            let mut shutting_down = abort.clone();
+            tokio::select! {
+                written = recorded.wait_for(Option::is_some) => matches!(written.as_deref(), Ok(Some(true))),
+                true = async { shutting_down.wait_for(|a| *a).await.is_ok() } => false,
+            }
+        }
         None => true,
     };
     if go && l.warm_child && l.pooled.is_some() && !crate::pool::lift_idle(prepared) {

@@ -122,13 +122,27 @@ fn main() -> ExitCode {
         .init();
     match dispatch(cli, early) {
         Ok(code) => code,
-        // A reader that went away (`| head`) ends the output, not in an error.
-        Err(e) if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) => ExitCode::SUCCESS,
+        // A reader that went away (`| head`) ends the output, not in an error. Only when it is
+        // stdout's reader: an EPIPE of anything else (a database connection) is an error.
+        Err(e)
+            if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) && stdout_reader_gone() =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             errln!("sandbox: error: {e:#}");
             ExitCode::from(2)
         }
     }
+}
+
+/// Whether standard output is a pipe or socket whose reader has gone: `poll` reports POLLERR
+/// (a pipe without readers, pipe(7)) or POLLHUP on it.
+fn stdout_reader_gone() -> bool {
+    use nix::poll::{PollFd, PollFlags};
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(&stdout), PollFlags::empty())];
+    nix::poll::poll(&mut fds, 0u16).is_ok_and(|n| n > 0) && fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP))
 }
 
 /// `sandbox` with the global flags this invocation was given, so that a command a message

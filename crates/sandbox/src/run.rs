@@ -190,39 +190,20 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
     // A data directory no sandbox can use (`mktemp -d` makes one) is refused here, with the fix,
     // by the availability check every door makes (runtime_unavailable, exit 3).
     if let Some(how) = args.warm.filter(|_| engine.availability(&request.profile).is_ok()) {
-        let how = match how {
-            WarmStart::Fork => sandbox_engine::WarmFor::Fork,
-            WarmStart::Prefork => sandbox_engine::WarmFor::Prefork,
-            WarmStart::Pool => sandbox_engine::WarmFor::Pool,
-        };
-        if engine.enable_warm_for(&request.profile, how).map_err(|why| anyhow::anyhow!("--warm: {why}"))? {
-            let waiting = {
-                let (engine, profile) = (engine.clone(), request.profile.clone());
-                move || engine.wait_warm(&profile, std::time::Duration::from_secs(300))
-            };
-            let waited = rt.block_on(async {
-                tokio::select! {
-                    waited = tokio::task::spawn_blocking(waiting) => Ok(waited),
-                    sig = interruption(&mut signals) => Err(sig),
-                }
-            });
-            let ready = match waited {
-                Ok(Ok(ready)) => ready,
-                Ok(Err(_)) => Err("the thread waiting for it panicked".to_owned()),
-                Err(sig) => {
-                    engine.stop_warm();
+        if let Err(stopped) = warm_start(&engine, &request.profile, how, &rt, &mut signals) {
+            // Whatever of the warm start exists is stopped and removed (processes, cgroups,
+            // directories). The thread still waiting for it is not waited for; the audit log's
+            // open is (its recovery is not cut short), and its failure is the one reported.
+            engine.stop_warm();
+            rt.shutdown_background();
+            let unopened = audit.failure();
+            return match stopped {
+                WarmStopped::Interrupted(sig) => {
                     errln!("sandbox: interrupted by {} during the warm start: it was stopped and removed; nothing ran", signal_name(sig));
-                    // The thread still waiting for the warm start is not waited for.
-                    rt.shutdown_background();
-                    return Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)));
+                    Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)))
                 }
+                WarmStopped::Failed(e) => Err(unopened.unwrap_or(e)),
             };
-            let ready = ready.map_err(|why| anyhow::anyhow!("--warm: the warm start of profile {:?} failed: {why}", request.profile))?;
-            if !ready {
-                anyhow::bail!("--warm: the warm start of profile {:?} did not get ready", request.profile);
-            }
-        } else {
-            errln!("sandbox: --warm: profile {:?} cannot start warm; running cold", request.profile);
         }
     }
     // Decode → submit → run → encode, as every door does; one slot, no queue.
@@ -235,7 +216,15 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
             if let Some(e) = audit.failure() {
                 return Err(e);
             }
-            return finish(&refusal.into_result(&profile), &args);
+            let code = finish(&refusal.into_result(&profile), &args)?;
+            // A signal that came while the refusal was recorded (the log may have been opening).
+            return Ok(match rt.block_on(pending_interruption(&mut signals)) {
+                Some(sig) => {
+                    errln!("sandbox: interrupted by {}", signal_name(sig));
+                    ExitCode::from(u8::try_from(128 + sig).unwrap_or(1))
+                }
+                None => code,
+            });
         }
     };
     let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
@@ -246,6 +235,12 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
                 let sig = interruption(&mut signals).await;
                 interrupted.store(sig, std::sync::atomic::Ordering::Relaxed);
                 engine.abort_all();
+                // A second signal insists (the execution's end may wait for a database that does
+                // not answer): exit now, as the command did before it handled signals; the next
+                // run's recovery sweeps what is left and marks the record interrupted.
+                let again = interruption(&mut signals).await;
+                errln!("sandbox: interrupted again by {}: exiting at once; the next run sweeps what this one left", signal_name(again));
+                std::process::exit(128 + again);
             })
         };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Chunk>();
@@ -279,9 +274,67 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
     }
 }
 
+/// Why `sandbox run --warm` did not start warm ([`warm_start`]).
+enum WarmStopped {
+    /// A SIGINT or SIGTERM came (its number) while the template or pooled sandbox started.
+    Interrupted(i32),
+    /// The warm start failed or did not get ready within 300 s (the message says which).
+    Failed(anyhow::Error),
+}
+
+/// SIGTERM's and SIGINT's streams, made once (`None` if they could not be).
+type Signals = Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>;
+
+/// Starts `profile` warm as `how` asks and waits until it is ready; a profile that cannot start
+/// warm runs cold (said on stderr). Errors: [`WarmStopped`]; the caller stops what started.
+fn warm_start(
+    engine: &std::sync::Arc<sandbox_engine::Engine>,
+    profile: &str,
+    how: WarmStart,
+    rt: &tokio::runtime::Runtime,
+    signals: &mut Signals,
+) -> Result<(), WarmStopped> {
+    let how = match how {
+        WarmStart::Fork => sandbox_engine::WarmFor::Fork,
+        WarmStart::Prefork => sandbox_engine::WarmFor::Prefork,
+        WarmStart::Pool => sandbox_engine::WarmFor::Pool,
+    };
+    if !engine.enable_warm_for(profile, how).map_err(|why| WarmStopped::Failed(anyhow::anyhow!("--warm: {why}")))? {
+        errln!("sandbox: --warm: profile {profile:?} cannot start warm; running cold");
+        return Ok(());
+    }
+    let waiting = {
+        let (engine, profile) = (engine.clone(), profile.to_owned());
+        move || engine.wait_warm(&profile, std::time::Duration::from_secs(300))
+    };
+    let waited = rt.block_on(async {
+        tokio::select! {
+            waited = tokio::task::spawn_blocking(waiting) => Ok(waited),
+            sig = interruption(signals) => Err(sig),
+        }
+    });
+    let failed = |why: String| Err(WarmStopped::Failed(anyhow::anyhow!("--warm: the warm start of profile {profile:?} {why}")));
+    match waited {
+        Ok(Ok(Ok(true))) => Ok(()),
+        Ok(Ok(Ok(false))) => failed("did not get ready".into()),
+        Ok(Ok(Err(why))) => failed(format!("failed: {why}")),
+        Ok(Err(_)) => failed("failed: the thread waiting for it panicked".into()),
+        Err(sig) => Err(WarmStopped::Interrupted(sig)),
+    }
+}
+
+/// A SIGTERM or SIGINT that `signals` received already, if any (never waits).
+async fn pending_interruption(signals: &mut Signals) -> Option<i32> {
+    tokio::select! {
+        biased;
+        sig = interruption(signals) => Some(sig),
+        () = std::future::ready(()) => None,
+    }
+}
+
 /// The first SIGTERM or SIGINT `signals` (the streams of both) receive, as its number; never,
 /// without streams (they could not be made: the signals then act as they would).
-async fn interruption(signals: &mut Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>) -> i32 {
+async fn interruption(signals: &mut Signals) -> i32 {
     match signals {
         Some((term, int)) => tokio::select! {
             _ = term.recv() => libc::SIGTERM,

@@ -525,6 +525,59 @@ fn a_cli_runs_program_starts_only_after_its_begin_is_in_the_log() {
     assert_eq!(show(&data, r["executionId"].as_str().unwrap())["state"], "finished");
 }
 
+/// Ctrl-C while a `sandbox run`'s `begin` waits for the audit log (another writer holds it, as
+/// a busy or unanswering database would): the execution is ended without its program starting,
+/// and a second Ctrl-C ends the command at once (exit 130) instead of leaving it to wait for the
+/// log; the next run finds nothing of it left.
+#[test]
+fn a_second_signal_ends_a_cli_run_whose_begin_waits_for_the_log() {
+    let data = data_dir();
+    assert_eq!(run_in(&data, "python-default", "pass", &[])["status"], "ok", "a first run creates the log");
+    let db = rusqlite::Connection::open(data.join("audit.db")).unwrap();
+    db.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    let child = Command::new(bin())
+        .arg("--config")
+        .arg(&env().config)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["run", "-c", "print('RAN', flush=True)"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its sandbox is built while the log is held: then it waits for its go.
+    let executions = data.join("executions");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ids = loop {
+        let ids: Vec<String> = std::fs::read_dir(&executions)
+            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        if !ids.is_empty() {
+            break ids;
+        }
+        assert!(Instant::now() < deadline, "no sandbox was built");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let signalled = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    // Ended while the log is still held: its `begin` would have waited its 10 s busy timeout.
+    assert!(signalled.elapsed() < Duration::from_secs(5), "the second signal waited {:?}", signalled.elapsed());
+    db.execute_batch("COMMIT").unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted again by SIGINT"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("RAN"), "the program ran: {out:?}");
+    assert_eq!(run_in(&data, "python-default", "pass", &[])["status"], "ok");
+    for id in &ids {
+        assert_gone_from(&data, id);
+    }
+}
+
 /// `sandbox run` in `data` of a program that prints `up`, then runs `rest` (Python, `time`
 /// imported): returned once `up` was read, with the rest of its stdout.
 fn started(data: &Path, rest: &str) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
