@@ -495,12 +495,10 @@ fn an_execution_whose_begin_fails_is_refused_before_its_program_starts() {
     }
 }
 
-/// A `sandbox run` opens its audit log and writes its `begin` while its sandbox is built
-/// (`audit::engine_opening`), but its program starts only once the `begin` is in the log: here
-/// another writer holds the log for a second, and the program's first instruction comes after
-/// that writer let go (cold, or in the warm mode the suite runs in).
-#[test]
-fn a_cli_runs_program_starts_only_after_its_begin_is_in_the_log() {
+/// A fresh data directory whose log exists and is held by another writer (the returned
+/// connection, in an exclusive transaction: `COMMIT` lets go), and `sandbox <args>` started in
+/// it, stdout and stderr piped.
+fn run_while_the_log_is_held(args: &[&str]) -> (PathBuf, rusqlite::Connection, std::process::Child) {
     let data = data_dir();
     assert_eq!(run_in(&data, "python-default", "pass", &[])["status"], "ok", "a first run creates the log");
     let db = rusqlite::Connection::open(data.join("audit.db")).unwrap();
@@ -510,10 +508,22 @@ fn a_cli_runs_program_starts_only_after_its_begin_is_in_the_log() {
         .arg(&env().config)
         .arg("--data-dir")
         .arg(&data)
-        .args([&["run", "--json"][..], warm_flag().as_slice(), &["-c", "import time\nprint(time.time_ns())"]].concat())
+        .args(args)
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    (data, db, child)
+}
+
+/// A `sandbox run` opens its audit log and writes its `begin` while its sandbox is built
+/// (`audit::engine_opening`), but its program starts only once the `begin` is in the log: here
+/// another writer holds the log for a second, and the program's first instruction comes after
+/// that writer let go (cold, or in the warm mode the suite runs in).
+#[test]
+fn a_cli_runs_program_starts_only_after_its_begin_is_in_the_log() {
+    let (data, db, child) =
+        run_while_the_log_is_held(&[&["run", "--json"][..], warm_flag().as_slice(), &["-c", "import time\nprint(time.time_ns())"]].concat());
     std::thread::sleep(Duration::from_secs(1));
     let released = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
     db.execute_batch("COMMIT").unwrap();
@@ -531,20 +541,7 @@ fn a_cli_runs_program_starts_only_after_its_begin_is_in_the_log() {
 /// log; the next run finds nothing of it left.
 #[test]
 fn a_second_signal_ends_a_cli_run_whose_begin_waits_for_the_log() {
-    let data = data_dir();
-    assert_eq!(run_in(&data, "python-default", "pass", &[])["status"], "ok", "a first run creates the log");
-    let db = rusqlite::Connection::open(data.join("audit.db")).unwrap();
-    db.execute_batch("BEGIN EXCLUSIVE").unwrap();
-    let child = Command::new(bin())
-        .arg("--config")
-        .arg(&env().config)
-        .arg("--data-dir")
-        .arg(&data)
-        .args(["run", "-c", "print('RAN', flush=True)"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (data, db, child) = run_while_the_log_is_held(&["run", "-c", "print('RAN', flush=True)"]);
     // Its sandbox is built while the log is held: then it waits for its go.
     let executions = data.join("executions");
     let deadline = Instant::now() + Duration::from_secs(10);
