@@ -158,9 +158,11 @@ impl SqliteStore {
     pub fn append(&mut self, e: &NewEvent) -> Result<StoredEvent, AuditError> {
         let lock = self.head.lock()?;
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db("append"))?;
+        // Cached statements: a service appends twice per execution, and SQLite's parsing of
+        // each statement anew was most of an append's CPU after its fsync.
         let last: Option<(i64, String)> = tx
-            .query_row("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()
+            .prepare_cached("SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1")
+            .and_then(|mut st| st.query_row([], |r| Ok((r.get(0)?, r.get(1)?))).optional())
             .map_err(db("append"))?;
         let (seq, prev_hash) = match last {
             Some((s, h)) => (s + 1, h),
@@ -168,11 +170,11 @@ impl SqliteStore {
         };
         let body = e.body.to_string();
         let hash = event_hash(seq, &e.execution_id, e.kind.as_str(), e.at_ms, &e.caller, &e.profile, e.language.as_deref(), &e.status, &body, &prev_hash);
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO audit_events (seq, execution_id, kind, at_ms, caller, profile, language, status, body, prev_hash, hash)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            params![seq, e.execution_id, e.kind.as_str(), e.at_ms, e.caller, e.profile, e.language, e.status, body, prev_hash, hash],
         )
+        .and_then(|mut st| st.execute(params![seq, e.execution_id, e.kind.as_str(), e.at_ms, e.caller, e.profile, e.language, e.status, body, prev_hash, hash]))
         .map_err(db("append"))?;
         match e.kind {
             EventKind::Begin => {
@@ -380,8 +382,11 @@ impl SqliteStore {
 
     fn advance_head(&self, lock: &HeadLock, mark: HeadMark) -> Result<bool, AuditError> {
         self.head.advance(lock, &mark, |old| {
-            let h: Option<String> =
-                self.conn.query_row("SELECT hash FROM audit_events WHERE seq = ?1", [old.seq], |r| r.get(0)).optional().map_err(db("head"))?;
+            let h: Option<String> = self
+                .conn
+                .prepare_cached("SELECT hash FROM audit_events WHERE seq = ?1")
+                .and_then(|mut st| st.query_row([old.seq], |r| r.get(0)).optional())
+                .map_err(db("head"))?;
             Ok(h.as_deref() == Some(old.hash.as_str()))
         })
     }
