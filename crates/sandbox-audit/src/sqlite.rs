@@ -142,6 +142,12 @@ impl SqliteStore {
     }
 
     fn migrate(&mut self) -> Result<(), AuditError> {
+        // Up to date (every open but the first after an upgrade): read without the write lock,
+        // which an open would otherwise wait for behind another process's append.
+        let applied: i64 = self.conn.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(db("migrate"))?;
+        if usize::try_from(applied).is_ok_and(|a| a >= MIGRATIONS.len()) {
+            return Ok(());
+        }
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(db("migrate"))?;
         let applied: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(db("migrate"))?;
         for (i, m) in MIGRATIONS.iter().enumerate().skip(usize::try_from(applied).unwrap_or(0)) {

@@ -127,7 +127,22 @@ fn kill_9_mid_run_leaves_an_interrupted_record_and_nothing_on_the_host() {
         assert!(Instant::now() < deadline, "the execution never started");
         std::thread::sleep(Duration::from_millis(100));
     };
-    std::thread::sleep(Duration::from_millis(500));
+    // A record is `running` from its `begin`, which is written while the sandbox is built: wait
+    // until its processes are in their cgroup.
+    let procs = || -> Vec<PathBuf> {
+        std::fs::read_dir("/sys/fs/cgroup")
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|h| h.path().join("sandbox").join(&id).join("cgroup.procs"))
+            .chain(std::iter::once(Path::new("/sys/fs/cgroup/sandbox").join(&id).join("cgroup.procs")))
+            .filter(|p| std::fs::read_to_string(p).is_ok_and(|pids| !pids.trim().is_empty()))
+            .collect()
+    };
+    while procs().is_empty() {
+        assert!(Instant::now() < deadline, "the execution's processes never joined their cgroup");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
     s.kill9();
     assert!(req.join().unwrap().is_err());
     // The program dies with its service at once (the helper's and init's parent-death signals),
