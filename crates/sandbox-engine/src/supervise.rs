@@ -225,13 +225,13 @@ pub(crate) async fn run(
 ) -> RunOutcome {
     if let Some(m) = member {
         let how = if m.warm_child { WarmStart::Prefork } else { WarmStart::Pool };
-        return match attempt(opts, spare, prepared, a, received, output, abort, Start::Pooled(m), recorded.clone()).await {
+        return match attempt(opts, spare, prepared, a, received, output, abort.clone(), Start::Pooled(m), recorded.clone()).await {
             Ok(mut out) => {
                 out.warm_start = Some(how);
                 out
             }
-            // It read EOF for its go: nothing ran, and nothing may.
-            Err(out) if refused(recorded.as_ref()) => out,
+            // It read EOF for its go (refused, or shut down before it): nothing ran, and nothing may.
+            Err(out) if refused(recorded.as_ref()) || *abort.borrow() => out,
             Err(mut out) => {
                 let reason = out.failure.as_ref().map(SuperviseError::message).unwrap_or_default();
                 tracing::warn!(%reason, "the pooled sandbox could not start the execution; starting it cold");
@@ -248,8 +248,9 @@ pub(crate) async fn run(
                     out.warm_start = Some(WarmStart::Template);
                     return out;
                 }
-                // The child ended at its go: nothing ran, and nothing may.
-                Err(out) if refused(recorded.as_ref()) => return out,
+                // The child ended at its go (refused, or shut down before it): nothing ran, and
+                // nothing may.
+                Err(out) if refused(recorded.as_ref()) || *abort.borrow() => return out,
                 Err(why) => {
                     let reason = why.failure.as_ref().map(SuperviseError::message).unwrap_or_default();
                     tracing::warn!(%reason, "the template could not start the execution; starting it cold");
@@ -379,8 +380,10 @@ async fn attempt(
         Some(mut recorded) => {
             let mut shutting_down = abort.clone();
             tokio::select! {
-                written = recorded.wait_for(Option::is_some) => matches!(written.as_deref(), Ok(Some(true))),
+                // The shutdown first: both ready, no go.
+                biased;
                 true = async { shutting_down.wait_for(|a| *a).await.is_ok() } => false,
+                written = recorded.wait_for(Option::is_some) => matches!(written.as_deref(), Ok(Some(true))),
             }
         }
         None => true,

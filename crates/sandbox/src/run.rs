@@ -175,18 +175,12 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
     };
     let engine = std::sync::Arc::new(engine);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    // A Ctrl-C (SIGINT) or a SIGTERM from here on ends what runs, and the command then exits
-    // 128+signal: a warm start is stopped and removed, an execution is ended as a service's
-    // shutdown ends it (killed, torn down, recorded). Dying at once instead left their cgroups,
-    // mounts and directories until the next run's recovery.
-    let mut signals = {
-        use tokio::signal::unix::{signal, SignalKind};
-        let _runtime = rt.enter();
-        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-            (Ok(term), Ok(int)) => Some((term, int)),
-            _ => None,
-        }
-    };
+    // A Ctrl-C (SIGINT) or a SIGTERM ends what runs, and the command then exits 128+signal: a
+    // warm start is stopped and removed, an execution is ended as a service's shutdown ends it
+    // (killed, torn down, recorded). Dying at once instead left their cgroups, mounts and
+    // directories until the next run's recovery. The streams exist from the warm start on, or
+    // from the execution's admission: before, nothing of the run exists on the host.
+    let mut signals: Signals = if args.warm.is_some() { signal_streams(&rt) } else { None };
     // A data directory no sandbox can use (`mktemp -d` makes one) is refused here, with the fix,
     // by the availability check every door makes (runtime_unavailable, exit 3).
     if let Some(how) = args.warm.filter(|_| engine.availability(&request.profile).is_ok()) {
@@ -195,8 +189,8 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
             // directories). The thread still waiting for it is not waited for; the audit log's
             // open is (its recovery is not cut short), and its failure is the one reported.
             engine.stop_warm();
+            let unopened = opened_or_exit(&rt, &mut signals, &audit);
             rt.shutdown_background();
-            let unopened = audit.failure();
             return match stopped {
                 WarmStopped::Interrupted(sig) => {
                     errln!("sandbox: interrupted by {} during the warm start: it was stopped and removed; nothing ran", signal_name(sig));
@@ -227,6 +221,9 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
             });
         }
     };
+    if signals.is_none() {
+        signals = signal_streams(&rt);
+    }
     let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
     let result = rt.block_on(async {
         let watcher = {
@@ -323,8 +320,35 @@ fn warm_start(
     }
 }
 
-/// A SIGTERM or SIGINT that `signals` received already, if any (never waits).
+/// SIGTERM's and SIGINT's streams, from now on (`None` if they cannot be made).
+fn signal_streams(rt: &tokio::runtime::Runtime) -> Signals {
+    use tokio::signal::unix::{signal, SignalKind};
+    let _runtime = rt.enter();
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(term), Ok(int)) => Some((term, int)),
+        _ => None,
+    }
+}
+
+/// Waits for the audit log's open to end, and returns why it failed, if it did; a SIGINT or
+/// SIGTERM meanwhile exits at once (an open may wait long for a busy or unanswering database).
+fn opened_or_exit(rt: &tokio::runtime::Runtime, signals: &mut Signals, audit: &std::sync::Arc<crate::audit::Opening>) -> Option<anyhow::Error> {
+    let audit = audit.clone();
+    rt.block_on(async {
+        tokio::select! {
+            failure = tokio::task::spawn_blocking(move || audit.failure()) => failure.unwrap_or_else(|_| Some(anyhow::anyhow!("the audit log's opening thread panicked"))),
+            sig = interruption(signals) => {
+                errln!("sandbox: interrupted again by {}: exiting at once", signal_name(sig));
+                std::process::exit(128 + sig)
+            }
+        }
+    })
+}
+
+/// A SIGTERM or SIGINT that `signals` received already, if any (never waits for one).
 async fn pending_interruption(signals: &mut Signals) -> Option<i32> {
+    // A signal reaches its stream only once the runtime's driver has run: let it.
+    tokio::task::yield_now().await;
     tokio::select! {
         biased;
         sig = interruption(signals) => Some(sig),

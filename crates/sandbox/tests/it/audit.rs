@@ -128,32 +128,26 @@ fn kill_9_mid_run_leaves_an_interrupted_record_and_nothing_on_the_host() {
         std::thread::sleep(Duration::from_millis(100));
     };
     // A record is `running` from its `begin`, which is written while the sandbox is built: wait
-    // until its processes are in their cgroup.
-    let procs = || -> Vec<PathBuf> {
+    // until its cgroup is there.
+    let cgroup_procs = || -> Vec<PathBuf> {
         std::fs::read_dir("/sys/fs/cgroup")
             .unwrap()
             .filter_map(Result::ok)
             .map(|h| h.path().join("sandbox").join(&id).join("cgroup.procs"))
             .chain(std::iter::once(Path::new("/sys/fs/cgroup/sandbox").join(&id).join("cgroup.procs")))
-            .filter(|p| std::fs::read_to_string(p).is_ok_and(|pids| !pids.trim().is_empty()))
+            .filter(|p| p.exists())
             .collect()
     };
-    while procs().is_empty() {
-        assert!(Instant::now() < deadline, "the execution's processes never joined their cgroup");
+    while cgroup_procs().is_empty() {
+        assert!(Instant::now() < deadline, "the execution's cgroup never appeared");
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(500));
     s.kill9();
     assert!(req.join().unwrap().is_err());
     // The program dies with its service at once (the helper's and init's parent-death signals),
     // not only when the next start sweeps.
-    let procs: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|h| h.path().join("sandbox").join(&id).join("cgroup.procs"))
-        .chain(std::iter::once(Path::new("/sys/fs/cgroup/sandbox").join(&id).join("cgroup.procs")))
-        .filter(|p| p.exists())
-        .collect();
+    let procs = cgroup_procs();
     assert!(!procs.is_empty(), "the execution's cgroup is there until the next start sweeps it");
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
@@ -588,6 +582,25 @@ fn a_second_signal_ends_a_cli_run_whose_begin_waits_for_the_log() {
     for id in &ids {
         assert_gone_from(&data, id);
     }
+}
+
+/// Ctrl-C while a refusal is being recorded (here the log is held by another writer, so the
+/// `rejected` event waits): the refusal is still recorded and reported, and the command exits 130
+/// as interrupted, not with the refusal's code. `--warm`, whose signal handling starts before the
+/// request is admitted (a cold run's starts after, and a signal before then ends it at once).
+#[test]
+fn a_signal_while_a_refusal_is_recorded_exits_as_interrupted() {
+    let (data, db, child) = run_while_the_log_is_held(&["run", "--warm", "--profile", "no-such-profile", "-c", "pass"]);
+    std::thread::sleep(Duration::from_millis(700));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()), nix::sys::signal::Signal::SIGINT).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    db.execute_batch("COMMIT").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("no-such-profile") && stderr.contains("interrupted by SIGINT"), "{stderr}");
+    let listed: Value = serde_json::from_slice(&cli(&data, &["audit", "list", "--json", "--status", "rejected"]).stdout).unwrap();
+    assert_eq!(listed["records"].as_array().map(Vec::len), Some(1), "the refusal is recorded: {listed}");
 }
 
 /// `sandbox run` in `data` of a program that prints `up`, then runs `rest` (Python, `time`
