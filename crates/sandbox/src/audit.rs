@@ -121,6 +121,12 @@ impl Opening {
     /// node's id and lease time), on a thread named `audit-open`; opens it on this thread when
     /// no thread can be started.
     pub fn start(config: &sandbox_core::Config, data_dir: &Path) -> Self {
+        // The data directory first, on this thread: the log's open creates it when missing, and
+        // the engine's threads (a warm start's template and pool) create their directories in it
+        // meanwhile; two threads making the same missing parent race (one of them got ENOENT,
+        // and a first `sandbox run --warm` in a new data directory failed). A failure here is
+        // the open's to report.
+        let _ = std::fs::create_dir_all(data_dir);
         let (dir, audit, node) = (data_dir.to_owned(), config.audit.clone(), crate::config::node_id(config));
         let open_here = move || {
             let log = std::sync::Arc::new(open(&dir, &audit)?.with_node(node, audit.lease_ttl_ms));
