@@ -103,8 +103,11 @@ type Helper = Arc<Mutex<std::process::Child>>;
 /// One running template.
 pub(crate) struct Template {
     id: String,
-    /// Host pid of the template sandbox's init; the interpreter is its only child.
-    init_pid: i32,
+    /// A pidfd of the template's interpreter (its sandbox init's child), taken when it said
+    /// ready. Never a pid looked up later: once the interpreter has died, the executions it
+    /// forked are its init's children (re-parented), and one of them would be found in its
+    /// place.
+    interpreter: OwnedFd,
     channel: Mutex<UnixStream>,
     helper: Helper,
     cgroup: Cgroup,
@@ -162,12 +165,10 @@ impl Template {
         let _ = self.helper.lock().expect("helper lock").kill();
     }
 
-    /// Kills the interpreter only: its sandbox's init then waits for the executions already
-    /// forked, which run to their end, and exits.
+    /// Kills the interpreter only (through its pidfd: nothing once it is gone): its sandbox's
+    /// init then waits for the executions already forked, which run to their end, and exits.
     fn kill_interpreter(&self) {
-        if let Some(pid) = crate::warm::only_child(self.init_pid) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-        }
+        let _ = sandbox_runtime::pidfd_send_signal(self.interpreter.as_fd(), nix::sys::signal::Signal::SIGKILL as i32);
     }
 
     /// Asks the template to stop once its running children have ended: it sees EOF on its
@@ -590,11 +591,15 @@ fn spawn(
     if &ready != b"ready\n" {
         return Err(fail(&mut child, format!("the template said {:?} instead of ready", String::from_utf8_lossy(&ready))));
     }
+    let interpreter = match interpreter_pidfd(init_pid) {
+        Ok(fd) => fd,
+        Err(e) => return Err(fail(&mut child, e)),
+    };
     let _ = engine_chan.set_read_timeout(Some(Duration::from_secs(30)));
     let _ = engine_ctl.set_read_timeout(None);
     let t = Arc::new(Template {
         id,
-        init_pid,
+        interpreter,
         channel: Mutex::new(engine_chan),
         helper: child,
         cgroup: cg,
@@ -646,8 +651,22 @@ pub(crate) fn pidfd_pid(pidfd: &OwnedFd) -> Option<i32> {
     info.lines().find_map(|l| l.strip_prefix("Pid:")).and_then(|p| p.trim().parse().ok()).filter(|p: &i32| *p > 0)
 }
 
-/// The only child of host process `pid` (a template sandbox's interpreter), from /proc.
-pub(crate) fn only_child(pid: i32) -> Option<i32> {
-    let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
-    kids.split_whitespace().next().and_then(|p| p.parse().ok())
+/// A pidfd of the interpreter of the template sandbox whose init is host pid `init_pid`, read
+/// while it is certain to be init's only child (it has just said ready, and has forked nothing
+/// for an execution yet), and kept only if that process is still init's child once opened (a
+/// pid reused in between is never taken).
+/// Errors: init has no child or more than one, or the pidfd cannot be opened.
+fn interpreter_pidfd(init_pid: i32) -> Result<OwnedFd, String> {
+    let path = format!("/proc/{init_pid}/task/{init_pid}/children");
+    let kids = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    let pid = match kids.split_whitespace().map(str::parse::<i32>).collect::<Result<Vec<_>, _>>().as_deref() {
+        Ok([pid]) => *pid,
+        _ => return Err(format!("the template's init has not one child but {kids:?}")),
+    };
+    let fd = sandbox_runtime::pidfd_open(pid).map_err(|e| format!("pidfd of the template's interpreter {pid}: {e}"))?;
+    let parent = u32::try_from(pid).ok().and_then(sandbox_runtime::process::parent_of);
+    if parent != u32::try_from(init_pid).ok() {
+        return Err(format!("the template's interpreter {pid} ended as it got ready"));
+    }
+    Ok(fd)
 }

@@ -53,7 +53,7 @@ impl Server {
             .arg(&data)
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(serve_args)
-            .env("SANDBOX_LOG", "warn")
+            .env("SANDBOX_LOG", std::env::var("SANDBOX_TEST_SERVER_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();

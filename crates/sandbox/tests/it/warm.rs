@@ -375,6 +375,69 @@ fn killing_the_template_fails_nothing_and_sigterm_leaves_nothing_behind() {
     assert!(!mountinfo.contains(data.to_str().unwrap()), "a mount under {} is left", data.display());
 }
 
+/// A fork request that fails because the template's interpreter has just died (before the engine
+/// has read that it did) must not touch the executions that interpreter forked: they run on,
+/// re-parented to the template sandbox's init. The engine killed "init's only child" from /proc
+/// after such a failure, by then a running execution's pid 1 (CI's flake of the test above, under
+/// load). Made certain here: the thread that follows py-warm's template is held (ptrace) while
+/// its interpreter dies and is reaped, so the next execution is sent to the dead template.
+#[test]
+fn a_fork_request_to_a_template_that_just_died_kills_no_running_execution() {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    use nix::unistd::Pid;
+    let s = warm_server();
+    let server_pid = s.pid();
+    let environ = |pid: i32| std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let children = |pid: i32| -> Vec<i32> {
+        let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        kids.split_whitespace().map(|p| p.parse().unwrap()).collect()
+    };
+    // py-warm's interpreter: the template that preloads nothing.
+    let interpreter = {
+        let found: Vec<i32> = templates_below(server_pid).into_iter().filter(|p| environ(*p).split(|b| *b == 0).any(|v| v == b"SANDBOX_PRELOAD=")).collect();
+        assert_eq!(found.len(), 1, "py-warm's template: {found:?}");
+        found[0]
+    };
+    let init = parent_pid(interpreter);
+    let follower: Vec<i32> = std::fs::read_dir(format!("/proc/{server_pid}/task"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "template-py-war"))
+        .map(|t| t.file_name().to_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(follower.len(), 1, "the thread following py-warm's template: {follower:?}");
+    let follower = Pid::from_raw(follower[0]);
+
+    let running = {
+        let c = s.client(None);
+        std::thread::spawn(move || rt().block_on(c.execute(&req("py-warm", "import time; time.sleep(2); print('finished')"))).map_err(|e| format!("{e:?}")))
+    };
+    // Running: the template's child (the execution's pid 1) has forked the program.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let child = loop {
+        if let Some(c) = children(interpreter).first().copied().filter(|c| !children(*c).is_empty()) {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "the warm execution never started");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    nix::sys::ptrace::seize(follower, nix::sys::ptrace::Options::empty()).unwrap();
+    nix::sys::ptrace::interrupt(follower).unwrap();
+    assert!(matches!(waitpid(follower, Some(WaitPidFlag::__WALL)), Ok(WaitStatus::PtraceEvent(..))));
+    nix::sys::signal::kill(Pid::from_raw(interpreter), nix::sys::signal::Signal::SIGKILL).unwrap();
+    // Reaped by its init, which now parents the running execution's pid 1.
+    while children(init) != [child] {
+        assert!(Instant::now() < deadline, "init's children: {:?}", children(init));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let after = exec(&s, &req("py-warm", "print('after the kill')"));
+    nix::sys::ptrace::detach(follower, None).unwrap();
+    assert_eq!((after.status.as_str(), after.stdout.as_str(), after.timing.warm), ("ok", "after the kill\n", false), "{after:?}");
+    let r = running.join().unwrap().unwrap();
+    assert_eq!((r.status.as_str(), r.stdout.as_str(), r.timing.warm), ("ok", "finished\n", true), "{r:?}");
+    wait_warm(&s, "py-warm");
+}
+
 /// A child forked ahead that dies between its checkout and its go byte (stopped, so alive at
 /// checkout, then killed while the execution waits on it) ran nothing of the execution: the
 /// execution runs cold and succeeds, and the profile forks ahead again.
