@@ -18,7 +18,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWrite
 
 use crate::pool::MemberLaunch;
 use crate::spare::{IdleHelper, Reaped, Spare};
-use crate::warm::{Template, Templates};
+use crate::warm::{Checkout, Template, Templates};
 use tokio::sync::{mpsc, Notify};
 
 use crate::prepare::Prepared;
@@ -274,7 +274,7 @@ enum Start {
     /// The helper, now.
     Cold,
     /// A fork of a template.
-    Warm(Arc<Template>),
+    Warm(Checkout),
     /// A pooled sandbox, already running and waiting for its code.
     Pooled(MemberLaunch),
 }
@@ -614,7 +614,7 @@ fn async_ends(
 }
 
 /// Warm start: the template forks a child and hands back its pidfd (see [`fork_fds`]).
-async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os::fd::OwnedFd, template: Arc<Template>) -> Result<Launched, SuperviseError> {
+async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os::fd::OwnedFd, template: Checkout) -> Result<Launched, SuperviseError> {
     prepared.write_warm_files(a).map_err(SuperviseError::WarmFiles)?;
     let request = fork_fds(prepared, side_write)?;
     let spawned_at = Instant::now();

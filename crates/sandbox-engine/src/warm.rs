@@ -109,6 +109,13 @@ pub(crate) struct Template {
     /// place.
     interpreter: OwnedFd,
     channel: Mutex<UnixStream>,
+    /// A second handle on `channel`'s socket, to shut it down without waiting for a fork that
+    /// holds `channel` (up to its answer's 30 s timeout).
+    closer: UnixStream,
+    /// Checkouts not yet done with their fork ([`Checkout`]).
+    checkouts: std::sync::atomic::AtomicUsize,
+    /// Replaced: the channel closes once no checkout is left.
+    retired: AtomicBool,
     helper: Helper,
     cgroup: Cgroup,
     dir: PathBuf,
@@ -172,9 +179,46 @@ impl Template {
     }
 
     /// Asks the template to stop once its running children have ended: it sees EOF on its
-    /// channel, waits for them and exits, and its sandbox ends with it.
+    /// channel, waits for them and exits, and its sandbox ends with it. A checkout made before
+    /// the replacement was ready still gets its fork: the channel closes when the last one is
+    /// done ([`Checkout`]'s drop), so no fork request meets a closed channel and is taken for
+    /// the template's failure. Never blocks.
     fn retire(&self) {
-        let _ = self.channel.lock().expect("template channel lock").shutdown(std::net::Shutdown::Write);
+        self.retired.store(true, Ordering::SeqCst);
+        if self.checkouts.load(Ordering::SeqCst) == 0 {
+            self.close();
+        }
+    }
+
+    fn close(&self) {
+        let _ = self.closer.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+/// A template checked out for one fork ([`Templates::checkout`]): while one is held, a
+/// retirement leaves the template's channel open (see [`Template::retire`]).
+pub(crate) struct Checkout(Arc<Template>);
+
+impl Checkout {
+    fn new(t: Arc<Template>) -> Self {
+        t.checkouts.fetch_add(1, Ordering::SeqCst);
+        Self(t)
+    }
+}
+
+impl std::ops::Deref for Checkout {
+    type Target = Template;
+    fn deref(&self) -> &Template {
+        &self.0
+    }
+}
+
+impl Drop for Checkout {
+    fn drop(&mut self) {
+        // Either this sees the retirement, or the retirement sees no checkout (both SeqCst).
+        if self.0.checkouts.fetch_sub(1, Ordering::SeqCst) == 1 && self.0.retired.load(Ordering::SeqCst) {
+            self.0.close();
+        }
     }
 }
 
@@ -221,13 +265,15 @@ impl Templates {
 
     /// A ready template for `profile`, if there is one. Starts a replacement when the current
     /// one is worn out (it still serves until the replacement is ready).
-    pub(crate) fn checkout(self: &Arc<Self>, profile: &str) -> Option<Arc<Template>> {
+    pub(crate) fn checkout(self: &Arc<Self>, profile: &str) -> Option<Checkout> {
         let mut profiles = self.profiles.lock().expect("templates lock");
         let entry = profiles.get_mut(profile)?;
         let t = entry.current.clone()?;
         if !t.healthy.load(Ordering::SeqCst) {
             return None;
         }
+        // Counted under the lock a replacement's retirement of `t` also takes.
+        let t = Checkout::new(t);
         if t.worn_out() && !entry.starting && !self.closing.load(Ordering::SeqCst) {
             entry.starting = true;
             drop(profiles);
@@ -591,16 +637,24 @@ fn spawn(
     if &ready != b"ready\n" {
         return Err(fail(&mut child, format!("the template said {:?} instead of ready", String::from_utf8_lossy(&ready))));
     }
-    let interpreter = match interpreter_pidfd(init_pid) {
+    let helper_pid = child.lock().expect("helper lock").id();
+    let interpreter = match interpreter_pidfd(helper_pid, init_pid) {
         Ok(fd) => fd,
         Err(e) => return Err(fail(&mut child, e)),
     };
     let _ = engine_chan.set_read_timeout(Some(Duration::from_secs(30)));
     let _ = engine_ctl.set_read_timeout(None);
+    let closer = match engine_chan.try_clone() {
+        Ok(c) => c,
+        Err(e) => return Err(fail(&mut child, format!("the template's channel: {e}"))),
+    };
     let t = Arc::new(Template {
         id,
         interpreter,
         channel: Mutex::new(engine_chan),
+        closer,
+        checkouts: std::sync::atomic::AtomicUsize::new(0),
+        retired: AtomicBool::new(false),
         helper: child,
         cgroup: cg,
         dir,
@@ -651,12 +705,19 @@ pub(crate) fn pidfd_pid(pidfd: &OwnedFd) -> Option<i32> {
     info.lines().find_map(|l| l.strip_prefix("Pid:")).and_then(|p| p.trim().parse().ok()).filter(|p: &i32| *p > 0)
 }
 
-/// A pidfd of the interpreter of the template sandbox whose init is host pid `init_pid`, read
-/// while it is certain to be init's only child (it has just said ready, and has forked nothing
-/// for an execution yet), and kept only if that process is still init's child once opened (a
-/// pid reused in between is never taken).
-/// Errors: init has no child or more than one, or the pidfd cannot be opened.
-fn interpreter_pidfd(init_pid: i32) -> Result<OwnedFd, String> {
+/// A pidfd of the interpreter of the template sandbox whose helper is our child `helper_pid`
+/// and whose init reported host pid `init_pid`, read while it is certain to be init's only
+/// child (it has just said ready, and has forked nothing for an execution yet). Nothing is
+/// taken by a pid that may have been reused: `init_pid` must name a child of the helper (which
+/// we have not reaped, and which forks nothing else), the child found a child of `init_pid`
+/// once its pidfd is open, and init still alive after that (so it was that init's child).
+/// Errors: init has no child or more than one, either process ended, or a pidfd cannot be
+/// opened.
+fn interpreter_pidfd(helper_pid: u32, init_pid: i32) -> Result<OwnedFd, String> {
+    let init = sandbox_runtime::pidfd_open(init_pid).map_err(|e| format!("pidfd of the template's init {init_pid}: {e}"))?;
+    if u32::try_from(init_pid).ok().and_then(sandbox_runtime::process::parent_of) != Some(helper_pid) {
+        return Err(format!("the template's init {init_pid} ended during set-up"));
+    }
     let path = format!("/proc/{init_pid}/task/{init_pid}/children");
     let kids = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
     let pid = match kids.split_whitespace().map(str::parse::<i32>).collect::<Result<Vec<_>, _>>().as_deref() {
@@ -665,7 +726,10 @@ fn interpreter_pidfd(init_pid: i32) -> Result<OwnedFd, String> {
     };
     let fd = sandbox_runtime::pidfd_open(pid).map_err(|e| format!("pidfd of the template's interpreter {pid}: {e}"))?;
     let parent = u32::try_from(pid).ok().and_then(sandbox_runtime::process::parent_of);
-    if parent != u32::try_from(init_pid).ok() {
+    // A pidfd turns readable when its process has exited.
+    let mut exited = [nix::poll::PollFd::new(init.as_fd(), nix::poll::PollFlags::POLLIN)];
+    let init_gone = nix::poll::poll(&mut exited, nix::poll::PollTimeout::ZERO).map_or(true, |n| n > 0);
+    if parent != u32::try_from(init_pid).ok() || init_gone {
         return Err(format!("the template's interpreter {pid} ended as it got ready"));
     }
     Ok(fd)

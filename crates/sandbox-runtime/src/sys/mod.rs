@@ -501,39 +501,55 @@ pub fn move_mount_to(tree: std::os::fd::BorrowedFd<'_>, target: &std::path::Path
     Ok(())
 }
 
-/// Sends `data` and the descriptors `fds` in one message over `sock` (SCM_RIGHTS).
+/// Sends `data` and the descriptors `fds` in one message over `sock` (SCM_RIGHTS), again when
+/// a signal interrupts the call (see [`recv_with_fds`]).
 /// Errors: the kernel's errno (EPIPE when the other end is gone).
 pub fn send_fds(sock: &UnixStream, data: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let raw: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
-    nix::sys::socket::sendmsg::<()>(
-        sock.as_raw_fd(),
-        &[std::io::IoSlice::new(data)],
-        &[nix::sys::socket::ControlMessage::ScmRights(&raw)],
-        nix::sys::socket::MsgFlags::empty(),
-        None,
-    )?;
-    Ok(())
+    loop {
+        match nix::sys::socket::sendmsg::<()>(
+            sock.as_raw_fd(),
+            &[std::io::IoSlice::new(data)],
+            &[nix::sys::socket::ControlMessage::ScmRights(&raw)],
+            nix::sys::socket::MsgFlags::empty(),
+            None,
+        ) {
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+            Ok(_) => return Ok(()),
+        }
+    }
 }
 
 /// Receives one message of at most `buf.len()` bytes and the descriptors sent with it (at most
-/// 16).  Returns the byte count (0 at EOF) and the descriptors,
-/// close-on-exec. Errors: the kernel's errno.
+/// 16), waiting again when a signal interrupts the wait: on a socket with a receive timeout
+/// (`SO_RCVTIMEO`) the kernel never restarts `recvmsg`, and even a stop and continue of the
+/// process (SIGSTOP/SIGCONT, a freezer, a tracer's attach) fails it with EINTR (signal(7),
+/// "Interruption of system calls"). The timeout, if any, starts again then. Returns the byte
+/// count (0 at EOF) and the descriptors, close-on-exec. Errors: the kernel's errno (EAGAIN
+/// when the timeout passed).
 pub fn recv_with_fds(sock: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
     use std::os::fd::AsRawFd;
-    let mut iov = [std::io::IoSliceMut::new(buf)];
-    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 16]);
-    let msg = nix::sys::socket::recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), nix::sys::socket::MsgFlags::MSG_CMSG_CLOEXEC)?;
-    let mut fds = Vec::new();
-    for cmsg in msg.cmsgs()? {
-        if let nix::sys::socket::ControlMessageOwned::ScmRights(raw) = cmsg {
-            for fd in raw {
-                // SAFETY: the kernel just installed `fd` in our table for this message; nobody else owns it.
-                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+    loop {
+        let mut iov = [std::io::IoSliceMut::new(&mut *buf)];
+        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 16]);
+        let msg = match nix::sys::socket::recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), nix::sys::socket::MsgFlags::MSG_CMSG_CLOEXEC) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(msg) => msg,
+        };
+        let mut fds = Vec::new();
+        for cmsg in msg.cmsgs()? {
+            if let nix::sys::socket::ControlMessageOwned::ScmRights(raw) = cmsg {
+                for fd in raw {
+                    // SAFETY: the kernel just installed `fd` in our table for this message; nobody else owns it.
+                    fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+                }
             }
         }
+        return Ok((msg.bytes, fds));
     }
-    Ok((msg.bytes, fds))
 }
 
 /// `seccomp(SECCOMP_SET_MODE_FILTER, 0, &prog)`: loads one classic BPF program, given as its

@@ -387,17 +387,11 @@ fn a_fork_request_to_a_template_that_just_died_kills_no_running_execution() {
     use nix::unistd::Pid;
     let s = warm_server();
     let server_pid = s.pid();
-    let environ = |pid: i32| std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
     let children = |pid: i32| -> Vec<i32> {
         let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
         kids.split_whitespace().map(|p| p.parse().unwrap()).collect()
     };
-    // py-warm's interpreter: the template that preloads nothing.
-    let interpreter = {
-        let found: Vec<i32> = templates_below(server_pid).into_iter().filter(|p| environ(*p).split(|b| *b == 0).any(|v| v == b"SANDBOX_PRELOAD=")).collect();
-        assert_eq!(found.len(), 1, "py-warm's template: {found:?}");
-        found[0]
-    };
+    let interpreter = bare_template_below(server_pid);
     let init = parent_pid(interpreter);
     let follower: Vec<i32> = std::fs::read_dir(format!("/proc/{server_pid}/task"))
         .unwrap()
@@ -436,6 +430,139 @@ fn a_fork_request_to_a_template_that_just_died_kills_no_running_execution() {
     let r = running.join().unwrap().unwrap();
     assert_eq!((r.status.as_str(), r.stdout.as_str(), r.timing.warm), ("ok", "finished\n", true), "{r:?}");
     wait_warm(&s, "py-warm");
+}
+
+/// Host pid of the interpreter of the template below `server` that preloads nothing (py-warm's
+/// in [`WARM_PROFILES`], or a test server's only such profile).
+fn bare_template_below(server: u32) -> i32 {
+    let environ = |pid: i32| std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let found: Vec<i32> = templates_below(server).into_iter().filter(|p| environ(*p).split(|b| *b == 0).any(|v| v == b"SANDBOX_PRELOAD=")).collect();
+    assert_eq!(found.len(), 1, "one template that preloads nothing: {found:?}");
+    found[0]
+}
+
+/// Whether a thread of process `pid` is in system call `nr` now (/proc/PID/task/TID/syscall).
+fn a_thread_in_syscall(pid: u32, nr: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.filter_map(Result::ok).any(|t| std::fs::read_to_string(t.path().join("syscall")).is_ok_and(|s| s.split(' ').next() == Some(&nr.to_string())))
+}
+
+/// A stop and continue of the service (SIGSTOP and SIGCONT, as a freezer or a debugger's attach
+/// does) while a fork request waits for the template's answer: the wait (a `recvmsg` on a socket
+/// with a receive timeout, which the kernel fails with EINTR then, signal(7)) goes on, and the
+/// execution runs warm. It used to be taken for the template's failure: the template was killed
+/// and the execution ran cold.
+#[test]
+fn a_stop_and_continue_of_the_service_fails_no_fork() {
+    let s = warm_server();
+    let server_pid = s.pid();
+    let interpreter = nix::unistd::Pid::from_raw(bare_template_below(server_pid));
+    nix::sys::signal::kill(interpreter, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let running = {
+        let c = s.client(None);
+        std::thread::spawn(move || rt().block_on(c.execute(&req("py-warm", "print('forked')"))).map_err(|e| format!("{e:?}")))
+    };
+    // The fork request is sent and its answer awaited (recvmsg is system call 47 on x86_64, 212
+    // on aarch64).
+    let recvmsg = if cfg!(target_arch = "aarch64") { 212 } else { 47 };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !a_thread_in_syscall(server_pid, recvmsg) {
+        assert!(Instant::now() < deadline, "no fork request waited for its answer");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let server = nix::unistd::Pid::from_raw(i32::try_from(server_pid).unwrap());
+    nix::sys::signal::kill(server, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    nix::sys::signal::kill(server, nix::sys::signal::Signal::SIGCONT).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    nix::sys::signal::kill(interpreter, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let r = running.join().unwrap().unwrap();
+    assert_eq!((r.status.as_str(), r.stdout.as_str(), r.timing.warm), ("ok", "forked\n", true), "{r:?}");
+    assert!(Path::new(&format!("/proc/{interpreter}")).exists(), "the template was killed");
+}
+
+/// A template replaced (here for its age) while executions that checked it out wait to fork:
+/// their forks go to it (its channel closes after the last), and its retirement blocks nothing.
+/// It used to close the channel at once, under the lock every execution's checkout takes, and
+/// waited there for the channel's own lock, held by a fork waiting for its answer (up to 30 s):
+/// every execution of the service, cold ones too, waited with it; and a checkout whose fork came
+/// after the close failed, its execution ran cold and the template was killed.
+#[test]
+fn a_template_replaced_while_executions_wait_to_fork_serves_them_and_blocks_nothing() {
+    const RETIRING: &str = r#"
+[service]
+max_concurrency = 4
+
+[profiles.py-retiring]
+language = "python"
+[profiles.py-retiring.limits]
+timeout_ms = 60000
+[profiles.py-retiring.warm]
+mode = "template"
+pool_size = 0
+max_age_ms = 1000
+
+[profiles.py-cold]
+language = "python"
+"#;
+    let s = Server::start(RETIRING);
+    wait_warm(&s, "py-retiring");
+    let server_pid = s.pid();
+    // Worn out from here on: the next checkout starts a replacement.
+    std::thread::sleep(Duration::from_millis(1100));
+    let old = bare_template_below(server_pid);
+    let stop = |pid: i32, sig| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();
+    stop(old, nix::sys::signal::Signal::SIGSTOP);
+    let start = |code: &'static str| {
+        let c = s.client(None);
+        std::thread::spawn(move || rt().block_on(c.execute(&req("py-retiring", code))).map_err(|e| format!("{e:?}")))
+    };
+    // The first waits for the stopped template's answer, holding its channel; its checkout
+    // started the replacement, which is held before it gets ready.
+    let first = start("print('first')");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let new = loop {
+        if let Some(p) = templates_below(server_pid).into_iter().find(|p| *p != old) {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "no replacement started");
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    stop(new, nix::sys::signal::Signal::SIGSTOP);
+    // The second checks the old template out too, and waits for its channel.
+    let second = start("print('second')");
+    let warm_dirs = || {
+        let dirs = std::fs::read_dir(s.data.join("executions")).map(|d| d.filter_map(Result::ok).collect::<Vec<_>>()).unwrap_or_default();
+        dirs.iter().filter(|d| !d.file_name().to_string_lossy().starts_with("template-") && d.path().join("warm/code").exists()).count()
+    };
+    while warm_dirs() < 2 {
+        assert!(Instant::now() < deadline, "the second execution never checked the template out");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The replacement gets ready (it waits for fork requests then) and the old one is retired.
+    stop(new, nix::sys::signal::Signal::SIGCONT);
+    let recvmsg_of = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|l| l.starts_with(if cfg!(target_arch = "aarch64") { "212 " } else { "47 " }))
+    };
+    while !recvmsg_of(new) {
+        assert!(Instant::now() < deadline, "the replacement never got ready");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // Nothing else waits for the old template.
+    let cold = rt().block_on(async { tokio::time::timeout(Duration::from_secs(10), s.client(None).execute(&req("py-cold", "print('cold')"))).await });
+    let cold = cold.expect("an execution of another profile waited for the retired template").unwrap();
+    assert_eq!((cold.status.as_str(), cold.stdout.as_str()), ("ok", "cold\n"), "{cold:?}");
+    stop(old, nix::sys::signal::Signal::SIGCONT);
+    for (t, out) in [(first, "first\n"), (second, "second\n")] {
+        let r = t.join().unwrap().unwrap();
+        assert_eq!((r.status.as_str(), r.stdout.as_str(), r.timing.warm), ("ok", out, true), "{r:?}");
+    }
+    // The old template, its channel closed after the second fork, ends once its children have.
+    while templates_below(server_pid).contains(&old) {
+        assert!(Instant::now() < deadline, "the retired template never ended");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// A child forked ahead that dies between its checkout and its go byte (stopped, so alive at
