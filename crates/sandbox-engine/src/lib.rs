@@ -623,16 +623,24 @@ impl Engine {
         // A pooled sandbox when the profile has one ready, else a cold one. Directories, the
         // workspace mount, input files and cgroup writes: on a blocking thread.
         let (prepared, member, mut admitted, code) = {
-            let (opts, layout, id, pools) = (self.opts.clone(), layout.clone(), id.to_owned(), self.pools.get().cloned());
+            let (opts, layout, id, pools, templates) =
+                (self.opts.clone(), layout.clone(), id.to_owned(), self.pools.get().cloned(), self.templates.get().cloned());
             off_worker(move || {
-                if let Some(mut m) = pools.as_ref().and_then(|p| p.checkout(&admitted)) {
+                if let Some((pools, mut m)) = pools.as_ref().and_then(|p| Some((p, p.checkout(&admitted)?))) {
                     match m.prepared_mut().fill_member(&opts, &admitted, &code) {
                         Ok(()) => {
                             let (p, launch) = m.into_parts();
                             return (Ok(prepare::DropOffWorker::new(p)), Some(launch), admitted, code);
                         }
-                        // The member is destroyed; the execution starts cold.
-                        Err(e) => tracing::warn!(error = %e, "a pooled sandbox could not take the execution; starting it cold"),
+                        // The member is destroyed; the execution starts cold, counted as one
+                        // whose member ended unstarted is.
+                        Err(e) => {
+                            tracing::warn!(error = %e, "a pooled sandbox could not take the execution; starting it cold");
+                            pools.ended_unstarted(&admitted.profile_name);
+                            if let Some(t) = &templates {
+                                t.counters.cold_fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                        }
                     }
                 }
                 // Dropped on this thread too if the execution was abandoned meanwhile.

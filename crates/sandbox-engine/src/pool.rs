@@ -41,7 +41,7 @@ use sandbox_runtime::spec::Event;
 
 use crate::prepare::Prepared;
 use crate::spare::{IdleHelper, Reaped};
-use crate::warm::{Template, Templates};
+use crate::warm::{Checkout, Templates};
 use crate::EngineOptions;
 
 /// How long a member may take from spawn to ready (Node importing the environment's modules on
@@ -371,7 +371,7 @@ impl Pools {
                     }
                     continue;
                 };
-                self.make_forked(&profile, &template)
+                self.make_forked(&profile, template)
             } else {
                 self.make(&profile, &preload)
             };
@@ -470,14 +470,16 @@ impl Pools {
 
     /// Forks one member of the `template` profile `profile_name` from `template` and waits
     /// until it is sandboxed and ready.
-    fn make_forked(&self, profile_name: &str, template: &Template) -> Result<Member, String> {
+    fn make_forked(&self, profile_name: &str, template: Checkout) -> Result<Member, String> {
         let profile = self.opts.config.profiles.get(profile_name).ok_or("profile vanished")?;
         let id = format!("pool-{}", uuid::Uuid::now_v7());
         let prepared = Prepared::new_template_member(&self.opts, &self.layout, &id, profile).map_err(|e| sandbox_runtime::selftest::chain(&e))?;
         let (side_read, side_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
         let request = crate::supervise::fork_fds(&prepared, side_write).map_err(|e| e.message())?;
         // Copies while waiting stay within half its memory limit: the rest is the execution's.
-        let child = request.fork(template, Some(profile.limits.memory_max_bytes / 2)).map_err(|e| e.message())?;
+        let child = request.fork(&template, Some(profile.limits.memory_max_bytes / 2)).map_err(|e| e.message())?;
+        // Forked: a retirement of the template need not wait for this member to get ready.
+        drop(template);
         let mut prepared = prepared;
         prepared.set_init_pidfd(child.pidfd);
         let member = Member {

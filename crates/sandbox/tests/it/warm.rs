@@ -435,16 +435,26 @@ fn a_fork_request_to_a_template_that_just_died_kills_no_running_execution() {
 /// Host pid of the interpreter of the template below `server` that preloads nothing (py-warm's
 /// in [`WARM_PROFILES`], or a test server's only such profile).
 fn bare_template_below(server: u32) -> i32 {
-    let environ = |pid: i32| std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-    let found: Vec<i32> = templates_below(server).into_iter().filter(|p| environ(*p).split(|b| *b == 0).any(|v| v == b"SANDBOX_PRELOAD=")).collect();
+    let found = bare_templates_below(server);
     assert_eq!(found.len(), 1, "one template that preloads nothing: {found:?}");
     found[0]
 }
 
-/// Whether a thread of process `pid` is in system call `nr` now (/proc/PID/task/TID/syscall).
+/// Host pids of the interpreters of the templates below `server` that preload nothing (not the
+/// built-in analysis profiles').
+fn bare_templates_below(server: u32) -> Vec<i32> {
+    let environ = |pid: i32| std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    templates_below(server).into_iter().filter(|p| environ(*p).split(|b| *b == 0).any(|v| v == b"SANDBOX_PRELOAD=")).collect()
+}
+
+/// Whether a thread of process `pid` other than the pool filler (which forks children ahead of
+/// their requests) is in system call `nr` now (/proc/PID/task/TID/syscall).
 fn a_thread_in_syscall(pid: u32, nr: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
-    tasks.filter_map(Result::ok).any(|t| std::fs::read_to_string(t.path().join("syscall")).is_ok_and(|s| s.split(' ').next() == Some(&nr.to_string())))
+    tasks.filter_map(Result::ok).any(|t| {
+        std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() != "pool-filler")
+            && std::fs::read_to_string(t.path().join("syscall")).is_ok_and(|s| s.split(' ').next() == Some(&nr.to_string()))
+    })
 }
 
 /// A stop and continue of the service (SIGSTOP and SIGCONT, as a freezer or a debugger's attach
@@ -500,7 +510,7 @@ timeout_ms = 60000
 [profiles.py-retiring.warm]
 mode = "template"
 pool_size = 0
-max_age_ms = 1000
+max_age_ms = 2000
 
 [profiles.py-cold]
 language = "python"
@@ -508,9 +518,26 @@ language = "python"
     let s = Server::start(RETIRING);
     wait_warm(&s, "py-retiring");
     let server_pid = s.pid();
-    // Worn out from here on: the next checkout starts a replacement.
-    std::thread::sleep(Duration::from_millis(1100));
-    let old = bare_template_below(server_pid);
+    let recvmsg_of = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|l| l.starts_with(if cfg!(target_arch = "aarch64") { "212 " } else { "47 " }))
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // One template, ready (waiting for fork requests) and worn out (older than max_age_ms), so
+    // the next checkout starts a replacement; not one that a checkout of wait_warm's (its cold
+    // runs may take long on a busy host) replaced meanwhile.
+    let old = loop {
+        let found = bare_templates_below(server_pid);
+        if let [t] = found[..] {
+            if recvmsg_of(t) {
+                std::thread::sleep(Duration::from_millis(2100));
+                if bare_templates_below(server_pid) == [t] {
+                    break t;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no settled template: {found:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let stop = |pid: i32, sig| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();
     stop(old, nix::sys::signal::Signal::SIGSTOP);
     let start = |code: &'static str| {
@@ -520,9 +547,8 @@ language = "python"
     // The first waits for the stopped template's answer, holding its channel; its checkout
     // started the replacement, which is held before it gets ready.
     let first = start("print('first')");
-    let deadline = Instant::now() + Duration::from_secs(60);
     let new = loop {
-        if let Some(p) = templates_below(server_pid).into_iter().find(|p| *p != old) {
+        if let Some(p) = bare_templates_below(server_pid).into_iter().find(|p| *p != old) {
             break p;
         }
         assert!(Instant::now() < deadline, "no replacement started");
@@ -541,14 +567,12 @@ language = "python"
     }
     // The replacement gets ready (it waits for fork requests then) and the old one is retired.
     stop(new, nix::sys::signal::Signal::SIGCONT);
-    let recvmsg_of = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|l| l.starts_with(if cfg!(target_arch = "aarch64") { "212 " } else { "47 " }))
-    };
     while !recvmsg_of(new) {
         assert!(Instant::now() < deadline, "the replacement never got ready");
         std::thread::sleep(Duration::from_millis(5));
     }
-    std::thread::sleep(Duration::from_millis(200));
+    // Its start's thread reads its ready and retires the old one.
+    std::thread::sleep(Duration::from_millis(500));
     // Nothing else waits for the old template.
     let cold = rt().block_on(async { tokio::time::timeout(Duration::from_secs(10), s.client(None).execute(&req("py-cold", "print('cold')"))).await });
     let cold = cold.expect("an execution of another profile waited for the retired template").unwrap();
@@ -559,7 +583,7 @@ language = "python"
         assert_eq!((r.status.as_str(), r.stdout.as_str(), r.timing.warm), ("ok", out, true), "{r:?}");
     }
     // The old template, its channel closed after the second fork, ends once its children have.
-    while templates_below(server_pid).contains(&old) {
+    while bare_templates_below(server_pid).contains(&old) {
         assert!(Instant::now() < deadline, "the retired template never ended");
         std::thread::sleep(Duration::from_millis(20));
     }
