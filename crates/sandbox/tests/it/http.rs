@@ -382,13 +382,14 @@ fn a_stalled_audit_write_stalls_neither_health_probes_nor_streams() {
     }
     let unlocked_at = Instant::now();
     db.execute_batch("COMMIT").unwrap();
-    assert!(slowest < Duration::from_millis(100), "/healthz took {slowest:?} while audit writes were stalled");
+    // A stall is the lock's 2.3 s; the bounds leave room for a busy host's scheduling.
+    assert!(slowest < Duration::from_millis(750), "/healthz took {slowest:?} while audit writes were stalled");
     let (r, arrivals) = streamer.join().unwrap();
     assert_eq!(r.unwrap().status.as_str(), "ok");
     let window: Vec<&Instant> = arrivals.iter().filter(|t| **t >= locked_at + Duration::from_millis(300) && **t <= unlocked_at).collect();
     assert!(window.len() > 10, "the stream went on while audit writes were stalled: {} chunks", window.len());
     let gap = window.windows(2).map(|w| w[1].duration_since(*w[0])).max().unwrap();
-    assert!(gap < Duration::from_millis(100), "the stream stalled for {gap:?} while audit writes were stalled");
+    assert!(gap < Duration::from_millis(750), "the stream stalled for {gap:?} while audit writes were stalled");
     for t in stalled {
         let r = t.join().unwrap().unwrap();
         assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "1\n"), "the stalled executions ran once the log was free");
