@@ -623,8 +623,7 @@ impl Engine {
         // A pooled sandbox when the profile has one ready, else a cold one. Directories, the
         // workspace mount, input files and cgroup writes: on a blocking thread.
         let (prepared, member, mut admitted, code) = {
-            let (opts, layout, id, pools, templates) =
-                (self.opts.clone(), layout.clone(), id.to_owned(), self.pools.get().cloned(), self.templates.get().cloned());
+            let (opts, layout, id, pools) = (self.opts.clone(), layout.clone(), id.to_owned(), self.pools.get().cloned());
             off_worker(move || {
                 if let Some((pools, mut m)) = pools.as_ref().and_then(|p| Some((p, p.checkout(&admitted)?))) {
                     match m.prepared_mut().fill_member(&opts, &admitted, &code) {
@@ -632,14 +631,10 @@ impl Engine {
                             let (p, launch) = m.into_parts();
                             return (Ok(prepare::DropOffWorker::new(p)), Some(launch), admitted, code);
                         }
-                        // The member is destroyed; the execution starts cold, counted as one
-                        // whose member ended unstarted is.
+                        // The member is destroyed; the execution starts cold.
                         Err(e) => {
                             tracing::warn!(error = %e, "a pooled sandbox could not take the execution; starting it cold");
                             pools.ended_unstarted(&admitted.profile_name);
-                            if let Some(t) = &templates {
-                                t.counters.cold_fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            }
                         }
                     }
                 }
@@ -674,9 +669,6 @@ impl Engine {
             // starts cold, in a sandbox of its own, as a warm profile does without a template.
             if let Some(pools) = self.pools.get() {
                 pools.ended_unstarted(&admitted.profile_name);
-            }
-            if let Some(templates) = self.templates.get() {
-                templates.counters.cold_fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             let member = prepared.into_inner();
             let (opts, layout, id2) = (self.opts.clone(), layout.clone(), id.to_owned());

@@ -270,7 +270,8 @@ impl Pools {
     }
 
     /// Accounts for a member of `profile`'s pool that was checked out (a hit) but ended before
-    /// its execution started in it: a miss (the execution runs cold) and a discard.
+    /// its execution started in it, or could not take its files: a miss, a discard, and a cold
+    /// fallback (the execution runs cold).
     pub(crate) fn ended_unstarted(&self, profile: &str) {
         if self.serves(profile) {
             // Saturating: the checkout counted the hit.
@@ -278,6 +279,9 @@ impl Pools {
             self.counters.misses.fetch_add(1, Ordering::Relaxed);
         }
         self.counters.discarded.fetch_add(1, Ordering::Relaxed);
+        if let Some(t) = &self.templates {
+            t.counters.cold_fallbacks.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Blocks until `profile`'s pool holds a ready member or `patience` passes (for
