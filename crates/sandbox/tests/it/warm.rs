@@ -447,6 +447,15 @@ fn bare_templates_below(server: u32) -> Vec<i32> {
     templates_below(server).into_iter().filter(|p| environ(*p).split(|b| *b == 0).any(|v| v == b"SANDBOX_PRELOAD=")).collect()
 }
 
+/// `recvmsg(2)`'s system call number (/proc/PID/syscall's first field): where a template waits
+/// for fork requests, and a fork request for its answer.
+const RECVMSG: u32 = if cfg!(target_arch = "aarch64") { 212 } else { 47 };
+
+/// Whether process `pid` (its main thread) is in system call `nr` now.
+fn in_syscall(pid: i32, nr: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|s| s.split(' ').next() == Some(&nr.to_string()))
+}
+
 /// Whether a thread of process `pid` other than the pool filler (which forks children ahead of
 /// their requests) is in system call `nr` now (/proc/PID/task/TID/syscall).
 fn a_thread_in_syscall(pid: u32, nr: u32) -> bool {
@@ -472,11 +481,10 @@ fn a_stop_and_continue_of_the_service_fails_no_fork() {
         let c = s.client(None);
         std::thread::spawn(move || rt().block_on(c.execute(&req("py-warm", "print('forked')"))).map_err(|e| format!("{e:?}")))
     };
-    // The fork request is sent and its answer awaited (recvmsg is system call 47 on x86_64, 212
+    // The fork request is sent and its answer awaited.
     // on aarch64).
-    let recvmsg = if cfg!(target_arch = "aarch64") { 212 } else { 47 };
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !a_thread_in_syscall(server_pid, recvmsg) {
+    while !a_thread_in_syscall(server_pid, RECVMSG) {
         assert!(Instant::now() < deadline, "no fork request waited for its answer");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -518,9 +526,6 @@ language = "python"
     let s = Server::start(RETIRING);
     wait_warm(&s, "py-retiring");
     let server_pid = s.pid();
-    let recvmsg_of = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|l| l.starts_with(if cfg!(target_arch = "aarch64") { "212 " } else { "47 " }))
-    };
     let deadline = Instant::now() + Duration::from_secs(60);
     // One template, ready (waiting for fork requests) and worn out (older than max_age_ms), so
     // the next checkout starts a replacement; not one that a checkout of wait_warm's (its cold
@@ -528,7 +533,7 @@ language = "python"
     let old = loop {
         let found = bare_templates_below(server_pid);
         if let [t] = found[..] {
-            if recvmsg_of(t) {
+            if in_syscall(t, RECVMSG) {
                 std::thread::sleep(Duration::from_millis(2100));
                 if bare_templates_below(server_pid) == [t] {
                     break t;
@@ -567,7 +572,7 @@ language = "python"
     }
     // The replacement gets ready (it waits for fork requests then) and the old one is retired.
     stop(new, nix::sys::signal::Signal::SIGCONT);
-    while !recvmsg_of(new) {
+    while !in_syscall(new, RECVMSG) {
         assert!(Instant::now() < deadline, "the replacement never got ready");
         std::thread::sleep(Duration::from_millis(5));
     }
