@@ -338,7 +338,7 @@ fn opened_or_exit(rt: &tokio::runtime::Runtime, signals: &mut Signals, audit: &s
         tokio::select! {
             failure = tokio::task::spawn_blocking(move || audit.failure()) => failure.unwrap_or_else(|_| Some(anyhow::anyhow!("the audit log's opening thread panicked"))),
             sig = interruption(signals) => {
-                errln!("sandbox: interrupted again by {}: exiting at once", signal_name(sig));
+                errln!("sandbox: interrupted by {} while the audit log opened: exiting at once", signal_name(sig));
                 std::process::exit(128 + sig)
             }
         }
