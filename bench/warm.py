@@ -214,23 +214,33 @@ def busy_ms():
 
 
 print()
-print("throughput (executions/s), M requests from C client threads; CPU: all cores' busy time")
-print("per execution (the server, its sandboxes and this client), which bounds the rate at C >= cores")
+print("throughput (executions/s) from C client threads, in ROUNDS rounds of M requests per mode,")
+print("the modes in a new random order each round (their totals); CPU: all cores' busy time per")
+print("execution (the server, its sandboxes and this client), which bounds the rate at C >= cores")
+rounds = int(os.environ.get("ROUNDS", "3"))
 throughput = {}
-for job, m in (("print(1)", 40), ("data-analyst.py", 24)):
+for job, m in (("print(1)", 20), ("data-analyst.py", 16)):
     runs = [(mode, lambda url=url: post(url, JOBS[job])) for mode, url in MODES]
     if job == "data-analyst.py":
         runs.append(("fork floor", fork_once))
     for c in (2, 8):
-        for mode, once in runs:
-            busy = busy_ms()
-            t = time.perf_counter()
-            with concurrent.futures.ThreadPoolExecutor(c) as pool:
-                list(pool.map(lambda _: once(), range(m)))
-            rate = m / (time.perf_counter() - t)
-            cpu = (busy_ms() - busy) / m
-            throughput[(job, c, mode)] = rate
-            print(f"  {job:<18} C={c}  {mode:<16}: {rate:6.2f}/s  CPU {cpu:6.1f} ms per execution")
+        # Interleaved, as the sequential runs are: one block per mode gave figures that moved
+        # by 10% between runs of the same builds (the machine's speed drifts within a minute).
+        totals = {mode: [0, 0.0, 0.0] for mode, _ in runs}  # requests, seconds, busy ms
+        for _ in range(rounds):
+            for mode, once in order.sample(runs, len(runs)):
+                busy = busy_ms()
+                t = time.perf_counter()
+                with concurrent.futures.ThreadPoolExecutor(c) as pool:
+                    list(pool.map(lambda _: once(), range(m)))
+                total = totals[mode]
+                total[0] += m
+                total[1] += time.perf_counter() - t
+                total[2] += busy_ms() - busy
+        for mode, _ in runs:
+            done, seconds, busy = totals[mode]
+            throughput[(job, c, mode)] = done / seconds
+            print(f"  {job:<18} C={c}  {mode:<16}: {done / seconds:6.2f}/s  CPU {busy / done:6.1f} ms per execution")
         ratios = ", ".join(f"{mode}/cold {throughput[(job, c, mode)] / throughput[(job, c, 'cold')]:.1f}x" for mode, _ in runs[1:])
         print(f"  {job:<18} C={c}  {ratios}")
 busy = busy_ms()

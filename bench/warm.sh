@@ -6,7 +6,8 @@
 # what any fork-based warm start costs before isolation adds anything) and as a bare host
 # python3 process (what a user would do without us). Prints sequential p50/p99,
 # throughput at concurrency 2 and 8, the templates' memory and each child's own memory.
-#   N=20 bash bench/warm.sh      (N: timed sequential runs per variant, default 20)
+#   N=20 bash bench/warm.sh      (N: timed sequential runs per variant, default 20; ROUNDS:
+#   interleaved rounds of the throughput runs, default 3)
 #   SANDBOX_BENCH_REF_BIN=/path/to/older/sandbox adds that build's warm server (with the
 #   libsandbox_warm.so beside it), interleaved with the others: a change measured against its base.
 set -euo pipefail
