@@ -299,6 +299,7 @@ impl Prepared {
             uid_base: rt.uid_base,
             program_uid: self.uid.uid(),
             template_slots: 0,
+            template_children: 0,
             cgroup_join: self.cgroup.as_deref().map(Cgroup::join_files).unwrap_or_default(),
             cgroup_dir: self.cgroup.as_deref().and_then(Cgroup::v2_dir).map(Path::to_owned),
             root_dir: self.dir.join("root"),

@@ -535,6 +535,7 @@ impl Templates {
             uid_base: rt.uid_base,
             program_uid: sandbox_runtime::spec::SANDBOX_UID,
             template_slots: UID_SLOTS,
+            template_children: template_children(&self.opts.config),
             cgroup_join: cg.join_files(),
             cgroup_dir: cg.v2_dir().map(Path::to_owned),
             root_dir: root.to_owned(),
@@ -733,4 +734,16 @@ fn interpreter_pidfd(helper_pid: u32, init_pid: i32) -> Result<OwnedFd, String> 
         return Err(format!("the template's interpreter {pid} ended as it got ready"));
     }
     Ok(fd)
+}
+
+/// The most children of the service's templates alive at once: the executions the service runs
+/// at a time (`max_concurrency`, or its default) plus every template profile's children forked
+/// ahead (`pool_size`). They all share one user namespace owner ([`SpawnSpec::template_children`]).
+fn template_children(config: &sandbox_core::Config) -> u32 {
+    let slots = match config.service.max_concurrency {
+        0 => crate::service::default_concurrency(config),
+        n => n,
+    };
+    let ahead: u32 = config.profiles.values().filter(|p| p.warm.mode == WarmMode::Template).map(|p| p.warm.pool_size).sum();
+    slots.saturating_add(ahead)
 }

@@ -103,7 +103,7 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
 
     build_dev(root, spec.tmp_bytes)?;
 
-    mount_proc(&mkdir(root, "/proc")?)?;
+    mount_proc(&mkdir(root, "/proc")?, &template_sysctls(spec))?;
 
     for dir in &spec.masked_dirs {
         let target = inside(root, dir);
@@ -136,12 +136,45 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
     Ok(())
 }
 
+/// The sysctls a template's init writes into its user namespace before /proc/sys turns
+/// read-only ([`mount_proc`]): `user/max_inotify_instances` and `user/max_inotify_watches`, each
+/// the host's per-user limit (`fs.inotify.max_user_instances`, `max_user_watches`) divided by
+/// the template's children at most plus one (`template_children`), at least 1. Every child of
+/// every template runs in a user namespace owned by the same host uid (`uid_base`), and the
+/// kernel counts each inotify instance and watch against that owner at the host level as well
+/// as against the child's own uid in the namespace (ucounts, kernel/ucount.c): without a share
+/// each, one warm execution could take the host's 128 instances and deny inotify to every warm
+/// execution beside it until it ends. Each child runs as a uid of its own in the namespace, so
+/// each gets its share; a cold execution's namespace has an owner of its own and keeps the
+/// host's limit. Nothing for a sandbox that is not a template, or when the host's limits
+/// cannot be read (the host's /proc, before the fresh one is mounted).
+fn template_sysctls(spec: &SpawnSpec) -> Vec<(&'static str, String)> {
+    if spec.template_slots == 0 || spec.template_children == 0 {
+        return Vec::new();
+    }
+    let shares = u64::from(spec.template_children) + 1;
+    [("user/max_inotify_instances", "/proc/sys/fs/inotify/max_user_instances"), ("user/max_inotify_watches", "/proc/sys/fs/inotify/max_user_watches")]
+        .into_iter()
+        .filter_map(|(name, host)| {
+            let limit: u64 = fs::read_to_string(host).ok()?.trim().parse().ok()?;
+            Some((name, (limit / shares).max(1).to_string()))
+        })
+        .collect()
+}
+
 /// Mounts a fresh /proc of the current pid namespace at `proc_dir`, with the masked entries
-/// behind /dev/null and the kernel-tunable subtrees read-only.
-pub(crate) fn mount_proc(proc_dir: &Path) -> Result<(), StepError> {
+/// behind /dev/null and the kernel-tunable subtrees read-only. Each of `sysctls`, a path under
+/// /proc/sys and a value, is written first, while /proc/sys is still writable (the caller's
+/// capabilities in its namespaces decide whether the kernel takes it).
+/// Errors: step `proc`, `proc_mask` or `sysctl` (naming the file), or a bind's.
+pub(crate) fn mount_proc(proc_dir: &Path, sysctls: &[(&str, String)]) -> Result<(), StepError> {
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     // hidepid=invisible: the program cannot even see pid 1 (root of the namespace).
     step("proc", proc_dir, mount(Some("proc"), proc_dir, Some("proc"), nosuid_nodev | MsFlags::MS_NOEXEC, Some("hidepid=invisible")))?;
+    for (name, value) in sysctls {
+        let file = proc_dir.join("sys").join(name);
+        step("sysctl", &file, fs::write(&file, value))?;
+    }
     for name in PROC_MASKED {
         let target = proc_dir.join(name);
         match fs::metadata(&target) {

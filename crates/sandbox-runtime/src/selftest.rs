@@ -254,7 +254,7 @@ fn inner() -> Result<(), StepError> {
     let root = nix::unistd::Uid::from_raw(0);
     nix::unistd::setresuid(root, root, root).map_err(|e| ("uid_map", format!("setresuid(0) inside: {e}")))?;
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>).map_err(|e| ("proc", format!("making / private: {e}")))?;
-    crate::rootfs::mount_proc(Path::new("/proc")).map_err(|e| ("proc", e.message))?;
+    crate::rootfs::mount_proc(Path::new("/proc"), &[]).map_err(|e| ("proc", e.message))?;
     report(&ok("proc", "mounted a fresh /proc of the new pid namespace".into()));
     nix::sys::prctl::set_no_new_privs().map_err(|e| ("landlock", format!("no_new_privs: {e}")))?;
     let spec = crate::spec::SpawnSpec { system_dirs: vec!["/".into()], ..Default::default() };

@@ -17,7 +17,9 @@ pub const RESULT_FD: i32 = 4;
 /// The first uid the program may run as inside the sandbox, and the gid it always runs as. Each
 /// running execution gets its own uid `SANDBOX_UID + slot` (host `uid_base + SANDBOX_UID + slot`),
 /// so the kernel's per-user counters (inotify instances, pending signals, message queues) are
-/// never shared between executions or charged to host root.
+/// never shared between executions or charged to host root. (A template's children share its
+/// namespace's owner at the host level; each gets a share of the inotify limits there, see
+/// [`SpawnSpec::template_children`].)
 pub const SANDBOX_UID: u32 = 1000;
 
 /// How many executions may run at once on one host per `uid_base`: each holds one uid slot.
@@ -52,6 +54,12 @@ pub struct SpawnSpec {
     /// keeps root and its capabilities inside (it never runs caller code).
     #[serde(default)]
     pub template_slots: u32,
+    /// A template's children at most at once, over every template of the service (they share
+    /// one namespace owner, [`SpawnSpec::namespace_owner`]): the template's init gives each
+    /// child a share of the host's per-user inotify limits (`rootfs::template_sysctls`). 0: no
+    /// share is set (not a template).
+    #[serde(default)]
+    pub template_children: u32,
     /// Cgroup files the helper writes "0" (itself) to before cloning init, from
     /// [`crate::cgroup::Cgroup::join_files`].
     pub cgroup_join: Vec<PathBuf>,

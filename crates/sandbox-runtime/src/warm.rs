@@ -14,8 +14,9 @@
 //!      │             own /workspace, /code, /etc/passwd; fresh /tmp, /dev/shm; hides /.sandbox;
 //!      │             hostname; lo up; not dumpable; fresh /proc; then, as the cold init:
 //!      │             forwards signals, reaps, reports `Exited`
-//!      └─ program    rlimits, no capabilities, its own uid, no_new_privs, landlock,
-//!                    seccomp; returns into the interpreter, which runs the harness
+//!      └─ program    pid 3 (never the template's 2); rlimits, no capabilities, its own uid,
+//!                    no_new_privs, landlock, seccomp; returns into the interpreter, which runs
+//!                    the harness
 //! ```
 //!
 //! The child is the sandbox's init itself, so a warm execution costs one copy of the
@@ -92,7 +93,12 @@ fn child(ctl: &UnixStream) -> Result<(), StepError> {
     // interpreter may die while the execution runs on; the engine holds this process's pidfd.)
     step("dumpable", nix::sys::prctl::set_dumpable(false))?;
     send(ctl, &Event::Started { init_pid: 0 });
-    crate::rootfs::mount_proc(std::path::Path::new("/proc"))?;
+    // The program is pid 3, not 2: the template is pid 2 of its own sandbox, and a library that
+    // notices a fork by its pid changing (tempfile's name generator, connection pools) would
+    // otherwise take the program for the template and keep what it drew there (every warm
+    // execution's temporary names were the same). The pid namespace's last pid, set here (this
+    // process is root of the namespace's user namespace), makes the next fork pid 3.
+    crate::rootfs::mount_proc(std::path::Path::new("/proc"), &[("kernel/ns_last_pid", "2".to_owned())])?;
     let handled = crate::init::handled_signals();
     step("sigmask", handled.thread_block())?;
     // Refuse a kernel below the profile's landlock minimum before anything runs.

@@ -119,11 +119,12 @@ print(seen, pids, os.getuid())
     for r in [&a, &b] {
         assert!(r.timing.warm && r.status.as_str() == "ok", "{r:?}");
         // Neither sees the other's workspace, /tmp or abstract socket; both bound port 4000
-        // (separate network namespaces); each sees only itself in /proc.
+        // (separate network namespaces); each sees only itself in /proc (pid 3: the template is
+        // pid 2 of its own sandbox, see warm::enter).
         let (seen, rest) = r.stdout.trim().split_once("] ").unwrap();
         assert_eq!(seen, "[False, False, False", "{r:?}");
         let (pids, uid) = rest.rsplit_once(' ').unwrap();
-        assert_eq!(pids, "[2]", "{r:?}");
+        assert_eq!(pids, "[3]", "{r:?}");
         uids.push(uid.to_owned());
     }
     assert_ne!(uids[0], uids[1], "each execution runs as a uid of its own");
@@ -217,15 +218,56 @@ fn what_a_child_changes_in_its_modules_is_gone_for_the_next() {
     assert_eq!(r.stdout, "True 3.141592653589793 False False 1.5\n", "{r:?}");
 }
 
+/// Every source of randomness a program reaches differs between children: the generators the
+/// interpreter or a library seeds once (`random`, numpy's), the kernel's (`uuid4`, `secrets`),
+/// and `tempfile`'s name generator, which reseeds itself only when the pid changes (a program
+/// with the template's pid drew the template's names: the same in every execution).
 #[test]
 fn warm_children_draw_fresh_randomness() {
     let s = warm_server();
-    let code = "import random, uuid, secrets, numpy\nprint(random.random(), numpy.random.random(), uuid.uuid4(), secrets.token_hex(8))";
+    let code = "import random, uuid, secrets, numpy, os, tempfile\n\
+                print(random.random(), numpy.random.random(), uuid.uuid4(), secrets.token_hex(8), os.path.basename(tempfile.mkdtemp()), tempfile.NamedTemporaryFile(dir='/workspace').name)";
     let draws: Vec<Vec<String>> = (0..3).map(|_| warm(&s, &req("py-analysis-warm", code)).stdout.split_whitespace().map(str::to_owned).collect()).collect();
-    for column in 0..4 {
+    for column in 0..6 {
         let values: std::collections::BTreeSet<&String> = draws.iter().map(|d| &d[column]).collect();
         assert_eq!(values.len(), 3, "column {column} repeats across children: {draws:?}");
     }
+}
+
+/// Every template's children run in user namespaces owned by one host uid, and the kernel counts
+/// their inotify instances against that owner too (host limit `fs.inotify.max_user_instances`,
+/// 128 by default): one execution that takes all it can must leave the others theirs. Execution
+/// A (forked from one template) takes inotify instances until refused and holds them; B, forked
+/// from the other template while A holds them, must still get one. A gets exactly the share its
+/// namespace allows (`user.max_inotify_instances`), below the host's limit.
+#[test]
+fn a_warm_execution_cannot_take_the_inotify_instances_of_the_others() {
+    let s = warm_server();
+    let host: u64 = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances").unwrap().trim().parse().unwrap();
+    let take = "import ctypes, errno, time\nlibc = ctypes.CDLL(None, use_errno=True)\nfds, err = [], None\nwhile len(fds) < 100000:\n    \
+                fd = libc.inotify_init1(0)\n    if fd < 0:\n        err = errno.errorcode[ctypes.get_errno()]\n        break\n    fds.append(fd)\n\
+                print(len(fds), err, open('/proc/sys/user/max_inotify_instances').read().strip(), flush=True)\ntime.sleep(4)";
+    let one = "import ctypes, errno\nlibc = ctypes.CDLL(None, use_errno=True)\nfd = libc.inotify_init1(0)\n\
+               print(fd >= 0, errno.errorcode.get(ctypes.get_errno()) if fd < 0 else None)";
+    let (a, b) = rt().block_on(async {
+        let c = s.client(None);
+        let (ra, rb) = (req("py-warm", take), req("py-analysis-warm", one));
+        let a = c.execute(&ra);
+        let b = async {
+            // A has taken its instances well before this (a warm start takes milliseconds).
+            tokio::time::sleep(Duration::from_millis(2000)).await;
+            c.execute(&rb).await
+        };
+        tokio::join!(a, b)
+    });
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(a.timing.warm && b.timing.warm, "both must run warm: {a:?} {b:?}");
+    let fields: Vec<&str> = a.stdout.split_whitespace().collect();
+    let (taken, share): (u64, u64) = (fields[0].parse().unwrap(), fields[2].parse().unwrap());
+    assert_eq!(fields[1], "EMFILE", "{a:?}");
+    assert!(share < host, "a warm execution's namespace allows the host's whole {host} instances: {a:?}");
+    assert_eq!(taken, share, "A took other than its share: {a:?}");
+    assert_eq!(b.stdout, "True None\n", "an execution beside one that took all it could got no inotify instance: {b:?}");
 }
 
 #[test]
