@@ -391,7 +391,7 @@ pub struct ExecutionResult {
     /// Number of the signal that ended the program, if one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
-    /// Name of that signal, e.g. `SIGKILL`.
+    /// Name of that signal, e.g. `SIGKILL`; a real-time signal as `SIGRTMIN` or `SIGRTMIN+k`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal_name: Option<String>,
     /// Wall time from receipt to result, in ms.

@@ -751,7 +751,7 @@ pub(crate) fn fill_result(r: &mut ExecutionResult, a: &Admitted, run: RunOutcome
         None => (None, None),
     };
     r.signal = signal;
-    r.signal_name = signal.and_then(|s| Signal::try_from(s).ok()).map(|s| s.as_str().to_owned());
+    r.signal_name = signal.and_then(signal_name);
     r.exit_code = code.or(signal.map(|s| 128 + s));
     let v8_heap = a.language == Language::Typescript
         && (signal == Some(Signal::SIGABRT as i32) || code == Some(134))
@@ -854,3 +854,18 @@ fn text(bytes: Vec<u8>) -> (String, Option<String>) {
 
 #[cfg(test)]
 mod tests;
+
+/// The name of signal `n`: `SIGKILL`, ...; a real-time signal as `SIGRTMIN` or `SIGRTMIN+k`
+/// (glibc's first real-time signal, `SIGRTMIN()`, is 34 on Linux; `kill -l` lists them so).
+/// `None` for a number that is no signal.
+fn signal_name(n: i32) -> Option<String> {
+    if let Ok(s) = Signal::try_from(n) {
+        return Some(s.as_str().to_owned());
+    }
+    let (min, max) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+    match n - min {
+        0 => Some("SIGRTMIN".to_owned()),
+        k if k > 0 && n <= max => Some(format!("SIGRTMIN+{k}")),
+        _ => None,
+    }
+}

@@ -8,7 +8,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
 use nix::sys::signal::{kill, SigSet, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::waitpid;
 use nix::unistd::{Gid, Pid, Uid};
 
 use crate::helper::send;
@@ -145,17 +145,19 @@ pub(crate) fn supervise(program: Pid, handled: &SigSet, ctl: &UnixStream, landlo
     Ok(())
 }
 
-/// Reaps every exited child; returns the program's (exit code, signal) once it has ended.
+/// Reaps every exited child; returns the program's (exit code, signal) once it has ended,
+/// whatever the signal (a real-time one too: `sys::reap_one`).
 fn reap(program: Pid) -> Option<(Option<i32>, Option<i32>)> {
     let mut result = None;
-    loop {
-        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == program => result = Some((Some(code), None)),
-            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == program => result = Some((None, Some(sig as i32))),
-            Ok(WaitStatus::StillAlive) | Err(_) => return result,
-            Ok(_) => {}
+    while let Some((pid, ended)) = sys::reap_one() {
+        if pid == program.as_raw() {
+            result = Some(match ended {
+                sys::Ended::Exited(code) => (Some(code), None),
+                sys::Ended::Signaled(sig) => (None, Some(sig)),
+            });
         }
     }
+    result
 }
 
 /// Processes of the namespace other than init, from /proc.

@@ -83,6 +83,37 @@ pub fn clone_into_cgroup(flags: CloneFlags, cgroup: std::os::fd::BorrowedFd<'_>)
     }
 }
 
+/// How a reaped child ended ([`reap_one`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// It exited with this code.
+    Exited(i32),
+    /// A signal ended it: its number, real-time signals included.
+    Signaled(i32),
+}
+
+/// Reaps one child that has ended, without waiting: `waitpid(-1, &status, WNOHANG)`, again on
+/// EINTR. Returns its pid and how it ended; `None` when no child has ended yet or there is
+/// none (ECHILD). The status is decoded here: nix's `waitpid` fails (EINVAL) on a signal it has
+/// no name for, a real-time one, after the kernel has already reaped the child, so the caller
+/// lost that child's end (init then waited for its program until the timeout).
+pub fn reap_one() -> Option<(i32, Ended)> {
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` is a valid, writable int for the duration of the call.
+        let pid = unsafe { libc::waitpid(-1, &raw mut status, libc::WNOHANG) };
+        if pid < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if pid <= 0 {
+            return None;
+        }
+        // Without WUNTRACED or WCONTINUED, a reaped child either exited or was signaled.
+        let ended = if libc::WIFSIGNALED(status) { Ended::Signaled(libc::WTERMSIG(status)) } else { Ended::Exited(libc::WEXITSTATUS(status)) };
+        return Some((pid, ended));
+    }
+}
+
 /// fork(2) from the single-threaded init.
 /// Errors: the kernel's errno (EAGAIN at `pids.max`).
 pub fn fork() -> io::Result<Forked> {

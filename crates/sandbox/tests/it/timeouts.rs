@@ -105,3 +105,18 @@ fn an_interrupted_warm_start_is_stopped_and_leaves_nothing_behind() {
         }
     }
 }
+
+/// A program ended by a real-time signal is reported as ended by it, not as a timeout: init
+/// decoded its program's status with a library that has no name for real-time signals, lost it
+/// (the child already reaped), and waited for the timeout (status `timeout`, SIGKILL). Found by
+/// an attack review: any program could hold its slot until the timeout this way.
+#[test]
+fn a_program_ended_by_a_real_time_signal_is_reported_so_not_as_a_timeout() {
+    let r = run("python-default", "import os, signal\nos.kill(os.getpid(), signal.SIGRTMIN + 2)", &["--timeout", "20s"]);
+    let rtmin = libc::SIGRTMIN();
+    assert_eq!(
+        (r.status(), r.json["signal"].as_i64(), r.json["signalName"].as_str(), r.status),
+        ("error", Some(i64::from(rtmin + 2)), Some("SIGRTMIN+2"), 128 + rtmin + 2),
+        "{r:?}"
+    );
+}
