@@ -524,7 +524,6 @@ fn a_stop_and_continue_of_the_service_fails_no_fork() {
         std::thread::spawn(move || rt().block_on(c.execute(&req("py-warm", "print('forked')"))).map_err(|e| format!("{e:?}")))
     };
     // The fork request is sent and its answer awaited.
-    // on aarch64).
     let deadline = Instant::now() + Duration::from_secs(60);
     while !a_thread_in_syscall(server_pid, RECVMSG) {
         assert!(Instant::now() < deadline, "no fork request waited for its answer");
