@@ -148,9 +148,7 @@ impl Service {
     /// A service with the limits of the engine's `[service]` configuration: `max_concurrency`
     /// slots (0: [`default_concurrency`]) and `queue_max` waiting.
     pub fn for_config(engine: Arc<Engine>, hooks: Arc<dyn Hooks>) -> Self {
-        let svc = &engine.config().service;
-        let slots = if svc.max_concurrency == 0 { default_concurrency(engine.config()) } else { svc.max_concurrency };
-        let queue_max = svc.queue_max;
+        let (slots, queue_max) = (configured_slots(engine.config()), engine.config().service.queue_max);
         Self::new(engine, slots, queue_max, hooks)
     }
 
@@ -286,6 +284,15 @@ pub fn default_profile(config: &sandbox_core::Config, caller: &Caller, language:
         let message = format!("no profile given, and no {} profile you may use; profiles you may use: {allowed}", language.as_str());
         Refusal::new(ErrorCode::ProfileNotFound, message, Some("profile".into()))
     })
+}
+
+/// The executions a service of `config` runs at once: `[service] max_concurrency`, or when it
+/// is 0 [`default_concurrency`].
+pub fn configured_slots(config: &sandbox_core::Config) -> u32 {
+    match config.service.max_concurrency {
+        0 => default_concurrency(config),
+        n => n,
+    }
 }
 
 /// One execution slot per core, fewer when memory could not hold that many runs of the

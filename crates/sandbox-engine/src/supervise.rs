@@ -852,9 +852,6 @@ fn text(bytes: Vec<u8>) -> (String, Option<String>) {
     }
 }
 
-#[cfg(test)]
-mod tests;
-
 /// The name of signal `n`: `SIGKILL`, ...; a real-time signal as `SIGRTMIN` or `SIGRTMIN+k`
 /// (glibc's first real-time signal, `SIGRTMIN()`, is 34 on Linux; `kill -l` lists them so).
 /// `None` for a number that is no signal.
@@ -869,3 +866,6 @@ fn signal_name(n: i32) -> Option<String> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -740,10 +740,6 @@ fn interpreter_pidfd(helper_pid: u32, init_pid: i32) -> Result<OwnedFd, String> 
 /// at a time (`max_concurrency`, or its default) plus every template profile's children forked
 /// ahead (`pool_size`). They all share one user namespace owner ([`SpawnSpec::template_children`]).
 fn template_children(config: &sandbox_core::Config) -> u32 {
-    let slots = match config.service.max_concurrency {
-        0 => crate::service::default_concurrency(config),
-        n => n,
-    };
     let ahead: u32 = config.profiles.values().filter(|p| p.warm.mode == WarmMode::Template).map(|p| p.warm.pool_size).sum();
-    slots.saturating_add(ahead)
+    crate::service::configured_slots(config).saturating_add(ahead)
 }
