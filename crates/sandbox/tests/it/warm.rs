@@ -238,17 +238,18 @@ fn warm_children_draw_fresh_randomness() {
 /// their inotify instances against that owner too (host limit `fs.inotify.max_user_instances`,
 /// 128 by default): one execution that takes all it can must leave the others theirs. Execution
 /// A (forked from one template) takes inotify instances until refused and holds them; B, forked
-/// from the other template while A holds them, must still get one. A gets exactly the share its
-/// namespace allows (`user.max_inotify_instances`), below the host's limit.
+/// from the other template while A holds them (checked on their clocks), must still get one. A
+/// gets exactly the share its namespace allows (`user.max_inotify_instances`), below the host's
+/// limit.
 #[test]
 fn a_warm_execution_cannot_take_the_inotify_instances_of_the_others() {
     let s = warm_server();
     let host: u64 = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances").unwrap().trim().parse().unwrap();
     let take = "import ctypes, errno, time\nlibc = ctypes.CDLL(None, use_errno=True)\nfds, err = [], None\nwhile len(fds) < 100000:\n    \
                 fd = libc.inotify_init1(0)\n    if fd < 0:\n        err = errno.errorcode[ctypes.get_errno()]\n        break\n    fds.append(fd)\n\
-                print(len(fds), err, open('/proc/sys/user/max_inotify_instances').read().strip(), flush=True)\ntime.sleep(4)";
-    let one = "import ctypes, errno\nlibc = ctypes.CDLL(None, use_errno=True)\nfd = libc.inotify_init1(0)\n\
-               print(fd >= 0, errno.errorcode.get(ctypes.get_errno()) if fd < 0 else None)";
+                print(len(fds), err, open('/proc/sys/user/max_inotify_instances').read().strip(), time.time(), flush=True)\ntime.sleep(4)\nprint(time.time())";
+    let one = "import ctypes, errno, time\nlibc = ctypes.CDLL(None, use_errno=True)\nfd = libc.inotify_init1(0)\n\
+               print(fd >= 0, errno.errorcode.get(ctypes.get_errno()) if fd < 0 else None, time.time())";
     let (a, b) = rt().block_on(async {
         let c = s.client(None);
         let (ra, rb) = (req("py-warm", take), req("py-analysis-warm", one));
@@ -267,7 +268,11 @@ fn a_warm_execution_cannot_take_the_inotify_instances_of_the_others() {
     assert_eq!(fields[1], "EMFILE", "{a:?}");
     assert!(share < host, "a warm execution's namespace allows the host's whole {host} instances: {a:?}");
     assert_eq!(taken, share, "A took other than its share: {a:?}");
-    assert_eq!(b.stdout, "True None\n", "an execution beside one that took all it could got no inotify instance: {b:?}");
+    let b_fields: Vec<&str> = b.stdout.split_whitespace().collect();
+    assert_eq!(b_fields[..2], ["True", "None"], "an execution beside one that took all it could got no inotify instance: {b:?}");
+    // B asked while A held its instances (the sandboxes' clocks are the host's), or it proved nothing.
+    let (held_from, held_until, asked): (f64, f64, f64) = (fields[3].parse().unwrap(), fields[4].parse().unwrap(), b_fields[2].parse().unwrap());
+    assert!(held_from < asked && asked < held_until, "B did not run while A held its instances: {a:?} {b:?}");
 }
 
 #[test]
