@@ -514,23 +514,42 @@ print(addrs)
 
 const CORE_PATTERN: &str = "/proc/sys/kernel/core_pattern";
 
+/// The pattern found before a [`CorePatternGuard`] set its own, kept until it is restored: a test
+/// process killed while holding the guard (no `Drop`) leaves it, and the next guard restores it.
+const CORE_PATTERN_SAVED: &str = "/run/sandbox-it-core_pattern.saved";
+
 /// Sets the host's core_pattern and puts the old one back when dropped, also when the test panics.
+///
+/// The pattern is host-wide, and the suite may run in several processes at once (cold and warm):
+/// they take turns through an exclusive `flock` on `/run/sandbox-it-core_pattern.lock`, held for
+/// the guard's life, so none saves another's handler as "the old one" and leaves it set.
 struct CorePatternGuard {
     old: String,
+    _turn: nix::fcntl::Flock<std::fs::File>,
 }
 
 impl CorePatternGuard {
     fn set(pattern: &str) -> Self {
-        let old = std::fs::read_to_string(CORE_PATTERN).expect("core_pattern is readable");
+        let lock = std::fs::File::options().create(true).truncate(false).write(true).open("/run/sandbox-it-core_pattern.lock").unwrap();
+        let turn = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e).expect("flock the core_pattern lock");
+        let old = match std::fs::read_to_string(CORE_PATTERN_SAVED) {
+            Ok(saved) => saved,
+            Err(_) => {
+                let old = std::fs::read_to_string(CORE_PATTERN).expect("core_pattern is readable");
+                std::fs::write(CORE_PATTERN_SAVED, &old).expect("save core_pattern");
+                old
+            }
+        };
         std::fs::write(CORE_PATTERN, pattern).expect("core_pattern is writable as root");
-        CorePatternGuard { old }
+        CorePatternGuard { old, _turn: turn }
     }
 }
 
 impl Drop for CorePatternGuard {
     fn drop(&mut self) {
-        if let Err(e) = std::fs::write(CORE_PATTERN, self.old.trim_end()) {
-            eprintln!("could not restore {CORE_PATTERN} to {:?}: {e}", self.old);
+        match std::fs::write(CORE_PATTERN, self.old.trim_end()) {
+            Ok(()) => drop(std::fs::remove_file(CORE_PATTERN_SAVED)),
+            Err(e) => eprintln!("could not restore {CORE_PATTERN} to {:?}: {e}", self.old),
         }
     }
 }
