@@ -281,6 +281,13 @@ pub(crate) fn drop_privileges(spec: &SpawnSpec) -> Result<(), StepError> {
     if !left.is_empty() {
         return Err(StepError::new("capabilities", format!("capabilities survived the uid change: {left:?}")));
     }
+    // The uid change made the process non-dumpable (`fs.suid_dumpable` 0), so its /proc/self
+    // files belonged to root and its own environ, mem and ns were closed to it. A cold program's
+    // exec makes it dumpable again; a warm one never execs, so it is made so here, as every
+    // program is: only processes of its own uid (its own children) and none of another
+    // execution's may then read or ptrace it, and RLIMIT_CORE 1 still keeps its crashes from the
+    // host's core_pattern.
+    step("dumpable", nix::sys::prctl::set_dumpable(true))?;
     step("no_new_privs", nix::sys::prctl::set_no_new_privs())?;
     // Exactly the ABI init reported, or nothing runs.
     crate::wall::restrict(spec).map_err(|e| StepError::new("landlock", e))?;

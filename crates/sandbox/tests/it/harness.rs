@@ -246,3 +246,23 @@ fn json_key_order_is_kept_through_the_cli() {
     assert_eq!(r.json["returnData"]["inputKeys"], serde_json::json!(["zeta", "alpha", "mid"]), "{r:?}");
     assert_eq!(keys(&r.json["returnData"]), ["inputKeys", "rows", "completeRows", "species"], "{r:?}");
 }
+
+/// A program's own /proc files are its own, in every mode: it reads its environment, memory
+/// map and namespaces, as any Linux process reads its own. A warm program never execs, and
+/// exec is what had made a program dumpable again after its uid change: warm, /proc/self
+/// belonged to root, and `/proc/self/environ` (psutil's `environ()`) failed with EACCES. Its
+/// sandbox's init stays out of its sight.
+#[test]
+fn a_program_reads_its_own_proc_files_in_every_mode() {
+    let code = "import os\nme = os.getuid()\n\
+                env = open('/proc/self/environ', 'rb').read().split(b'\\0')\n\
+                print('environ', b'TZ=UTC' in env)\n\
+                print('owner', all(os.stat(p).st_uid == me for p in ('/proc/self/environ', '/proc/self/mem', '/proc/self/status')))\n\
+                print('ns', os.readlink('/proc/self/ns/pid').startswith('pid:['))\n\
+                m = open('/proc/self/mem', 'rb')\n\
+                start = int(open('/proc/self/maps').readline().split('-')[0], 16)\n\
+                m.seek(start)\nprint('mem', len(m.read(16)))\n\
+                print('init', os.path.exists('/proc/1/environ'))";
+    let r = run("python-default", code, &[]);
+    assert_eq!(r.stdout(), "environ True\nowner True\nns True\nmem 16\ninit False\n", "{r:?}");
+}
