@@ -739,7 +739,7 @@ fn interpreter_pidfd(helper_pid: u32, init_pid: i32) -> Result<OwnedFd, String> 
 /// The most children of the service's templates alive at once: the executions the service runs
 /// at a time (`max_concurrency`, or its default) plus every template profile's children forked
 /// ahead (`pool_size`). They all share one user namespace owner ([`SpawnSpec::template_children`]).
-fn template_children(config: &sandbox_core::Config) -> u32 {
+pub fn template_children(config: &sandbox_core::Config) -> u32 {
     let ahead: u32 = config.profiles.values().filter(|p| p.warm.mode == WarmMode::Template).map(|p| p.warm.pool_size).sum();
     crate::service::configured_slots(config).saturating_add(ahead)
 }

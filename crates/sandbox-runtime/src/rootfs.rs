@@ -152,14 +152,42 @@ fn template_sysctls(spec: &SpawnSpec) -> Vec<(&'static str, String)> {
     if spec.template_slots == 0 || spec.template_children == 0 {
         return Vec::new();
     }
-    let shares = u64::from(spec.template_children) + 1;
-    [("user/max_inotify_instances", "/proc/sys/fs/inotify/max_user_instances"), ("user/max_inotify_watches", "/proc/sys/fs/inotify/max_user_watches")]
+    let share = InotifyShare::of(spec.template_children);
+    [("user/max_inotify_instances", share.instances), ("user/max_inotify_watches", share.watches)]
         .into_iter()
-        .filter_map(|(name, host)| {
-            let limit: u64 = fs::read_to_string(host).ok()?.trim().parse().ok()?;
-            Some((name, (limit / shares).max(1).to_string()))
-        })
+        .filter_map(|(name, n)| Some((name, n?.to_string())))
         .collect()
+}
+
+/// What each warm execution gets of the host's inotify limits ([`template_sysctls`]): the
+/// host's per-user `fs.inotify.max_user_instances` and `max_user_watches` divided by the
+/// templates' children at most plus one. A limit the host's /proc does not give is `None`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InotifyShare {
+    /// `fs.inotify.max_user_instances`, the host's per-user limit of inotify instances.
+    pub host_instances: Option<u64>,
+    /// `fs.inotify.max_user_watches`, the host's per-user limit of watches.
+    pub host_watches: Option<u64>,
+    /// How many ways the limits are divided: the templates' children at most plus one.
+    pub shares: u64,
+    /// Instances each warm execution may hold (`user.max_inotify_instances` in its namespace),
+    /// at least 1.
+    pub instances: Option<u64>,
+    /// Watches each warm execution may hold (`user.max_inotify_watches`), at least 1.
+    pub watches: Option<u64>,
+}
+
+impl InotifyShare {
+    /// The share of each of `children` template children (every template of a service, children
+    /// forked ahead included), from the host's limits read now.
+    pub fn of(children: u32) -> Self {
+        let read = |file: &str| fs::read_to_string(file).ok()?.trim().parse::<u64>().ok();
+        let (host_instances, host_watches) = (read("/proc/sys/fs/inotify/max_user_instances"), read("/proc/sys/fs/inotify/max_user_watches"));
+        let shares = u64::from(children) + 1;
+        let each = |limit: Option<u64>| limit.map(|l| (l / shares).max(1));
+        Self { host_instances, host_watches, shares, instances: each(host_instances), watches: each(host_watches) }
+    }
 }
 
 /// Mounts a fresh /proc of the current pid namespace at `proc_dir`, with the masked entries

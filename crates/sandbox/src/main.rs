@@ -324,6 +324,25 @@ fn warm_self_test(
     out
 }
 
+/// `doctor`'s line on the inotify share of each warm execution: `[ok]` at 8 instances or more,
+/// else `[low]` with the host setting that would give 8 (programs that watch files, a file
+/// watcher per library, fail with EMFILE past their share).
+fn inotify_line(share: &sandbox_runtime::InotifyShare) -> String {
+    let show = |n: Option<u64>| n.map_or_else(|| "?".to_owned(), |n| n.to_string());
+    let text = format!(
+        "inotify: {} instances and {} watches per warm execution (the host's fs.inotify.max_user_instances {} and max_user_watches {} over {} shares: the executions at once, children forked ahead, one more)",
+        show(share.instances),
+        show(share.watches),
+        show(share.host_instances),
+        show(share.host_watches),
+        share.shares
+    );
+    match share.instances {
+        Some(n) if n < 8 => format!("[low] {text}; `sysctl fs.inotify.max_user_instances={}` gives each 8", share.shares * 8),
+        _ => format!("[ok] {text}"),
+    }
+}
+
 /// `python 3.11.2` / `node 24.1.0` from `BIN --version` (the host's own interpreter, run on the
 /// host as `doctor` does), or `? (BIN not runnable)`.
 fn interpreter_version(bin: &std::path::Path) -> String {
@@ -375,9 +394,13 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
         config.profiles.keys().map(|name| (name.clone(), engine.availability(name).err().map(|u| u.reason))).collect();
     // Templates cannot start on a node that is not ready; the failing step says why.
     let (templates, pools) = if self_test_failure.is_none() { warm_self_test(&engine, &profiles) } else { (Vec::new(), Vec::new()) };
+    // What each warm execution gets of the host's inotify limits, which every template child
+    // shares (`sandbox_runtime::InotifyShare`); only where the service would start templates.
+    let inotify = (!templates.is_empty()).then(|| sandbox_runtime::InotifyShare::of(sandbox_engine::warm::template_children(config)));
     if json {
         let v = serde_json::json!({
             "templates": templates,
+            "warmInotify": inotify,
             "pools": pools,
             "checks": report.checks,
             "selfTest": self_test,
@@ -436,6 +459,9 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
                     None => format!("{}, {} MiB peak memory", t.state, t.peak_memory_bytes >> 20),
                 };
                 outln!("  [{}] {:<16} {detail}", if ok { "ok" } else { "FAIL" }, t.profile);
+            }
+            if let Some(share) = &inotify {
+                outln!("  {}", inotify_line(share));
             }
         }
         if !pools.is_empty() {

@@ -172,6 +172,15 @@ fn doctor_reports_host_features_and_runnable_profiles() {
         _ => cgroups.starts_with("v1: memory at /") && cgroups.contains(", cpu at /") && cgroups.contains(", pids at /"),
     };
     assert!(readable && !cgroups.contains(['{', '"']), "{cgroups}");
+    // What each warm execution gets of the host's inotify limits, which the templates' children
+    // share: the host's limit over the shares, as the children's namespaces are given it
+    // (warm::a_warm_execution_cannot_take_the_inotify_instances_of_the_others).
+    assert!(!v["templates"].as_array().unwrap().is_empty(), "the tests' configuration has warm templates: {v}");
+    let share = &v["warmInotify"];
+    let host: u64 = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances").unwrap().trim().parse().unwrap();
+    let shares = share["shares"].as_u64().unwrap();
+    assert!(shares >= 2, "{share}");
+    assert_eq!((share["hostInstances"].as_u64(), share["instances"].as_u64()), (Some(host), Some((host / shares).max(1))), "{share}");
 }
 
 /// `sandbox run --json` of `print(1)` under a profile demanding landlock ABI `min_abi`.
