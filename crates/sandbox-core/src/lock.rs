@@ -10,12 +10,14 @@
 use std::collections::BTreeMap;
 
 /// The lock texts of one environment, loaded with the configuration (never from TOML itself).
+/// The built-in environments' are borrowed from the binary ([`BUILTIN`], ~68 KB each), so
+/// loading or cloning a configuration does not copy them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Locks {
     /// The Python lock (requirements with hashes), if any.
-    pub python: Option<String>,
+    pub python: Option<std::borrow::Cow<'static, str>>,
     /// The npm `package-lock.json`, if any.
-    pub npm: Option<String>,
+    pub npm: Option<std::borrow::Cow<'static, str>>,
 }
 
 /// The locks committed with the built-in environments (`scripts/lock-environments.sh` writes

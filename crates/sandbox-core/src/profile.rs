@@ -663,7 +663,7 @@ impl Config {
         let mut config = Self::parse(DEFAULTS_TOML, "<built-in>").expect("the built-in defaults.toml is valid (tested)");
         for (name, python, npm) in crate::lock::BUILTIN {
             let env = config.environments.get_mut(*name).expect("a built-in lock names a built-in environment (tested)");
-            env.locks = crate::lock::Locks { python: python.map(str::to_owned), npm: npm.map(str::to_owned) };
+            env.locks = crate::lock::Locks { python: python.map(std::borrow::Cow::Borrowed), npm: npm.map(std::borrow::Cow::Borrowed) };
         }
         config
     }
@@ -685,7 +685,7 @@ impl Config {
                 let checked =
                     if f == "python_lock" { crate::lock::check_python_lock(&env.python, &text) } else { crate::lock::check_npm_lock(&env.npm, &text) };
                 checked.map_err(|m| ConfigError { file: file.to_owned(), field: field(f), message: format!("{}: {m}", full.display()) })?;
-                *slot = Some(text);
+                *slot = Some(text.into());
             }
             if env.python_lock.is_some() || env.npm_lock.is_some() {
                 env.locks = locks;

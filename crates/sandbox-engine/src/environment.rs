@@ -409,7 +409,7 @@ impl Environments {
             let lock_file = self.dir.join(format!(".python-lock-{name}-{hash}.txt"));
             match &env.locks.python {
                 Some(lock) => {
-                    fs::write(&lock_file, lock).map_err(io("write", &lock_file))?;
+                    fs::write(&lock_file, lock.as_bytes()).map_err(io("write", &lock_file))?;
                     cmd.arg("--require-hashes").arg("-r").arg(&lock_file);
                 }
                 None => {
@@ -437,7 +437,7 @@ impl Environments {
                 Some(lock) => {
                     // `npm ci`: exactly the lock's tree, each tarball checked against its integrity.
                     let lock_path = node.join("package-lock.json");
-                    fs::write(&lock_path, lock).map_err(io("write", &lock_path))?;
+                    fs::write(&lock_path, lock.as_bytes()).map_err(io("write", &lock_path))?;
                     cmd.args(["ci", "--omit=dev", "--ignore-scripts", "--no-audit", "--no-fund", "--no-update-notifier"]);
                 }
                 None => {
@@ -566,7 +566,7 @@ impl Environments {
             let text = format!("# Lock of environment {name} (`sandbox env lock {name}`: uv pip compile --generate-hashes, wheels only).\n{text}");
             sandbox_core::lock::check_python_lock(&env.python, &text)
                 .map_err(|m| EnvError::Installer { tool: "uv", message: format!("the lock disagrees with the pins: {m}") })?;
-            locks.python = Some(text);
+            locks.python = Some(text.into());
         }
         if !env.npm.is_empty() {
             progress(&format!("npm: package-lock.json for {}", env.npm.join(" ")));
@@ -584,7 +584,7 @@ impl Environments {
             let text = fs::read_to_string(&lock_path).map_err(io("read", &lock_path))?;
             sandbox_core::lock::check_npm_lock(&env.npm, &text)
                 .map_err(|m| EnvError::Installer { tool: "npm", message: format!("the lock disagrees with the pins: {m}") })?;
-            locks.npm = Some(text);
+            locks.npm = Some(text.into());
         }
         Ok(locks)
     }

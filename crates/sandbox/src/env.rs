@@ -218,7 +218,7 @@ pub fn run(config: Config, data_dir: &Path, command: EnvCommand) -> anyhow::Resu
             {
                 let Some(text) = text else { continue };
                 let path = dir.join(&file);
-                std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+                std::fs::write(&path, text.as_bytes()).with_context(|| format!("cannot write {}", path.display()))?;
                 errln!("wrote {}", path.display());
                 outln!("{key} = {:?}", path.display().to_string());
             }
