@@ -252,7 +252,8 @@ pub struct Timing {
     pub setup_ms: u64,
     /// From the program's exec to the end of its last process.
     pub run_ms: u64,
-    /// Reading output files, resource usage and tearing down.
+    /// Reading output files and resource usage, in ms (the sandbox is torn down after, beside
+    /// the audit record's `finish`).
     pub collect_ms: u64,
     /// The program started warm (its interpreter and the environment's preloaded modules were
     /// already loaded) rather than cold: forked from a template, or in a pooled sandbox.

@@ -505,18 +505,27 @@ impl Engine {
             Err(e) => std::panic::resume_unwind(e.into_panic()),
         };
         let ran = if overlap {
-            let result = self.run_admitted(id, admitted, started, output, Some(recorded)).await;
-            join(begin.await).map(|b| (b, result))
+            let (result, teardown) = self.run_admitted(id, admitted, started, output, Some(recorded)).await;
+            match join(begin.await) {
+                Ok(b) => Ok((b, result, teardown)),
+                Err(e) => Err((e, teardown)),
+            }
         } else {
             match join(begin.await) {
-                Ok(b) => Ok((b, self.run_admitted(id, admitted, started, output, None).await)),
-                Err(e) => Err(e),
+                Ok(b) => {
+                    let (result, teardown) = self.run_admitted(id, admitted, started, output, None).await;
+                    Ok((b, result, teardown))
+                }
+                Err(e) => Err((e, None)),
             }
         };
-        let (mut begun, mut result) = match ran {
+        let (mut begun, mut result, teardown) = match ran {
             Ok(ran) => ran,
-            // Refused: nothing ran (an overlapped sandbox ended at its go and was torn down).
-            Err(e) => {
+            // Refused: nothing ran (an overlapped sandbox ended at its go, and is torn down).
+            Err((e, teardown)) => {
+                if let Some(teardown) = teardown {
+                    teardown.wait(id).await;
+                }
                 let mut result = self.refused_at_begin(id, caller, &request, language, e).await;
                 result.timing.queue_ms = queue_ms;
                 result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
@@ -526,11 +535,15 @@ impl Engine {
         result.timing.queue_ms = queue_ms;
         result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
         let (recorder, who) = (self.recorder.clone(), caller.to_owned());
-        let (mut result, finished) = off_worker(move || {
+        let finish = off_worker(move || {
             let r = recorder.finish(&who, &result);
             (result, r)
-        })
-        .await;
+        });
+        let ((mut result, finished), ()) = tokio::join!(finish, async {
+            if let Some(teardown) = teardown {
+                teardown.wait(id).await;
+            }
+        });
         begun.finished = true;
         if let Err(e) = finished {
             tracing::error!(error = %e.chain(), "audit record could not be completed");
@@ -584,7 +597,7 @@ impl Engine {
         received: Instant,
         output: Option<mpsc::UnboundedSender<Chunk>>,
         recorded: Option<supervise::Recorded>,
-    ) -> ExecutionResult {
+    ) -> (ExecutionResult, Option<Teardown>) {
         let mut result =
             ExecutionResult { execution_id: id.to_owned(), profile: admitted.profile_name.clone(), language: Some(admitted.language), ..Default::default() };
         let transpiled = match admitted.language {
@@ -615,7 +628,7 @@ impl Engine {
                         column: e.column(),
                         traceback: None,
                     });
-                    return result;
+                    return (result, None);
                 }
             },
         };
@@ -646,7 +659,7 @@ impl Engine {
         };
         let mut prepared = match prepared {
             Ok(p) => p,
-            Err(e) => return prepare_failed(result, id, &e),
+            Err(e) => return (prepare_failed(result, id, &e), None),
         };
         result.enforcement = Some(Enforcement { cgroup: cgroup_version(&layout), landlock_abi: 0, seccomp: true, network: admitted.profile.network.mode() });
         let templates = self.templates.get();
@@ -684,30 +697,36 @@ impl Engine {
             admitted = back;
             prepared = match fresh {
                 Ok(p) => p,
-                Err(e) => return prepare_failed(result, id, &e),
+                Err(e) => return (prepare_failed(result, id, &e), None),
             };
             run = supervise::run(&self.opts, &self.spare, recorded, &mut prepared, &admitted, received, output, self.abort.subscribe(), None, None).await;
         }
         let collect_start = Instant::now();
-        // The cgroup kill loop, usage, reading output files and teardown (unmounts, rmdir
-        // retries): on a blocking thread, so a slow teardown stalls only this execution.
+        // The cgroup kill loop, usage and reading output files: on a blocking thread, so a slow
+        // file system stalls only this execution.
         let prepared = prepared.into_inner();
         let ending = run.ending.take();
-        let (usage, files, teardown, admitted) = off_worker(move || {
-            let mut prepared = prepared;
+        let unreported = ending.is_none();
+        let (usage, files, prepared, admitted) = off_worker(move || {
             // After init's `Exited` no process of the sandbox but init runs (it reaped them
             // all): the usage and the files are final, and are read while init ends. Else
             // whatever still runs is killed first.
-            if ending.is_none() {
+            if unreported {
                 prepared.stop_everything();
             }
             let usage = prepared.usage();
             let files = prepared.collect_files(&admitted);
-            supervise::RunOutcome::finish_ending(ending, &prepared);
-            let teardown = prepared.teardown();
-            (usage, files, teardown, admitted)
+            (usage, files, prepared, admitted)
         })
         .await;
+        // The sandbox's end (init and the helper gone, anything left killed) and its teardown
+        // (unmounts, rmdir retries) run beside the `finish` append, whose result they no longer
+        // change: see [`Teardown`].
+        let teardown = Teardown(tokio::task::spawn_blocking(move || {
+            let mut prepared = prepared;
+            supervise::RunOutcome::finish_ending(ending, &prepared);
+            prepared.teardown()
+        }));
         supervise::fill_result(&mut result, &admitted, run, usage);
         match files {
             Ok((files, skipped)) => {
@@ -719,15 +738,29 @@ impl Engine {
                 result.error = Some(internal_error(id, format!("collecting output files failed: {e}")));
             }
         }
-        if let Err(e) = teardown {
-            tracing::error!(error = %e, "teardown failed");
-            // Reported beside what the program or collection reported, not instead of it.
-            let before = result.error.take().map(|e| format!("; before that: {}: {}", e.kind, e.message)).unwrap_or_default();
-            result.status = Status::InternalError;
-            result.error = Some(internal_error(id, format!("tearing the sandbox down failed: {e}{before}")));
-        }
         result.timing.collect_ms = ms(collect_start.elapsed());
-        result
+        (result, Some(teardown))
+    }
+}
+
+/// The end and teardown of an execution's sandbox, running on tokio's blocking pool while its
+/// `finish` is appended ([`Engine::execute_admitted`] waits for both, so the execution's slot
+/// is held until the sandbox is gone). They start once the usage and the output files are read:
+/// nothing they do changes the result. A teardown that fails (an unmount or a cgroup removal
+/// refused after its retries) is the host's fault, not the execution's: the service's log says
+/// so at error level with the execution's id, recovery sweeps what is left
+/// (`Engine::recover`), and the result and the audit record keep the program's outcome. Once
+/// started it runs to its end even if the execution's future is dropped.
+struct Teardown(tokio::task::JoinHandle<Result<(), prepare::PrepareError>>);
+
+impl Teardown {
+    /// Waits for the teardown; a failure is logged for execution `id`.
+    async fn wait(self, id: &str) {
+        match self.0.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(execution_id = id, error = %e, "tearing the sandbox down failed; recovery sweeps what is left"),
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
     }
 }
 
