@@ -149,13 +149,60 @@ pub struct Env {
     pub dir: PathBuf,
     pub config: PathBuf,
     pub data: PathBuf,
+    /// `dir/.alive`, flocked for this test process's life ([`sweep_scratch_areas`]).
+    _alive: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// Removes the scratch areas (`/tmp/sandbox-it-*`, ~20 MB each) that earlier test processes
+/// left: the area of a process that has ended, whose `.alive` lock can be taken, or an area
+/// without one (made before areas had it) untouched for 6 hours. A live process's area is left
+/// alone (it holds its lock). The removal never crosses into another file system (a mount an
+/// interrupted execution left stays, with the directory above it), and an error only leaves
+/// the rest where it is.
+fn sweep_scratch_areas() {
+    let Ok(entries) = std::fs::read_dir("/tmp") else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !entry.file_name().to_string_lossy().starts_with("sandbox-it-") || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let ended = match std::fs::File::options().write(true).open(path.join(".alive")) {
+            Ok(f) => nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok(),
+            Err(_) => entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|age| age > Duration::from_secs(6 * 3600))),
+        };
+        if ended {
+            if let Ok(meta) = std::fs::symlink_metadata(&path) {
+                remove_on_device(&path, std::os::unix::fs::MetadataExt::dev(&meta));
+            }
+        }
+    }
+}
+
+/// Removes `dir` and what it holds on device `dev`, never descending into a mount.
+fn remove_on_device(dir: &Path, dev: u64) {
+    use std::os::unix::fs::MetadataExt as _;
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.is_dir() && m.dev() == dev => remove_on_device(&path, dev),
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => drop(std::fs::remove_file(&path)),
+                Err(_) => {}
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
 }
 
 pub fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| {
         assert!(nix::unistd::geteuid().is_root(), "these tests need root (real namespaces and cgroups), as CI has");
+        sweep_scratch_areas();
         let dir = tempfile::Builder::new().prefix("sandbox-it-").tempdir_in("/tmp").unwrap().keep();
+        let alive = std::fs::File::create(dir.join(".alive")).unwrap();
+        let alive = nix::fcntl::Flock::lock(alive, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e).expect("lock the scratch area");
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let config = dir.join("config.toml");
         // Host directories an administrator exposes: read-only data and a read-write share
@@ -175,7 +222,7 @@ pub fn env() -> &'static Env {
         );
         std::fs::write(&config, format!("{}{TEST_CONFIG}{mounts}{}", runtime_toml(), oci::oci_test_config())).unwrap();
         let data = dir.join("data");
-        Env { dir, config, data }
+        Env { dir, config, data, _alive: alive }
     })
 }
 
