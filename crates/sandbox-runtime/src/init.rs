@@ -264,6 +264,12 @@ fn set_rlimit(resource: nix::sys::resource::Resource, value: u64) -> Result<(), 
 /// signals unblocked, own session, rlimits, no capabilities in any set, the program's uid and
 /// gid, no_new_privs, landlock, seccomp. Shared by the cold path (followed by exec) and a
 /// template's children (followed by a return into the pre-imported interpreter).
+/// Whether the host's `kernel.core_pattern` (global, read through the sandbox's /proc) sends
+/// crashes to a socket (`@`); true when it cannot be read.
+fn core_pattern_is_socket() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/core_pattern").map_or(true, |p| p.starts_with('@'))
+}
+
 pub(crate) fn drop_privileges(spec: &SpawnSpec) -> Result<(), StepError> {
     step("sigmask", SigSet::all().thread_unblock())?;
     step("setsid", nix::unistd::setsid())?;
@@ -282,12 +288,16 @@ pub(crate) fn drop_privileges(spec: &SpawnSpec) -> Result<(), StepError> {
         return Err(StepError::new("capabilities", format!("capabilities survived the uid change: {left:?}")));
     }
     // The uid change made the process non-dumpable (`fs.suid_dumpable` 0), so its /proc/self
-    // files belonged to root and its own environ, mem and ns were closed to it. A cold program's
-    // exec makes it dumpable again; a warm one never execs, so it is made so here, as every
-    // program is: only processes of its own uid (its own children) and none of another
-    // execution's may then read or ptrace it, and RLIMIT_CORE 1 still keeps its crashes from the
-    // host's core_pattern.
-    step("dumpable", nix::sys::prctl::set_dumpable(true))?;
+    // files belonged to root and its own mem, ns and pagemap were closed to it. A cold program's
+    // exec makes it dumpable again; a warm one never execs, so it is made so here: only
+    // processes of its own uid (its own children) and none of another execution's may then read
+    // or ptrace it, and RLIMIT_CORE 1 keeps its crashes from a file or pipe core_pattern. A
+    // socket core_pattern (`@`, Linux 6.16+) ignores RLIMIT_CORE and is sent the whole image,
+    // which for a warm program is mostly its template's: there (or when the pattern cannot be
+    // read) it stays non-dumpable, as a warm program was before.
+    if !core_pattern_is_socket() {
+        step("dumpable", nix::sys::prctl::set_dumpable(true))?;
+    }
     step("no_new_privs", nix::sys::prctl::set_no_new_privs())?;
     // Exactly the ABI init reported, or nothing runs.
     crate::wall::restrict(spec).map_err(|e| StepError::new("landlock", e))?;

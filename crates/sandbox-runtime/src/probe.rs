@@ -118,7 +118,7 @@ pub fn probe() -> HostReport {
 
 /// What the host does with a crash (`kernel.core_pattern`) and what reaches it from a sandbox.
 /// Informational: the program's RLIMIT_CORE is pinned to 1, which keeps every crash from a file
-/// or a pipe handler; only a socket (`@`, Linux 6.16+) is still told of the crash.
+/// or a pipe handler; only a socket (`@`, Linux 6.16+) is still sent a cold program's crash.
 fn core_pattern_check(pattern: Option<String>) -> Check {
     let detail = match pattern {
         None => "unreadable".to_owned(),
@@ -126,7 +126,7 @@ fn core_pattern_check(pattern: Option<String>) -> Check {
             format!("{p:?}: a pipe handler run as host root; a sandbox's crash never starts it (RLIMIT_CORE 1)")
         }
         Some(p) if p.starts_with('@') => {
-            format!("{p:?}: a socket; its server is told of a sandbox's crash, RLIMIT_CORE 1 does not stop that")
+            format!("{p:?}: a socket; its server is sent a cold sandbox's crash (its core image), RLIMIT_CORE 1 does not stop that")
         }
         Some(p) => format!("{p:?}: a file; a sandbox's crash writes none (RLIMIT_CORE 1)"),
     };

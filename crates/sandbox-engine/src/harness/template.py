@@ -304,8 +304,8 @@ def page_flags(pagemap, lo, hi):
 def shared_ranges(libc):
     """Address ranges (start, end) of this process's writable private mappings whose pages are
     present (mincore(2): for anonymous memory, pages with a page table entry; a page never
-    touched has none, and is not made here). Unreadable /proc/self/pagemap (this process is not
-    dumpable) cannot tell shared pages from copied ones; right after the fork, all are shared."""
+    touched has none, and is not made here). A child does not read its own pagemap: right after
+    the fork every page is shared, and which ones a job writes only a job's run tells."""
     import ctypes
     import re
 
