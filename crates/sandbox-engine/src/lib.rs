@@ -125,6 +125,8 @@ pub struct Engine {
     /// A helper started ahead for the next cold start ([`Engine::with_spare`],
     /// [`Engine::keep_spare_helper`]).
     spare: spare::Spare,
+    /// Executions whose sandbox teardown failed, since start ([`Engine::teardown_failures`]).
+    teardown_failures: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// How long a self-test's verdict stands for [`Engine::readiness`].
@@ -192,6 +194,7 @@ impl Engine {
             templates: std::sync::OnceLock::new(),
             pools: std::sync::OnceLock::new(),
             readiness: std::sync::Mutex::new(None),
+            teardown_failures: Arc::default(),
             spare,
         }
     }
@@ -344,6 +347,14 @@ impl Engine {
     /// Executions started afterwards end the same way at once.
     pub fn abort_all(&self) {
         self.abort.send_replace(true);
+    }
+
+    /// Executions whose sandbox could not be torn down (an unmount or a cgroup removal refused
+    /// after its retries), since this engine started; `/metrics` exports it as
+    /// `sandbox_teardown_failures`. Each is in the service's log with its execution id; what
+    /// it left is swept by [`Engine::recover`] at the next start.
+    pub fn teardown_failures(&self) -> u64 {
+        self.teardown_failures.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Sweeps what executions of a dead service left on the host (cgroups, workspace mounts,
@@ -524,7 +535,7 @@ impl Engine {
             // Refused: nothing ran (an overlapped sandbox ended at its go, and is torn down).
             Err((e, teardown)) => {
                 if let Some(teardown) = teardown {
-                    teardown.wait(id).await;
+                    teardown.wait(id, &self.teardown_failures).await;
                 }
                 let mut result = self.refused_at_begin(id, caller, &request, language, e).await;
                 result.timing.queue_ms = queue_ms;
@@ -541,7 +552,7 @@ impl Engine {
         });
         let ((mut result, finished), ()) = tokio::join!(finish, async {
             if let Some(teardown) = teardown {
-                teardown.wait(id).await;
+                teardown.wait(id, &self.teardown_failures).await;
             }
         });
         begun.finished = true;
@@ -745,22 +756,27 @@ impl Engine {
 
 /// The end and teardown of an execution's sandbox, running on tokio's blocking pool while its
 /// `finish` is appended ([`Engine::execute_admitted`] waits for both, so the execution's slot
-/// is held until the sandbox is gone). They start once the usage and the output files are read:
-/// nothing they do changes the result. A teardown that fails (an unmount or a cgroup removal
-/// refused after its retries) is the host's fault, not the execution's: the service's log says
-/// so at error level with the execution's id, recovery sweeps what is left
+/// is held until the sandbox is gone; the caller's quota lease, released by the `finish`, may
+/// end first: a quota counts executions between their `begin` and `finish`). They start once
+/// the usage and the output files are read: nothing they do changes the result. A teardown
+/// that fails (an unmount or a cgroup removal refused after its retries) is the host's fault,
+/// not the execution's: the service's log says so at error level with the execution's id,
+/// [`Engine::teardown_failures`] counts it, what is left is swept at the service's next start
 /// (`Engine::recover`), and the result and the audit record keep the program's outcome. Once
 /// started it runs to its end even if the execution's future is dropped.
 struct Teardown(tokio::task::JoinHandle<Result<(), prepare::PrepareError>>);
 
 impl Teardown {
-    /// Waits for the teardown; a failure is logged for execution `id`.
-    async fn wait(self, id: &str) {
-        match self.0.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(execution_id = id, error = %e, "tearing the sandbox down failed; recovery sweeps what is left"),
-            Err(e) => std::panic::resume_unwind(e.into_panic()),
-        }
+    /// Waits for the teardown. A failure, or a panic in it (which the execution's result,
+    /// complete already, does not share), is logged for execution `id` and counted in `failures`.
+    async fn wait(self, id: &str, failures: &std::sync::atomic::AtomicU64) {
+        let failed = match self.0.await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => format!("the teardown panicked: {e}"),
+        };
+        failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::error!(execution_id = id, error = %failed, "tearing the sandbox down failed; the service's next start sweeps what is left");
     }
 }
 

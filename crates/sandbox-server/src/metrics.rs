@@ -63,6 +63,7 @@ pub struct Metrics {
     queued: Gauge,
     warm_hits: Gauge,
     warm_cold_fallbacks: Gauge,
+    teardown_failures: Gauge,
     warm_restarts: Gauge,
     template_ready: Family<ProfileLabels, Gauge>,
     template_forks: Family<ProfileLabels, Gauge>,
@@ -101,6 +102,12 @@ impl Default for Metrics {
             "Executions of warm profiles that started cold (no ready template, or it failed to fork), since start",
             warm_cold_fallbacks.clone(),
         );
+        let teardown_failures = Gauge::default();
+        registry.register(
+            "teardown_failures",
+            "Executions whose sandbox could not be torn down (logged with the execution id; swept at the next start), since start",
+            teardown_failures.clone(),
+        );
         registry.register("warm_template_restarts", "Templates started after a profile's first (replaced or died), since start", warm_restarts.clone());
         let template_ready = Family::<ProfileLabels, Gauge>::default();
         let template_forks = Family::<ProfileLabels, Gauge>::default();
@@ -128,6 +135,7 @@ impl Default for Metrics {
             duration,
             in_flight,
             queued,
+            teardown_failures,
             warm_hits,
             warm_cold_fallbacks,
             warm_restarts,
@@ -162,17 +170,19 @@ impl Metrics {
         self.unrecorded.get_or_create(&CodeLabels { code: code.into() }).inc();
     }
 
-    /// The text exposition, with the gauges set from `in_flight`, `queued` and the warm
-    /// templates' and pools' state.
+    /// The text exposition, with the gauges set from `in_flight`, `queued`, the engine's
+    /// `teardown_failures` and the warm templates' and pools' state.
     pub fn render(
         &self,
         in_flight: u32,
         queued: u32,
+        teardown_failures: u64,
         templates: Option<&sandbox_engine::warm::Templates>,
         pools: Option<&sandbox_engine::pool::Pools>,
     ) -> String {
         self.in_flight.set(i64::from(in_flight));
         self.queued.set(i64::from(queued));
+        self.teardown_failures.set(i64::try_from(teardown_failures).unwrap_or(i64::MAX));
         if let Some(t) = templates {
             use std::sync::atomic::Ordering::Relaxed;
             let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);

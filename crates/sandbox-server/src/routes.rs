@@ -430,6 +430,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
     let body = state.metrics.render(
         state.service.in_flight(),
         state.service.queued(),
+        state.engine.teardown_failures(),
         state.engine.templates().map(AsRef::as_ref),
         state.engine.pools().map(AsRef::as_ref),
     );

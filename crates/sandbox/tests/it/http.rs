@@ -322,6 +322,8 @@ fn health_ready_metrics_and_openapi() {
     for name in ["sandbox_in_flight", "sandbox_queued", "sandbox_execution_duration_seconds"] {
         assert!(m.contains(name), "{m}");
     }
+    // No sandbox of this service failed its teardown.
+    assert!(m.lines().any(|l| l == "sandbox_teardown_failures 0"), "{m}");
 }
 
 #[test]
