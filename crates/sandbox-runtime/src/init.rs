@@ -190,7 +190,7 @@ fn exec_program(spec: &SpawnSpec) -> Result<std::convert::Infallible, StepError>
         limits(spec, true)?;
         step("no_new_privs", nix::sys::prctl::set_no_new_privs())?;
     } else {
-        drop_privileges(spec)?;
+        drop_privileges(spec, true)?;
     }
     let argv: Vec<CString> = step("argv", spec.argv.iter().map(|a| CString::new(a.as_str())).collect::<Result<_, _>>())?;
     let env: Vec<CString> = step("env", spec.env.iter().map(|(k, v)| CString::new(format!("{k}={v}"))).collect::<Result<_, _>>())?;
@@ -260,17 +260,18 @@ fn set_rlimit(resource: nix::sys::resource::Resource, value: u64) -> Result<(), 
     nix::sys::resource::setrlimit(resource, value, value).map_err(|e| format!("{resource:?} = {value}: {e}"))
 }
 
-/// Everything between init's fork and the caller's first instruction, in the program process:
-/// signals unblocked, own session, rlimits, no capabilities in any set, the program's uid and
-/// gid, no_new_privs, landlock, seccomp. Shared by the cold path (followed by exec) and a
-/// template's children (followed by a return into the pre-imported interpreter).
 /// Whether the host's `kernel.core_pattern` (global, read through the sandbox's /proc) sends
 /// crashes to a socket (`@`); true when it cannot be read.
 fn core_pattern_is_socket() -> bool {
     std::fs::read_to_string("/proc/sys/kernel/core_pattern").map_or(true, |p| p.starts_with('@'))
 }
 
-pub(crate) fn drop_privileges(spec: &SpawnSpec) -> Result<(), StepError> {
+/// Everything between init's fork and the caller's first instruction, in the program process:
+/// signals unblocked, own session, rlimits, no capabilities in any set, the program's uid and
+/// gid, dumpable again when `execs` is false, no_new_privs, landlock, seccomp. Shared by the
+/// cold path (`execs`: followed by exec, which makes the process dumpable itself) and a
+/// template's children (followed by a return into the pre-imported interpreter).
+pub(crate) fn drop_privileges(spec: &SpawnSpec, execs: bool) -> Result<(), StepError> {
     step("sigmask", SigSet::all().thread_unblock())?;
     step("setsid", nix::unistd::setsid())?;
     limits(spec, false)?;
@@ -295,7 +296,7 @@ pub(crate) fn drop_privileges(spec: &SpawnSpec) -> Result<(), StepError> {
     // socket core_pattern (`@`, Linux 6.16+) ignores RLIMIT_CORE and is sent the whole image,
     // which for a warm program is mostly its template's: there (or when the pattern cannot be
     // read) it stays non-dumpable, as a warm program was before.
-    if !core_pattern_is_socket() {
+    if !execs && !core_pattern_is_socket() {
         step("dumpable", nix::sys::prctl::set_dumpable(true))?;
     }
     step("no_new_privs", nix::sys::prctl::set_no_new_privs())?;

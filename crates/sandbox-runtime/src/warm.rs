@@ -121,5 +121,5 @@ fn child(ctl: &UnixStream) -> Result<(), StepError> {
         }
     }
     // The program: the same steps as a cold program before its exec.
-    crate::init::drop_privileges(&spec)
+    crate::init::drop_privileges(&spec, false)
 }
