@@ -521,8 +521,7 @@ const CORE_PATTERN_SAVED: &str = "/run/sandbox-it-core_pattern.saved";
 /// Sets the host's core_pattern and puts the old one back when dropped, also when the test panics.
 ///
 /// The pattern is host-wide, and the suite may run in several processes at once (cold and warm):
-/// they take turns through an exclusive `flock` on `/run/sandbox-it-core_pattern.lock`, held for
-/// the guard's life, so none saves another's handler as "the old one" and leaves it set.
+/// they take turns through an exclusive [`core_pattern_turn`], held for the guard's life, so none saves another's handler as "the old one" and leaves it set.
 struct CorePatternGuard {
     old: String,
     _turn: nix::fcntl::Flock<std::fs::File>,
@@ -540,8 +539,7 @@ impl CorePatternGuard {
     }
 
     fn set_with(pattern: &str, must: bool) -> Option<Self> {
-        let lock = std::fs::File::options().create(true).truncate(false).write(true).open("/run/sandbox-it-core_pattern.lock").unwrap();
-        let turn = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e).expect("flock the core_pattern lock");
+        let turn = core_pattern_turn(true);
         let old = match std::fs::read_to_string(CORE_PATTERN_SAVED) {
             Ok(saved) => saved,
             Err(_) => {
@@ -674,14 +672,12 @@ fn a_forked_warm_programs_crash_never_reaches_a_socket_core_pattern() {
     assert_eq!(r.json["signalName"].as_str(), Some("SIGSEGV"), "{r:?}");
     // A crash that reached the server was accepted before its program's end was reported.
     let forked = matches!(warm_flag(), Some("--warm" | "--warm=prefork"));
-    let sent = if forked {
+    if forked {
         std::thread::sleep(Duration::from_secs(1));
         // Unblock the server's wait: a connection of our own, which it reads as empty.
         drop(std::os::unix::net::UnixStream::connect(&sock));
-        server.join().unwrap()
-    } else {
-        server.join().unwrap()
-    };
+    }
+    let sent = server.join().unwrap();
     drop(guard);
     if forked {
         assert_eq!(sent, 0, "a template's child sent {sent} bytes of core image to the host's core_pattern socket");

@@ -265,8 +265,7 @@ fn a_program_reads_its_own_proc_files_in_every_mode() {
                 print('init', os.path.exists('/proc/1/environ'))";
     // Not while a test of attacks.rs sets a socket core_pattern, under which a forked warm program
     // stays non-dumpable (attacks::a_forked_warm_programs_crash_never_reaches_a_socket_core_pattern).
-    let lock = std::fs::File::options().create(true).truncate(false).write(true).open("/run/sandbox-it-core_pattern.lock").unwrap();
-    let _steady = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockShared).map_err(|(_, e)| e).unwrap();
+    let _steady = core_pattern_turn(false);
     let r = run("python-default", code, &[]);
     assert_eq!(r.stdout(), "environ True\nowner True\nns True\nmem 16\ninit False\n", "{r:?}");
 }

@@ -195,6 +195,16 @@ fn remove_on_device(dir: &Path, dev: u64) {
     let _ = std::fs::remove_dir(dir);
 }
 
+/// A turn at the host's `kernel.core_pattern`, through an `flock` on
+/// `/run/sandbox-it-core_pattern.lock` shared by every test process: exclusive for a test that
+/// sets the pattern (attacks.rs's `CorePatternGuard`), shared for one whose outcome depends on it
+/// staying as the host has it.
+pub fn core_pattern_turn(exclusive: bool) -> nix::fcntl::Flock<std::fs::File> {
+    let lock = std::fs::File::options().create(true).truncate(false).write(true).open("/run/sandbox-it-core_pattern.lock").unwrap();
+    let how = if exclusive { nix::fcntl::FlockArg::LockExclusive } else { nix::fcntl::FlockArg::LockShared };
+    nix::fcntl::Flock::lock(lock, how).map_err(|(_, e)| e).expect("flock the core_pattern lock")
+}
+
 pub fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| {
