@@ -772,13 +772,19 @@ pub(crate) fn seccomp_bpf() -> Vec<Vec<u8>> {
 /// (`for_helper`), the seccomp programs are left out: it embeds the same ones, built with it
 /// (init then loads those), and the ~3,500 instructions as JSON numbers cost both sides
 /// ~0.3 ms. A template's child gets them: it runs the warm library, another build artifact.
+/// A template's child gets nothing else it does not read ([`SpawnSpec::for_warm_child`]: no
+/// host path), since its program is a fork of it.
 pub(crate) fn spec_line(spec: &mut SpawnSpec, for_helper: bool) -> Vec<u8> {
-    let bpf = if for_helper { std::mem::take(&mut spec.seccomp_bpf) } else { Vec::new() };
-    let mut line = serde_json::to_vec(&*spec).expect("the spawn spec always serializes");
-    line.push(b'\n');
-    if for_helper {
+    let mut line = if for_helper {
+        let bpf = std::mem::take(&mut spec.seccomp_bpf);
+        let line = serde_json::to_vec(&*spec);
         spec.seccomp_bpf = bpf;
+        line
+    } else {
+        serde_json::to_vec(&spec.for_warm_child())
     }
+    .expect("the spawn spec always serializes");
+    line.push(b'\n');
     line
 }
 
@@ -799,7 +805,17 @@ mod tests {
         assert!(to_helper.seccomp_bpf.is_empty());
         assert_eq!(to_helper.hostname, "sandbox");
         assert_eq!(spec.seccomp_bpf, seccomp_bpf(), "the engine's copy keeps its programs");
-        // A template's child: the programs go with the spec.
-        assert_eq!(parse(&spec_line(&mut spec, false)).seccomp_bpf, seccomp_bpf());
+        // A template's child: the programs go with the spec, no host path does.
+        spec.workspace_dir = "/var/lib/sandbox/executions/x/workspace".into();
+        spec.cgroup_join = vec!["/sys/fs/cgroup/pids/sandbox/x/tasks".into()];
+        spec.mounts = vec![BindMount { host: "/srv/data".into(), sandbox_path: "/data".into(), read_only: true }];
+        let line = spec_line(&mut spec, false);
+        let to_child = parse(&line);
+        assert_eq!(to_child.seccomp_bpf, seccomp_bpf());
+        assert_eq!((to_child.cgroup_join.len(), to_child.mounts[0].sandbox_path.as_str()), (1, "/data"));
+        let text = String::from_utf8(line).unwrap();
+        for host in ["/var/lib", "/sys/fs", "/srv"] {
+            assert!(!text.contains(host), "{host} in {text}");
+        }
     }
 }

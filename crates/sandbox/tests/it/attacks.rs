@@ -902,3 +902,38 @@ fn a_writable_submount_below_a_read_only_mount_is_read_only_inside() {
     assert_eq!(r.stdout(), "EROFS /data/sub/x\nwrote /mnt/share/sub-twin\n", "{r:?}");
     assert!(!sub.join("x").exists());
 }
+
+/// A program reads every private page of its own memory (heap, stack, anonymous mappings) for
+/// host-side names: the service's data directory, a path in the host's cgroup tree naming an
+/// execution, an execution directory's `executions/<id>`. None may be there in any mode. A warm program is a fork of
+/// its sandbox's init, which had parsed the execution's spawn spec (host paths of the root,
+/// workspace, cgroup files and bind sources) in the same heap: it read
+/// `/executions/<id>/root` there until a template's child got a spec without them.
+/// The needles are written as `\xHH` escapes, so the program's own text never matches them.
+#[test]
+fn a_program_finds_no_host_path_in_its_own_memory() {
+    const ID: &str = "[0-9a-f]{8}-[0-9a-f]{4}-";
+    let hex = |s: &str| s.bytes().map(|b| format!("\\x{b:02x}")).collect::<String>();
+    let needles = [hex(env().data.to_str().unwrap()), format!("{}[^\\x00]*{ID}", hex("/sys/fs/cgroup/")), format!("{}{ID}", hex("executions/"))];
+    let code = format!(
+        "import re\nneedles = [re.compile(p.encode()) for p in {needles:?}]\nregions = []\n\
+         for line in open('/proc/self/maps'):\n    f = line.split()\n    \
+             name = f[5] if len(f) > 5 else ''\n    \
+             if f[1][0] == 'r' and not name.startswith('/') and name not in ('[vvar]', '[vvar_vclock]', '[vsyscall]', '[vdso]'):\n        \
+                 regions.append([int(x, 16) for x in f[0].split('-')] + [name or 'anon'])\n\
+         found = []\nwith open('/proc/self/mem', 'rb', 0) as mem:\n    \
+             for lo, hi, name in regions:\n        \
+                 try:\n            mem.seek(lo); data = mem.read(hi - lo)\n        \
+                 except OSError:\n            continue\n        \
+                 for n in needles:\n            \
+                     found += [(name, data[max(0, m.start() - 16):m.end() + 40]) for m in n.finditer(data)]\n        \
+                 del data\n\
+         print('regions', len(regions) > 2)\nprint('found', found)"
+    );
+    // Not while a socket core_pattern is set: a warm program then stays non-dumpable, and
+    // /proc/self/mem closed to it (attacks::a_forked_warm_programs_crash_never_reaches_a_socket_core_pattern).
+    let _steady = core_pattern_turn(false);
+    let r = run("python-default", &code, &[]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert_eq!(r.stdout(), "regions True\nfound []\n", "{r:?}");
+}
