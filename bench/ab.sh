@@ -3,8 +3,9 @@
 # on one job: the data-analyst example in Python (or `print(1)`, or the example in TypeScript,
 # `harness: function`) under the built-in warm profiles, bench/warm.py's jobs; or, with
 # JOB=cold, `print(1)` with both servers started `--no-warm` (every execution a cold start).
-# Requests go one at a time, to both servers in a random order each round, 0.25 s apart (so
-# each child forked ahead is ready again); then at concurrency 2 in alternating rounds. Prints p50/mean end-to-end ms, `setupMs` mean, executions per second and
+# The servers start in a random order; once both serve warm, 5 untimed rounds, then requests go
+# one at a time, to both servers in a random order each round, 0.25 s apart (so each child
+# forked ahead is ready again); then at concurrency 2 in alternating rounds. Prints p50/mean end-to-end ms, `setupMs` mean, executions per second and
 # the CPU time all cores spent per execution at concurrency 2 (`/proc/stat`) for each build. A
 # change measured against its base in minutes, not warm.sh's 10.
 #   SANDBOX_BENCH_REF_BIN=/path/to/older/sandbox N=100 JOB=analyst|print|ts|cold bash bench/ab.sh
@@ -38,13 +39,16 @@ FLAGS=()
 if [ "$JOB" = cold ]; then FLAGS=(--no-warm); fi
 source "$ROOT/bench/servers.sh"
 trap stop_servers EXIT
-NEW_URL="$(SB=("$WORK/new/sandbox" --config "$CONFIG"); start_server "$WORK/new.data" "${FLAGS[@]}")"
-REF_URL="$(SB=("$WORK/ref/sandbox" --config "$CONFIG"); start_server "$WORK/ref.data" "${FLAGS[@]}")"
+# Which server starts first is drawn at random (and printed): with "new" always first, an A/A run
+# (the same build in both columns) showed the first column's setupMs mean and p99 higher.
+start_new() { NEW_URL="$(SB=("$WORK/new/sandbox" --config "$CONFIG"); start_server "$WORK/new.data" "${FLAGS[@]}")"; }
+start_ref() { REF_URL="$(SB=("$WORK/ref/sandbox" --config "$CONFIG"); start_server "$WORK/ref.data" "${FLAGS[@]}")"; }
+if [ $((RANDOM % 2)) -eq 0 ]; then FIRST=new; start_new; start_ref; else FIRST=ref; start_ref; start_new; fi
 
-python3 - "$NEW_URL" "$REF_URL" "$N" "$JOB" "$CSV" <<'PY'
+python3 - "$NEW_URL" "$REF_URL" "$N" "$JOB" "$CSV" "$FIRST" <<'PY'
 import http.client, json, os, random, statistics, sys, threading, time, urllib.parse
 
-new, ref, n, job, csv = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+new, ref, n, job, csv, first = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
 if job == "analyst":
     body = {"profile": "python-analysis", "language": "python",
             "code": open("examples/data-analyst/analysis.py").read(), "files": {"data.csv": open(csv).read()}}
@@ -70,20 +74,25 @@ def post(c):
     return r
 
 conns = {b: conn(u) for b, u in builds.items()}
-# Until both serve warm (templates started, pools filled).
-for b, c in conns.items():
-    deadline = time.time() + 120
-    while job != "cold" and not post(c)["timing"].get("warm"):
-        if time.time() > deadline:
-            sys.exit(f"{b}: never warm")
-        time.sleep(0.5)
+# Until both serve warm (templates started, pools filled), asking each in turn; then SETTLE
+# untimed rounds, so neither column's first timed requests meet the other's start-up work.
+deadline, ready = time.time() + 120, set()
+while job != "cold" and len(ready) < len(builds):
+    for b in set(builds) - ready:
+        if post(conns[b])["timing"].get("warm"):
+            ready.add(b)
+    if time.time() > deadline:
+        sys.exit(f"never warm: {sorted(set(builds) - ready)}")
+    time.sleep(0.5)
+SETTLE = 5
 ms, setup, warm = {b: [] for b in builds}, {b: [] for b in builds}, {b: 0 for b in builds}
-for _ in range(n):
+for i in range(SETTLE + n):
     order = list(builds); random.shuffle(order)
     for b in order:
         time.sleep(0.25)
-        t = time.perf_counter(); r = post(conns[b]); ms[b].append((time.perf_counter() - t) * 1000)
-        setup[b].append(r["timing"].get("setupMs", 0)); warm[b] += bool(r["timing"].get("warm"))
+        t = time.perf_counter(); r = post(conns[b]); elapsed = (time.perf_counter() - t) * 1000
+        if i >= SETTLE:
+            ms[b].append(elapsed); setup[b].append(r["timing"].get("setupMs", 0)); warm[b] += bool(r["timing"].get("warm"))
 
 def busy_ms():
     """CPU time all cores have spent so far, ms (/proc/stat: all but idle and iowait)."""
@@ -113,7 +122,8 @@ for i in range(6):
         time.sleep(1.5)
         r, c = burst(builds[b], per)
         rate[b].append(r); cpu[b].append(c)
-print(f"job {job}: {n} sequential requests per build, interleaved; concurrency 2: 6 alternating rounds of {2 * per}")
+print(f"job {job}: {n} sequential requests per build, interleaved, after {SETTLE} untimed; concurrency 2: "
+      f"6 alternating rounds of {2 * per}; the {first} server started first")
 print(f"{'build':6} {'p50 ms':>8} {'mean ms':>8} {'p99 ms':>8} {'setupMs':>8} {'warm':>5} {'exec/s c2':>10} {'CPU ms/exec':>12}")
 for b in builds:
     v = sorted(ms[b])
