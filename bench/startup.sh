@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Startup-latency benchmark: `python3 -c pass` bare, under bubblewrap, under raw unshare(1), and
 # under `sandbox run`. Variants run interleaved round-robin so machine noise hits all equally.
+# Prints p50/p95 wall time and the mean CPU time all cores spent per run (/proc/stat).
 #   N=100 bash bench/startup.sh      (N: timed runs per variant, default 100)
 #   SANDBOX_BENCH_REF_BIN=/path/to/older/sandbox adds that binary's `run -c pass` as a variant
 #   (its own data directory), interleaved with the others: a change measured against its base.
@@ -87,7 +88,7 @@ if [ -n "$REF" ]; then
   check "$REF" "${CONFIG_ARGS[@]}" --data-dir "$REF_DIR" run -c pass
 fi
 "$PY" - "$N" "$WARMUP" "$JSON_RUNS" "$PY" "$SANDBOX" "$DATA_DIR" "$REF" "$REF_DIR" "${LOG_EXECUTIONS:-0}" "${CONFIG_ARGS[@]}" <<'EOF'
-import json, sqlite3, statistics, subprocess, sys, time, uuid
+import json, os, sqlite3, statistics, subprocess, sys, time, uuid
 
 n, warmup, json_runs = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 py, sandbox, data_dir = sys.argv[4], sys.argv[5], sys.argv[6]
@@ -131,10 +132,20 @@ variants = [
 if ref:
     variants.append(("reference run", [ref, *config, "--data-dir", ref_dir, "run", "-c", "pass"]))
 
-def once(argv):
-    t0 = time.perf_counter()
+def busy_ticks():
+    """CPU time all cores have spent so far, in USER_HZ ticks (/proc/stat: all but idle, iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v) - v[3] - v[4]
+
+cpu_ticks = {}
+
+def once(argv, name=None):
+    c0, t0 = busy_ticks(), time.perf_counter()
     r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     dt = (time.perf_counter() - t0) * 1000.0
+    if name is not None:
+        cpu_ticks[name] = cpu_ticks.get(name, 0) + busy_ticks() - c0
     if r.returncode != 0:
         sys.exit(f"{argv[0]} exited {r.returncode}: {r.stderr.decode(errors='replace')}")
     return dt
@@ -157,16 +168,22 @@ t_start = time.perf_counter()
 # measured 0.6-0.8 ms apart in a fixed order).
 for i in range(n):
     for name, argv in variants[i % len(variants):] + variants[:i % len(variants)]:
-        samples[name].append(once(argv))
+        samples[name].append(once(argv, name))
 elapsed = time.perf_counter() - t_start
 
 base = pct(samples["bare python3"], 50)
 print(f"startup latency, N={n} interleaved runs per variant after {warmup} warm-ups ({elapsed:.1f} s)")
-print(f"{'variant':<14} {'p50 ms':>9} {'p95 ms':>9} {'p50 overhead ms':>16}")
+# CPU: every core's busy time while the run lasted (the run's processes, the kernel workers that
+# tear its namespaces down, and this driver's spawn; anything else on the host too, so a mean
+# over N runs), from /proc/stat's tick counts. A run on 2 cores is CPU-bound.
+tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+cpu_base = cpu_ticks["bare python3"] * tick_ms / n
+print(f"{'variant':<14} {'p50 ms':>9} {'p95 ms':>9} {'p50 overhead ms':>16} {'CPU ms/run':>11} {'CPU overhead':>13}")
 for name, _ in variants:
     xs = samples[name]
     p50, p95 = pct(xs, 50), pct(xs, 95)
-    print(f"{name:<14} {p50:>9.2f} {p95:>9.2f} {p50 - base:>+16.2f}")
+    cpu = cpu_ticks[name] * tick_ms / n
+    print(f"{name:<14} {p50:>9.2f} {p95:>9.2f} {p50 - base:>+16.2f} {cpu:>11.1f} {cpu - cpu_base:>+13.1f}")
 sb_over = pct(samples["sandbox run"], 50) - base
 bw_over = pct(samples["bwrap"], 50) - base
 ratio = f"{sb_over / bw_over:.1f}x" if bw_over > 0 else "n/a"
