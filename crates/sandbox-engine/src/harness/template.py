@@ -170,6 +170,7 @@ def child(fds, lib, harness, ahead):
         run = json.load(f)
     os.environ.clear()
     os.environ.update(run["env"])
+    harness.lib().show_environ(os.environ)
     # matplotlib's font list is already in memory: the harness need not copy the prebuilt cache.
     config = os.environ.get("MPLCONFIGDIR")
     if config and "matplotlib" in sys.modules:
@@ -461,8 +462,9 @@ def main():
     spec = importlib.util.spec_from_file_location("_sandbox_harness", "/code/_sandbox_harness.py")
     harness = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(harness)
-    # The rest of the harness (errors, the function harness, the warm exit) is every child's.
-    harness.lib()
+    # The rest of the harness (errors, the function harness, the warm exit, what sets a
+    # child's /proc/self/environ) is every child's.
+    harness.lib().environ_setter()
     preload()
     BLAS_SETTERS.extend(blas_setters())
     INHERITED.update(sys.modules)

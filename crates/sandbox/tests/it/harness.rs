@@ -255,8 +255,8 @@ fn json_key_order_is_kept_through_the_cli() {
 #[test]
 fn a_program_reads_its_own_proc_files_in_every_mode() {
     let code = "import os\nme = os.getuid()\n\
-                env = open('/proc/self/environ', 'rb').read().split(b'\\0')\n\
-                print('environ', b'TZ=UTC' in env)\n\
+                env = set(filter(None, open('/proc/self/environ', 'rb').read().split(b'\\0')))\n\
+                print('environ', env == {f'{k}={v}'.encode() for k, v in os.environ.items()}, b'REQUEST_VAR=from-the-request' in env)\n\
                 print('owner', all(os.stat(p).st_uid == me for p in ('/proc/self/environ', '/proc/self/mem', '/proc/self/status')))\n\
                 print('ns', os.readlink('/proc/self/ns/pid').startswith('pid:['))\n\
                 m = open('/proc/self/mem', 'rb')\n\
@@ -266,6 +266,6 @@ fn a_program_reads_its_own_proc_files_in_every_mode() {
     // Not while a test of attacks.rs sets a socket core_pattern, under which a forked warm program
     // stays non-dumpable (attacks::a_forked_warm_programs_crash_never_reaches_a_socket_core_pattern).
     let _steady = core_pattern_turn(false);
-    let r = run("python-default", code, &[]);
-    assert_eq!(r.stdout(), "environ True\nowner True\nns True\nmem 16\ninit False\n", "{r:?}");
+    let r = run("python-default", code, &["--env", "REQUEST_VAR=from-the-request"]);
+    assert_eq!(r.stdout(), "environ True True\nowner True\nns True\nmem 16\ninit False\n", "{r:?}");
 }
