@@ -905,11 +905,11 @@ fn a_writable_submount_below_a_read_only_mount_is_read_only_inside() {
 
 /// A program reads every private page of its own memory (heap, stack, anonymous mappings) for
 /// host-side names: the service's data directory, a path in the host's cgroup tree naming an
-/// execution, an execution directory's `executions/<id>`. None may be there in any mode. A warm program is a fork of
-/// its sandbox's init, which had parsed the execution's spawn spec (host paths of the root,
-/// workspace, cgroup files and bind sources) in the same heap: it read
-/// `/executions/<id>/root` there until a template's child got a spec without them.
-/// The needles are written as `\xHH` escapes, so the program's own text never matches them.
+/// execution, an execution directory's `executions/<id>`. None may be there in any mode. A warm
+/// program is a fork of its sandbox's init, which had parsed the execution's spawn spec (host
+/// paths of the root, workspace, cgroup files and bind sources) in the same heap: it read
+/// `/executions/<id>/root` there until a template's child got a spec without them. The needles
+/// are written as `\xHH` escapes, so the program's own text never matches them.
 #[test]
 fn a_program_finds_no_host_path_in_its_own_memory() {
     const ID: &str = "[0-9a-f]{8}-[0-9a-f]{4}-";

@@ -250,7 +250,8 @@ fn json_key_order_is_kept_through_the_cli() {
 /// A program's own /proc files are its own, in every mode: it reads its environment, memory
 /// map and namespaces, as any Linux process reads its own. A warm program never execs, and
 /// exec is what had made a program dumpable again after its uid change: warm, /proc/self
-/// belonged to root, and `/proc/self/environ` (psutil's `environ()`) failed with EACCES. Its
+/// belonged to root, and `/proc/self/environ` (psutil's `environ()`) failed with EACCES; then
+/// it listed the template's starting environment, without the request's variables. Its
 /// sandbox's init stays out of its sight.
 #[test]
 fn a_program_reads_its_own_proc_files_in_every_mode() {
