@@ -126,6 +126,9 @@ pub(crate) struct Prepared {
     /// garbage collection leaves them alone until teardown.
     held: Vec<nix::fcntl::Flock<fs::File>>,
     torn_down: bool,
+    /// A pooled sandbox's deferred refill ([`crate::pool::Refill`]): dropped with this, after
+    /// the teardown, it lets the pool replace the member.
+    pub(crate) refill: Option<crate::pool::Refill>,
 }
 
 impl Prepared {
@@ -248,6 +251,7 @@ impl Prepared {
             uid,
             held: Vec::new(),
             torn_down: false,
+            refill: None,
         };
         // Everything below the directory is scratch state on a small tmpfs of its own: the owner
         // file and the mount points. On the data directory's disk filesystem each of their

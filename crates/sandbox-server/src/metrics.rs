@@ -69,6 +69,7 @@ pub struct Metrics {
     template_forks: Family<ProfileLabels, Gauge>,
     template_peak_memory: Family<ProfileLabels, Gauge>,
     pool_ready: Family<ProfileLabels, Gauge>,
+    pool_starting: Family<ProfileLabels, Gauge>,
     pool_size: Family<ProfileLabels, Gauge>,
     pool_hits: Gauge,
     pool_misses: Gauge,
@@ -118,6 +119,8 @@ impl Default for Metrics {
         let (pool_ready, pool_size) = (Family::<ProfileLabels, Gauge>::default(), Family::<ProfileLabels, Gauge>::default());
         let (pool_hits, pool_misses, pool_started, pool_discarded) = (Gauge::default(), Gauge::default(), Gauge::default(), Gauge::default());
         registry.register("warm_pool_ready", "Pre-started sandboxes waiting in the profile's pool (its depth)", pool_ready.clone());
+        let pool_starting = Family::<ProfileLabels, Gauge>::default();
+        registry.register("warm_pool_starting", "1 while a sandbox of the profile's pool is being started", pool_starting.clone());
         registry.register("warm_pool_size", "The profile's configured pool size", pool_size.clone());
         registry.register("warm_pool_hits", "Executions that ran in a pooled sandbox, since start", pool_hits.clone());
         registry.register(
@@ -143,6 +146,7 @@ impl Default for Metrics {
             template_forks,
             template_peak_memory,
             pool_ready,
+            pool_starting,
             pool_size,
             pool_hits,
             pool_misses,
@@ -206,6 +210,7 @@ impl Metrics {
             for st in p.status() {
                 let l = ProfileLabels { profile: st.profile.clone() };
                 self.pool_ready.get_or_create(&l).set(i64::from(st.ready));
+                self.pool_starting.get_or_create(&l).set(i64::from(st.starting));
                 self.pool_size.get_or_create(&l).set(i64::from(st.size));
             }
         }

@@ -313,6 +313,7 @@ fn warm_self_test(
                     size: config.profiles[name.as_str()].warm.pool_size,
                     prefork: config.profiles[name.as_str()].warm.mode == WarmMode::Template,
                     ready: 0,
+                    starting: false,
                     memory_bytes: 0,
                     error: Some(e.clone()),
                 })

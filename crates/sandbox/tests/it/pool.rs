@@ -294,3 +294,59 @@ fn a_pooled_sandbox_that_dies_before_its_go_runs_the_execution_cold() {
         assert!(Instant::now() < deadline, "the pool never served again: {out:?}");
     }
 }
+
+/// A member taken while another stays ready is replaced once its execution has ended, not
+/// while it runs (the replacement's start took the CPU the execution needed); one whose
+/// checkout empties the pool is replaced at once. `sandbox_warm_pool_starting` is 1 from the
+/// moment the filler starts a member until it is ready.
+#[test]
+fn a_refill_waits_for_the_execution_when_the_pool_has_another_ready() {
+    let s = pool_server();
+    let total = |name: &str| {
+        let m = metrics(&s);
+        m.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).map_or(0, |v| v.trim().parse::<i64>().unwrap())
+    };
+    let state = || (gauge(&s, "sandbox_warm_pool_ready", "ts-pool"), gauge(&s, "sandbox_warm_pool_starting", "ts-pool"));
+    assert_eq!(state(), (2, 0));
+    // Runs 0.9 s, under REFILL_DEFER_MAX (1 s from its checkout).
+    let r = req("ts-pool", "await new Promise((r) => setTimeout(r, 900)); console.log('done');");
+    let hits = total("sandbox_warm_pool_hits");
+    std::thread::scope(|scope| {
+        let run = scope.spawn(|| pooled(&s, &r));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while total("sandbox_warm_pool_hits") == hits {
+            assert!(Instant::now() < deadline, "no checkout: {}", metrics(&s));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // While it runs: the other member waits, and no replacement is being started.
+        let seen = Instant::now();
+        while seen.elapsed() < Duration::from_millis(600) && !run.is_finished() {
+            assert_eq!(state(), (1, 0), "a refill began while the execution that took the member ran");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(run.join().unwrap().stdout, "done\n");
+    });
+    wait_pool(&s, "ts-pool", 2);
+    // Two at once empty the pool: the one that takes the last member has its replacement
+    // started at once, while both still run.
+    let r = req("ts-pool", "await new Promise((r) => setTimeout(r, 1500)); console.log('done');");
+    let hits = total("sandbox_warm_pool_hits");
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..2).map(|_| scope.spawn(|| pooled(&s, &r))).collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while total("sandbox_warm_pool_hits") < hits + 2 {
+            assert!(Instant::now() < deadline, "no two checkouts: {}", metrics(&s));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Both run for 1.5 s: a replacement started or ready well before either ends.
+        let deadline = Instant::now() + Duration::from_millis(1000);
+        while state() == (0, 0) {
+            assert!(Instant::now() < deadline, "the pool was emptied and not refilled at once");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for run in runs {
+            assert_eq!(run.join().unwrap().stdout, "done\n");
+        }
+    });
+    wait_pool(&s, "ts-pool", 2);
+}
