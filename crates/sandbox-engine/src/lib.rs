@@ -550,9 +550,11 @@ impl Engine {
             let r = recorder.finish(&who, &result);
             (result, r)
         });
-        let ((mut result, finished), ()) = tokio::join!(finish, async {
-            if let Some(teardown) = teardown {
-                teardown.wait(id, &self.teardown_failures).await;
+        // The deferred refills go when this returns, with the result complete.
+        let ((mut result, finished), _refills) = tokio::join!(finish, async {
+            match teardown {
+                Some(teardown) => teardown.wait(id, &self.teardown_failures).await,
+                None => Vec::new(),
             }
         });
         begun.finished = true;
@@ -735,8 +737,9 @@ impl Engine {
         // change: see [`Teardown`].
         let teardown = Teardown(tokio::task::spawn_blocking(move || {
             let mut prepared = prepared;
+            let refills = std::mem::take(&mut prepared.refills);
             supervise::RunOutcome::finish_ending(ending, &prepared);
-            prepared.teardown()
+            (prepared.teardown(), refills)
         }));
         supervise::fill_result(&mut result, &admitted, run, usage);
         match files {
@@ -764,19 +767,24 @@ impl Engine {
 /// [`Engine::teardown_failures`] counts it, what is left is swept at the service's next start
 /// (`Engine::recover`), and the result and the audit record keep the program's outcome. Once
 /// started it runs to its end even if the execution's future is dropped.
-struct Teardown(tokio::task::JoinHandle<Result<(), prepare::PrepareError>>);
+/// It hands back the sandbox's deferred refills (`Prepared::refills`): the caller drops them
+/// once the result is complete, so that what replaces the pooled sandbox or the waiting helper
+/// the execution took starts after the execution's `finish`, not beside it.
+struct Teardown(tokio::task::JoinHandle<(Result<(), prepare::PrepareError>, Vec<prepare::Refill>)>);
 
 impl Teardown {
-    /// Waits for the teardown. A failure, or a panic in it (which the execution's result,
-    /// complete already, does not share), is logged for execution `id` and counted in `failures`.
-    async fn wait(self, id: &str, failures: &std::sync::atomic::AtomicU64) {
+    /// Waits for the teardown and returns the deferred refills. A failure, or a panic in it
+    /// (which the execution's result, complete already, does not share), is logged for
+    /// execution `id` and counted in `failures`.
+    async fn wait(self, id: &str, failures: &std::sync::atomic::AtomicU64) -> Vec<prepare::Refill> {
         let failed = match self.0.await {
-            Ok(Ok(())) => return,
-            Ok(Err(e)) => e.to_string(),
+            Ok((Ok(()), refills)) => return refills,
+            Ok((Err(e), _)) => e.to_string(),
             Err(e) => format!("the teardown panicked: {e}"),
         };
         failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::error!(execution_id = id, error = %failed, "tearing the sandbox down failed; the service's next start sweeps what is left");
+        Vec::new()
     }
 }
 

@@ -135,9 +135,10 @@ impl Pool {
     }
 }
 
-/// Held by an execution that took a member while its pool kept another ready, until its
-/// sandbox is torn down (it goes with the member's [`Prepared`]): dropping it lets the filler
-/// replace that member. So the replacement's start does not compete with the execution for the
+/// Held by an execution that took a member while its pool kept another ready, until its result
+/// is complete (it goes with the member's [`Prepared`] into the teardown, which hands it back;
+/// `Engine::execute_admitted` drops it after the `finish` and the teardown): dropping it lets
+/// the filler replace that member. So the replacement's start does not compete with the execution for the
 /// CPU (on 2 cores a refill right at checkout added ~4 ms to a pooled `print(1)` and ~15 ms to
 /// the TypeScript example, README "Performance").
 pub(crate) struct Refill {
@@ -212,7 +213,9 @@ impl Member {
     /// Its host state and running parts, for the execution that took it.
     pub(crate) fn into_parts(mut self) -> (Prepared, MemberLaunch) {
         let mut prepared = self.prepared.take().expect("present until taken");
-        prepared.refill = self.refill.take();
+        if let Some(r) = self.refill.take() {
+            prepared.refills.push(Box::new(r));
+        }
         let launch = self.launch.take().expect("present until taken");
         (prepared, launch)
     }

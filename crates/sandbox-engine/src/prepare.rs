@@ -126,9 +126,11 @@ pub(crate) struct Prepared {
     /// garbage collection leaves them alone until teardown.
     held: Vec<nix::fcntl::Flock<fs::File>>,
     torn_down: bool,
-    /// A pooled sandbox's deferred refill ([`crate::pool::Refill`]): dropped with this, after
-    /// the teardown, it lets the pool replace the member.
-    pub(crate) refill: Option<crate::pool::Refill>,
+    /// Deferred refills ([`crate::pool::Refill`] of the pooled sandbox this was,
+    /// [`crate::spare::SpareRefill`] of the waiting helper it took): the teardown hands them
+    /// back and the execution drops them with its result complete; each then lets its pool or
+    /// the spare replace what the execution took.
+    pub(crate) refills: Vec<Refill>,
 }
 
 impl Prepared {
@@ -251,7 +253,7 @@ impl Prepared {
             uid,
             held: Vec::new(),
             torn_down: false,
-            refill: None,
+            refills: Vec::new(),
         };
         // Everything below the directory is scratch state on a small tmpfs of its own: the owner
         // file and the mount points. On the data directory's disk filesystem each of their
@@ -545,6 +547,9 @@ fn stop(init: Option<&std::os::fd::OwnedFd>, cgroup: Option<&Cgroup>) {
 
 /// Holds a value whose drop blocks (an abandoned [`Prepared`] tears down in `Drop`) and, when
 /// dropped itself inside a tokio runtime, drops it on a blocking thread instead of the worker.
+/// A deferred refill ([`Prepared::refills`]): what it holds wakes its pool or spare when dropped.
+pub(crate) type Refill = Box<dyn Send + Sync>;
+
 pub(crate) struct DropOffWorker<T: Send + 'static>(Option<T>);
 
 impl<T: Send + 'static> DropOffWorker<T> {

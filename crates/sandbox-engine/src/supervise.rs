@@ -336,7 +336,12 @@ async fn attempt(
             (side, launched)
         }
         Start::Cold => match launch_cold(opts, spare, a) {
-            Ok((side, launched)) => (side, Ok(launched)),
+            Ok((side, launched, refill)) => {
+                if let Some(r) = refill {
+                    prepared.refills.push(Box::new(r));
+                }
+                (side, Ok(launched))
+            }
             Err(e) => bail!(e),
         },
         Start::Warm(t) => {
@@ -540,7 +545,11 @@ async fn attempt(
 /// channel on fd 4 and, for allowlist profiles, the network channel on fd 5: the one waiting
 /// in `spare` when there is one (not for an allowlist), else started now. Returns the side
 /// channel's read end and the launch; the spec is sent by the caller.
-fn launch_cold(opts: &EngineOptions, spare: &Spare, a: &Admitted) -> Result<(std::os::fd::OwnedFd, Launched), SuperviseError> {
+fn launch_cold(
+    opts: &EngineOptions,
+    spare: &Spare,
+    a: &Admitted,
+) -> Result<(std::os::fd::OwnedFd, Launched, Option<crate::spare::SpareRefill>), SuperviseError> {
     let allow = match &a.profile.network {
         sandbox_core::network::Network::Allowlist(allow) => Some(allow),
         sandbox_core::network::Network::None => None,
@@ -551,14 +560,14 @@ fn launch_cold(opts: &EngineOptions, spare: &Spare, a: &Admitted) -> Result<(std
         None => spare.take(),
         Some(_) => None,
     };
-    let IdleHelper { helper, ctl, stdin, stdout, stderr, side, net } = match idle {
-        Some(h) => h,
-        None => IdleHelper::spawn(&opts.helper, allow.is_some())?,
+    let (IdleHelper { helper, ctl, stdin, stdout, stderr, side, net }, refill) = match idle {
+        Some(taken) => taken,
+        None => (IdleHelper::spawn(&opts.helper, allow.is_some())?, None),
     };
     let mut l = async_ends(ctl, stdin, stdout, stderr, Instant::now())?;
     l.helper = Some(helper);
     l.network = net.zip(allow).map(|(channel, allow)| Network::start(channel, allow, opts.config.network.upstream_dns));
-    Ok((side, l))
+    Ok((side, l, refill))
 }
 
 /// Pooled start: the member's helper (or, for a template's pre-forked child, that child's host

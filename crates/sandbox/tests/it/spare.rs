@@ -112,6 +112,44 @@ fn a_services_spare_helper_holds_nothing_serves_once_survives_being_killed_and_i
     assert!(s.executions_left().is_empty(), "{:?}", s.executions_left());
 }
 
+/// The helper that replaces the one an execution took is started once that execution has
+/// ended (at most 1 s after the take), not beside it: its exec, loading and network namespace
+/// took the CPU the execution needed. While a 0.8 s program runs, the service has its busy
+/// helper and no waiting one; after it, one waits again.
+#[test]
+fn a_services_next_spare_helper_starts_after_the_execution_that_took_the_last() {
+    let s = Server::start_with("", &["--no-warm"]);
+    let server = s.pid();
+    let first = waiting_helper(server);
+    let client = s.client(None);
+    std::thread::scope(|scope| {
+        let run = scope.spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let r = sandbox_core::ExecutionRequest {
+                profile: "python-default".into(),
+                code: "import time; time.sleep(0.8); print('done')".into(),
+                ..Default::default()
+            };
+            rt.block_on(client.execute(&r)).unwrap()
+        });
+        // Until the execution has taken it (it has an init of its own then).
+        let deadline = Instant::now() + slack(Duration::from_secs(30));
+        while !helpers_of(server).contains(&(first, true)) {
+            assert!(Instant::now() < deadline && !run.is_finished(), "the execution did not take the waiting helper: {:?}", helpers_of(server));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let taken = Instant::now();
+        while taken.elapsed() < Duration::from_millis(500) && !run.is_finished() {
+            let idle: Vec<i32> = helpers_of(server).into_iter().filter(|(_, busy)| !busy).map(|(p, _)| p).collect();
+            assert!(idle.is_empty(), "a helper {idle:?} was started while the execution that took the last one ran");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let r = run.join().unwrap();
+        assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "done\n"), "{r:?}");
+    });
+    assert_ne!(waiting_helper(server), first);
+}
+
 /// `sandbox run` starts its helper before it opens the audit log; a request refused before it
 /// runs (here a timeout above the profile's maximum) leaves that helper behind nowhere.
 #[test]
