@@ -279,9 +279,10 @@ struct State {
 
 /// Held by a service's execution that took the waiting helper, until its result is complete
 /// (it goes with the execution's [`crate::prepare::Prepared`], as [`crate::pool::Refill`]
-/// does): dropping it lets the spare's thread start the next helper. Started at the take, that helper's exec, loading and network
-/// namespace took the CPU the execution needed (`JOB=cold bash bench/ab.sh`: 15.8 against
-/// 15.1 ms p50, README "Performance").
+/// does): dropping it lets the spare's thread start the next helper. Started at the take,
+/// that helper's exec, loading and network namespace took the CPU the execution needed
+/// (`JOB=cold bash bench/ab.sh`: `setupMs` mean ~2.2-2.6 against ~4.7-5.2 ms, p50 ~0.5 ms
+/// less; README "Performance").
 pub(crate) struct SpareRefill {
     inner: std::sync::Weak<Inner>,
     token: u64,
