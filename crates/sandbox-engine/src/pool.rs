@@ -323,19 +323,22 @@ impl Pools {
             }
             let max_age = Duration::from_millis(a.profile.warm.max_age_ms);
             loop {
-                let (mut m, others) = {
+                // The deferral is entered with the pop, so the filler never sees the pool short
+                // in between; a member found dead or too old gives it up.
+                let (mut m, token) = {
                     let mut state = self.state.lock().expect("pools lock");
                     let pool = state.get_mut(&a.profile_name)?;
-                    (pool.ready.pop_front()?, !pool.ready.is_empty())
-                };
-                if m.alive() && m.born.elapsed() < max_age {
-                    if others {
-                        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
-                        if let Some(pool) = self.state.lock().expect("pools lock").get_mut(&a.profile_name) {
-                            pool.deferred.insert(token, Instant::now());
-                        }
-                        m.refill = Some(Refill { pools: Arc::downgrade(self), profile: a.profile_name.clone(), token });
+                    let m = pool.ready.pop_front()?;
+                    let token = (!pool.ready.is_empty()).then(|| self.next_token.fetch_add(1, Ordering::Relaxed));
+                    if let Some(t) = token {
+                        pool.deferred.insert(t, Instant::now());
                     }
+                    (m, token)
+                };
+                if let Some(token) = token {
+                    m.refill = Some(Refill { pools: Arc::downgrade(self), profile: a.profile_name.clone(), token });
+                }
+                if m.alive() && m.born.elapsed() < max_age {
                     return Some(m);
                 }
                 self.counters.discarded.fetch_add(1, Ordering::Relaxed);
@@ -438,7 +441,7 @@ impl Pools {
                             .values()
                             .filter(|p| p.ready.len() < p.size as usize)
                             .filter_map(|p| p.retry_at)
-                            .chain(state.values().flat_map(|p| p.deferred.values()).map(|t| *t + REFILL_DEFER_MAX))
+                            .chain(state.values().flat_map(|p| p.deferred.values()).map(|t| *t + REFILL_DEFER_MAX).filter(|due| *due > now))
                             .min()
                             .map(|t| t.saturating_duration_since(now));
                         let nap = retry.unwrap_or(Duration::MAX).clamp(Duration::from_millis(10), Duration::from_secs(1));

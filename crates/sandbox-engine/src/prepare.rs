@@ -545,11 +545,11 @@ fn stop(init: Option<&std::os::fd::OwnedFd>, cgroup: Option<&Cgroup>) {
     }
 }
 
-/// Holds a value whose drop blocks (an abandoned [`Prepared`] tears down in `Drop`) and, when
-/// dropped itself inside a tokio runtime, drops it on a blocking thread instead of the worker.
 /// A deferred refill ([`Prepared::refills`]): what it holds wakes its pool or spare when dropped.
 pub(crate) type Refill = Box<dyn Send + Sync>;
 
+/// Holds a value whose drop blocks (an abandoned [`Prepared`] tears down in `Drop`) and, when
+/// dropped itself inside a tokio runtime, drops it on a blocking thread instead of the worker.
 pub(crate) struct DropOffWorker<T: Send + 'static>(Option<T>);
 
 impl<T: Send + 'static> DropOffWorker<T> {

@@ -135,24 +135,21 @@ impl SpawnSpec {
     /// The spec a template's forked child is sent (`sandbox_runtime::warm`): only what it reads
     /// (the uid, hostname, /tmp size, working directory, rlimits, the landlock paths inside the
     /// sandbox, the seccomp programs, `hold`, and how many cgroup files the engine passed as
-    /// descriptors). No host path, host pid, code or environment: the child is the program's
-    /// own init and its program a fork of it, so whatever the child parsed stays readable in
-    /// the program's heap (freed memory is not cleared). A cold helper gets the whole spec and
-    /// its program execs.
+    /// descriptors). No host path, host pid, execution id (the name of its host directory and
+    /// cgroup), code or environment: the child is the program's own init and its program a fork
+    /// of it, so whatever the child parsed stays readable in the program's heap (freed memory
+    /// is not cleared). A cold helper gets the whole spec and its program execs.
     pub fn for_warm_child(&self) -> SpawnSpec {
         SpawnSpec {
-            execution_id: self.execution_id.clone(),
             program_uid: self.program_uid,
             // Only their number: the files themselves come as descriptors.
             cgroup_join: vec![PathBuf::new(); self.cgroup_join.len()],
             system_dirs: self.system_dirs.clone(),
             tmp_bytes: self.tmp_bytes,
             mounts: self.mounts.iter().map(|m| BindMount { host: PathBuf::new(), sandbox_path: m.sandbox_path.clone(), read_only: m.read_only }).collect(),
-            masked_dirs: self.masked_dirs.clone(),
             hostname: self.hostname.clone(),
             cwd: self.cwd.clone(),
             rlimits: self.rlimits,
-            tun: self.tun,
             landlock_min_abi: self.landlock_min_abi,
             seccomp_bpf: self.seccomp_bpf.clone(),
             hold: self.hold,

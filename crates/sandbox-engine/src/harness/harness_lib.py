@@ -251,22 +251,29 @@ _MM_MAP = None
 
 def environ_setter():
     """Makes, once, what `show_environ` calls with: a template and a pooled sandbox make it
-    while they wait, so an execution does not (~0.1 ms). Imports ctypes."""
+    while they wait, so an execution does not (~0.1 ms). Imports ctypes. Returns None where
+    that cannot be made (an interpreter without ctypes, a libc without sbrk): the block then
+    stays the starting one, and nothing else changes."""
     global _MM_MAP
     if _MM_MAP is None:
-        import ctypes
+        try:
+            import ctypes
 
-        class MmMap(ctypes.Structure):  # struct prctl_mm_map, <linux/prctl.h>
-            _fields_ = [(name, ctypes.c_uint64) for name in (
-                "start_code", "end_code", "start_data", "end_data", "start_brk", "brk",
-                "start_stack", "arg_start", "arg_end", "env_start", "env_end")] + [
-                ("auxv", ctypes.c_void_p), ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32)]
+            class MmMap(ctypes.Structure):  # struct prctl_mm_map, <linux/prctl.h>
+                _fields_ = [(name, ctypes.c_uint64) for name in (
+                    "start_code", "end_code", "start_data", "end_data", "start_brk", "brk",
+                    "start_stack", "arg_start", "arg_end", "env_start", "env_end")] + [
+                    ("auxv", ctypes.c_void_p), ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32)]
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.sbrk.restype = ctypes.c_void_p
-        libc.sbrk.argtypes = [ctypes.c_ssize_t]
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.sbrk.restype = ctypes.c_void_p
+            libc.sbrk.argtypes = [ctypes.c_ssize_t]
+            libc.prctl  # noqa: B018  (present, or AttributeError now rather than per run)
+        except (ImportError, OSError, AttributeError):
+            _MM_MAP = False
+            return None
         _MM_MAP = (MmMap, libc)
-    return _MM_MAP
+    return _MM_MAP or None
 
 
 def show_environ(env):
@@ -279,9 +286,12 @@ def show_environ(env):
     (/proc/self/stat, and the break from sbrk(0) right before the call). Best effort: where the
     kernel refuses, the block stays the starting one, as before. Returns whether it was set."""
     global ENVIRON_BLOCK
+    made = environ_setter()
+    if made is None:
+        return False
     import ctypes
 
-    mm_map, libc = environ_setter()
+    mm_map, libc = made
     block = b"".join(f"{k}={v}".encode("utf-8", "surrogateescape") + b"\0" for k, v in env.items())
     if not block:
         return False
