@@ -773,18 +773,19 @@ impl Engine {
 struct Teardown(tokio::task::JoinHandle<(Result<(), prepare::PrepareError>, Vec<prepare::Refill>)>);
 
 impl Teardown {
-    /// Waits for the teardown and returns the deferred refills. A failure, or a panic in it
-    /// (which the execution's result, complete already, does not share), is logged for
-    /// execution `id` and counted in `failures`.
+    /// Waits for the teardown and returns the deferred refills, after a failed teardown too (a
+    /// panic loses them, and dropping them there wakes their pool or spare at once). A failure,
+    /// or a panic in it (which the execution's result, complete already, does not share), is
+    /// logged for execution `id` and counted in `failures`.
     async fn wait(self, id: &str, failures: &std::sync::atomic::AtomicU64) -> Vec<prepare::Refill> {
-        let failed = match self.0.await {
+        let (failed, refills) = match self.0.await {
             Ok((Ok(()), refills)) => return refills,
-            Ok((Err(e), _)) => e.to_string(),
-            Err(e) => format!("the teardown panicked: {e}"),
+            Ok((Err(e), refills)) => (e.to_string(), refills),
+            Err(e) => (format!("the teardown panicked: {e}"), Vec::new()),
         };
         failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::error!(execution_id = id, error = %failed, "tearing the sandbox down failed; the service's next start sweeps what is left");
-        Vec::new()
+        refills
     }
 }
 

@@ -138,9 +138,9 @@ impl Pool {
 /// Held by an execution that took a member while its pool kept another ready, until its result
 /// is complete (it goes with the member's [`Prepared`] into the teardown, which hands it back;
 /// `Engine::execute_admitted` drops it after the `finish` and the teardown): dropping it lets
-/// the filler replace that member. So the replacement's start does not compete with the execution for the
-/// CPU (on 2 cores a refill right at checkout added ~4 ms to a pooled `print(1)` and ~15 ms to
-/// the TypeScript example, README "Performance").
+/// the filler replace that member. So the replacement's start does not compete with the
+/// execution for the CPU (on 2 cores a refill right at checkout added ~4 ms to a pooled
+/// `print(1)` and ~15 ms to the TypeScript example, README "Performance").
 pub(crate) struct Refill {
     pools: Weak<Pools>,
     profile: String,
@@ -456,21 +456,30 @@ impl Pools {
                     pool.starting = on;
                 }
             };
-            let made = if forked {
-                // No ready template (starting, or replaced after it died): look again shortly,
-                // without counting a failure (executions fork or start cold meanwhile).
+            // No ready template (starting, or replaced after it died): look again shortly,
+            // without counting a failure (executions fork or start cold meanwhile).
+            let template = if forked {
                 let Some(template) = self.templates.as_ref().and_then(|t| t.checkout(&profile)) else {
                     if let Some(pool) = self.state.lock().expect("pools lock").get_mut(&profile) {
                         pool.retry_at = Some(Instant::now() + TEMPLATE_PATIENCE);
                     }
                     continue;
                 };
-                starting(true);
-                self.make_forked(&profile, template)
+                Some(template)
             } else {
-                starting(true);
-                self.make(&profile, &preload)
+                None
             };
+            starting(true);
+            // A panic in a start (a bug) counts as a failed start: the filler backs off and goes
+            // on, rather than dying with `starting` set and its pools never refilled.
+            let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match template {
+                Some(template) => self.make_forked(&profile, template),
+                None => self.make(&profile, &preload),
+            }))
+            .unwrap_or_else(|payload| {
+                let what = payload.downcast_ref::<&str>().map(|s| (*s).to_owned()).or_else(|| payload.downcast_ref::<String>().cloned());
+                Err(format!("starting a pooled sandbox panicked: {}", what.as_deref().unwrap_or("no message")))
+            });
             let interval = self.opts.config.profiles.get(&profile).map_or(0, |p| p.warm.pool_refill_interval_ms);
             {
                 let mut state = self.state.lock().expect("pools lock");

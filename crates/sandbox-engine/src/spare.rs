@@ -338,7 +338,7 @@ impl Spare {
     /// runtime worker serving other executions' streams must not block on it. Blocks the
     /// calling thread.
     /// A service's take (no limit of starts) also returns a [`SpareRefill`]: the next helper
-    /// is started once the caller drops it (its execution's teardown) or
+    /// is started once the caller drops it (after its execution's result and teardown) or
     /// [`crate::pool::REFILL_DEFER_MAX`] after the take.
     pub(crate) fn take(&self) -> Option<(IdleHelper, Option<SpareRefill>)> {
         let mut s = self.lock();
