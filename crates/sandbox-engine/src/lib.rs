@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use sandbox_core::wire::{Enforcement, ExecError};
+use sandbox_core::wire::{Enforcement, ExecError, WarmStart};
 use sandbox_core::{Admitted, Config, ErrorCode, ExecutionRequest, ExecutionResult, Language, Status};
 use sandbox_runtime::probe::HostReport;
 use tokio::sync::mpsc;
@@ -127,6 +127,9 @@ pub struct Engine {
     spare: spare::Spare,
     /// Executions whose sandbox teardown failed, since start ([`Engine::teardown_failures`]).
     teardown_failures: Arc<std::sync::atomic::AtomicU64>,
+    /// Executions of profiles kept warm that started cold, since start
+    /// ([`Engine::warm_cold_fallbacks`]).
+    warm_cold_fallbacks: std::sync::atomic::AtomicU64,
 }
 
 /// How long a self-test's verdict stands for [`Engine::readiness`].
@@ -195,6 +198,7 @@ impl Engine {
             pools: std::sync::OnceLock::new(),
             readiness: std::sync::Mutex::new(None),
             teardown_failures: Arc::default(),
+            warm_cold_fallbacks: std::sync::atomic::AtomicU64::new(0),
             spare,
         }
     }
@@ -355,6 +359,28 @@ impl Engine {
     /// it left is swept by [`Engine::recover`] at the next start.
     pub fn teardown_failures(&self) -> u64 {
         self.teardown_failures.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Executions of a profile this engine keeps warm (a template or a pool) that started cold
+    /// all the same (nothing ready, a start that failed, a variable the interpreter reads only
+    /// as it starts), since this engine started, each counted once; `/metrics` exports it as
+    /// `sandbox_warm_cold_fallbacks`.
+    pub fn warm_cold_fallbacks(&self) -> u64 {
+        self.warm_cold_fallbacks.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Counts how `run` of `a` started, for `/metrics`: a child its template forked for it is a
+    /// template hit; a cold start of a profile kept warm here is a cold fallback.
+    fn count_warm(&self, a: &Admitted, run: &supervise::RunOutcome) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let templates = self.templates.get().filter(|t| t.serves(&a.profile_name));
+        if let (Some(t), Some(WarmStart::Template)) = (templates, run.warm_start) {
+            t.counters.hits.fetch_add(1, Relaxed);
+        }
+        let kept_warm = templates.is_some() || self.pools.get().is_some_and(|p| p.serves(&a.profile_name));
+        if kept_warm && run.started_cold {
+            self.warm_cold_fallbacks.fetch_add(1, Relaxed);
+        }
     }
 
     /// Sweeps what executions of a dead service left on the host (cgroups, workspace mounts,
@@ -646,10 +672,12 @@ impl Engine {
             },
         };
         let layout = self.host.cgroup.clone().expect("host checks passed, so a cgroup layout exists");
-        // A pooled sandbox when the profile has one ready, else a cold one. Directories, the
-        // workspace mount, input files and cgroup writes: on a blocking thread.
+        // A pooled sandbox when the profile has one ready, else a child of its template forked
+        // now when it has one, else a cold sandbox. Directories, the workspace mount, input
+        // files, cgroup writes, the fork and the child's set-up: on a blocking thread.
         let (prepared, member, mut admitted, code) = {
-            let (opts, layout, id, pools) = (self.opts.clone(), layout.clone(), id.to_owned(), self.pools.get().cloned());
+            let (opts, layout, id, pools, templates) =
+                (self.opts.clone(), layout.clone(), id.to_owned(), self.pools.get().cloned(), self.templates.get().cloned());
             off_worker(move || {
                 if let Some((pools, mut m)) = pools.as_ref().and_then(|p| Some((p, p.checkout(&admitted)?))) {
                     match m.prepared_mut().fill_member(&opts, &admitted, &code) {
@@ -664,6 +692,10 @@ impl Engine {
                         }
                     }
                 }
+                if let Some(m) = templates.as_ref().and_then(|t| fork_for(t, &opts, &layout, &id, &admitted, &code)) {
+                    let (p, launch) = m.into_parts();
+                    return (Ok(prepare::DropOffWorker::new(p)), Some(launch), admitted, code);
+                }
                 // Dropped on this thread too if the execution was abandoned meanwhile.
                 let p = prepare::Prepared::new(&opts, &layout, &id, &admitted, &code).map(prepare::DropOffWorker::new);
                 (p, None, admitted, code)
@@ -675,25 +707,15 @@ impl Engine {
             Err(e) => return (prepare_failed(result, id, &e), None),
         };
         result.enforcement = Some(Enforcement { cgroup: cgroup_version(&layout), landlock_abi: 0, seccomp: true, network: admitted.profile.network.mode() });
-        let templates = self.templates.get();
-        let mut run = supervise::run(
-            &self.opts,
-            &self.spare,
-            recorded.clone(),
-            &mut prepared,
-            &admitted,
-            received,
-            output.clone(),
-            self.abort.subscribe(),
-            templates,
-            member,
-        )
-        .await;
+        let member_how = member.as_ref().map(|m| m.how);
+        let mut run =
+            supervise::run(&self.opts, &self.spare, recorded.clone(), &mut prepared, &admitted, received, output.clone(), self.abort.subscribe(), member).await;
         if run.start_cold {
-            // The pooled sandbox ended before its go byte was read (killed, or its template
-            // gone): nothing of the execution ran there. It is torn down and the execution
-            // starts cold, in a sandbox of its own, as a warm profile does without a template.
-            if let Some(pools) = self.pools.get() {
+            // The pooled sandbox or template's child ended before its go byte was read (killed,
+            // or its template gone): nothing of the execution ran there. It is torn down and the
+            // execution starts cold, in a sandbox of its own, as a warm profile does without a
+            // template.
+            if let (Some(pools), Some(WarmStart::Pool | WarmStart::Prefork)) = (self.pools.get(), member_how) {
                 pools.ended_unstarted(&admitted.profile_name);
             }
             let member = prepared.into_inner();
@@ -712,8 +734,9 @@ impl Engine {
                 Ok(p) => p,
                 Err(e) => return (prepare_failed(result, id, &e), None),
             };
-            run = supervise::run(&self.opts, &self.spare, recorded, &mut prepared, &admitted, received, output, self.abort.subscribe(), None, None).await;
+            run = supervise::run(&self.opts, &self.spare, recorded, &mut prepared, &admitted, received, output, self.abort.subscribe(), None).await;
         }
+        self.count_warm(&admitted, &run);
         let collect_start = Instant::now();
         // The cgroup kill loop, usage and reading output files: on a blocking thread, so a slow
         // file system stalls only this execution.
@@ -857,6 +880,31 @@ fn cgroup_version(layout: &sandbox_runtime::cgroup::Layout) -> sandbox_core::wir
 /// Runs blocking `f` (a file system, cgroup or database call) on tokio's blocking pool, so the
 /// runtime's workers keep serving other executions, streams and health probes meanwhile.
 /// A panic in `f` is resumed here.
+/// A child of `templates`' template for `a`'s profile, forked for this execution and given it
+/// (inputs, code, environment) once sandboxed ([`pool::fork_member`]: the template never sees
+/// the request); `None` when the profile has no ready template, the request sets a variable
+/// the interpreter reads only as it starts ([`command::read_at_start`]), or the fork or the
+/// child's set-up failed (logged: the execution starts cold). Blocks: call it off the async
+/// workers.
+fn fork_for(
+    templates: &Arc<warm::Templates>,
+    opts: &EngineOptions,
+    layout: &sandbox_runtime::cgroup::Layout,
+    id: &str,
+    a: &Admitted,
+    code: &str,
+) -> Option<pool::Member> {
+    if a.env.keys().any(|k| command::read_at_start(a.language, k)) {
+        return None;
+    }
+    let template = templates.checkout(&a.profile_name)?;
+    let forked = pool::fork_member(opts, layout, id, &a.profile, template, 0, WarmStart::Template).and_then(|mut m| {
+        m.prepared_mut().fill_member(opts, a, code).map_err(|e| e.to_string())?;
+        Ok(m)
+    });
+    forked.map_err(|e| tracing::warn!(reason = %e, "the template could not start the execution; starting it cold")).ok()
+}
+
 pub(crate) async fn off_worker<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     match tokio::task::spawn_blocking(f).await {
         Ok(v) => v,

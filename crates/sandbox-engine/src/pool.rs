@@ -39,6 +39,7 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use sandbox_core::profile::WarmMode;
+use sandbox_core::wire::WarmStart;
 use sandbox_core::Admitted;
 use sandbox_runtime::cgroup::Layout;
 use sandbox_runtime::spec::Event;
@@ -174,9 +175,11 @@ pub(crate) struct Member {
 pub(crate) struct MemberLaunch {
     /// The helper (it exits once the sandbox's init does); none for a template's child.
     pub(crate) helper: Reaped,
-    /// A template's pre-forked child, the sandbox's pid 1 (its pidfd is init's in the member's
-    /// `Prepared`); else a helper's sandbox.
-    pub(crate) warm_child: bool,
+    /// What an execution started in it reports: [`WarmStart::Pool`] for a helper's sandbox;
+    /// else a template's child, the sandbox's pid 1 (its pidfd is init's in the member's
+    /// `Prepared`), forked ahead ([`WarmStart::Prefork`]) or for its execution
+    /// ([`WarmStart::Template`], [`fork_member`]).
+    pub(crate) how: WarmStart,
     /// The engine's end of the control socket; `Started` and `Spawned` were read already.
     pub(crate) ctl: UnixStream,
     /// Write end of the program's stdin: the go byte (a newline) goes first.
@@ -192,6 +195,13 @@ pub(crate) struct MemberLaunch {
     /// the member and starts its network (so the network report is the execution's alone);
     /// until then what the sandbox sends waits in the device's queue (dropped past it).
     pub(crate) net: Option<UnixStream>,
+}
+
+impl MemberLaunch {
+    /// A template's child (its own init, no helper), forked ahead or for its execution.
+    pub(crate) fn warm_child(&self) -> bool {
+        self.how != WarmStart::Pool
+    }
 }
 
 impl Drop for Member {
@@ -354,8 +364,8 @@ impl Pools {
     }
 
     /// Accounts for a member of `profile`'s pool that was checked out (a hit) but ended before
-    /// its execution started in it, or could not take its files: a miss, a discard, and a cold
-    /// fallback (the execution runs cold).
+    /// its execution started in it, or could not take its files: a miss and a discard (the
+    /// execution starts otherwise; the engine counts a cold fallback if it starts cold).
     pub(crate) fn ended_unstarted(&self, profile: &str) {
         if self.serves(profile) {
             // Saturating: the checkout counted the hit.
@@ -363,9 +373,6 @@ impl Pools {
             self.counters.misses.fetch_add(1, Ordering::Relaxed);
         }
         self.counters.discarded.fetch_add(1, Ordering::Relaxed);
-        if let Some(t) = &self.templates {
-            t.counters.cold_fallbacks.fetch_add(1, Ordering::Relaxed);
-        }
     }
 
     /// Blocks until `profile`'s pool holds a ready member or `patience` passes (for
@@ -560,7 +567,7 @@ impl Pools {
             prepared: Some(prepared),
             launch: Some(MemberLaunch {
                 helper: idle.helper,
-                warm_child: false,
+                how: WarmStart::Pool,
                 ctl: idle.ctl,
                 stdin: idle.stdin,
                 stdout: idle.stdout,
@@ -580,32 +587,8 @@ impl Pools {
     fn make_forked(&self, profile_name: &str, template: Checkout) -> Result<Member, String> {
         let profile = self.opts.config.profiles.get(profile_name).ok_or("profile vanished")?;
         let id = format!("pool-{}", uuid::Uuid::now_v7());
-        let prepared = Prepared::new_template_member(&self.opts, &self.layout, &id, profile).map_err(|e| sandbox_runtime::selftest::chain(&e))?;
-        let (side_read, side_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
-        let request = crate::supervise::fork_fds(&prepared, side_write).map_err(|e| e.message())?;
         // Copies while waiting stay within half its memory limit: the rest is the execution's.
-        let child = request.fork(&template, Some(profile.limits.memory_max_bytes / 2)).map_err(|e| e.message())?;
-        // Forked: a retirement of the template need not wait for this member to get ready.
-        drop(template);
-        let mut prepared = prepared;
-        prepared.set_init_pidfd(child.pidfd);
-        let member = Member {
-            prepared: Some(prepared),
-            launch: Some(MemberLaunch {
-                helper: Reaped(None),
-                warm_child: true,
-                ctl: child.ctl,
-                stdin: child.stdin,
-                stdout: child.stdout,
-                stderr: child.stderr,
-                side: side_read,
-                landlock_abi: 0,
-                net: None,
-            }),
-            born: Instant::now(),
-            refill: None,
-        };
-        Self::await_ready(member, None)
+        fork_member(&self.opts, &self.layout, &id, profile, template, profile.limits.memory_max_bytes / 2, WarmStart::Prefork)
     }
 
     /// Sends a started member its spawn spec, follows its set-up to `Spawned`, and waits for its
@@ -613,7 +596,7 @@ impl Pools {
     /// init's host pid in `Started`; `None`: a template's child, its own init, whose pidfd the
     /// member holds already.
     fn await_ready(mut member: Member, helper: Option<Option<i32>>) -> Result<Member, String> {
-        let for_helper = member.launch.as_ref().is_some_and(|l| !l.warm_child);
+        let for_helper = member.launch.as_ref().is_some_and(|l| !l.warm_child());
         let line = crate::prepare::spec_line(&mut member.prepared_mut().spec, for_helper);
         let launch = member.launch.as_mut().expect("just made");
         (&launch.ctl).write_all(&line).map_err(|e| format!("sending the spec: {e}"))?;
@@ -647,6 +630,53 @@ impl Pools {
         }
         Ok(member)
     }
+}
+
+/// A child of `template` (a template of `profile`), its execution directory `id`, forked and
+/// sandboxed before it gets anything of an execution: sent its spec, followed to `Spawned`, and
+/// its harness's ready byte read. It then waits for its go byte, copying meanwhile up to
+/// `ahead_bytes` of the template's pages a job writes (0: none, for a child forked for an
+/// execution that waits for it). The template sees only the empty `code/` (the harness) and
+/// workspace: the execution's code, environment and inputs are written by
+/// [`Prepared::fill_member`] once the child is forked, so no request reaches the template.
+/// `how`: what an execution started in it reports ([`WarmStart::Prefork`] for a pool's member,
+/// [`WarmStart::Template`] for a child forked for its execution). Blocks (the fork, the
+/// child's set-up; [`READY_PATIENCE`] at most).
+/// Errors: the host state, the fork or the child's set-up failed (a message).
+pub(crate) fn fork_member(
+    opts: &EngineOptions,
+    layout: &Layout,
+    id: &str,
+    profile: &sandbox_core::Profile,
+    template: Checkout,
+    ahead_bytes: u64,
+    how: WarmStart,
+) -> Result<Member, String> {
+    let prepared = Prepared::new_template_member(opts, layout, id, profile).map_err(|e| sandbox_runtime::selftest::chain(&e))?;
+    let (side_read, side_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let request = crate::supervise::fork_fds(&prepared, side_write).map_err(|e| e.message())?;
+    let child = request.fork(&template, ahead_bytes).map_err(|e| e.message())?;
+    // Forked: a retirement of the template need not wait for this child to get ready.
+    drop(template);
+    let mut prepared = prepared;
+    prepared.set_init_pidfd(child.pidfd);
+    let member = Member {
+        prepared: Some(prepared),
+        launch: Some(MemberLaunch {
+            helper: Reaped(None),
+            how,
+            ctl: child.ctl,
+            stdin: child.stdin,
+            stdout: child.stdout,
+            stderr: child.stderr,
+            side: side_read,
+            landlock_abi: 0,
+            net: None,
+        }),
+        born: Instant::now(),
+        refill: None,
+    };
+    Pools::await_ready(member, None)
 }
 
 impl Drop for Pools {

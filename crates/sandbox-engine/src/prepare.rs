@@ -348,26 +348,6 @@ impl Prepared {
         Ok(spec)
     }
 
-    /// Writes what a warm child binds from its execution directory: `code/` (the code, the
-    /// harness, the function's input and `_sandbox_run.json` with the harness mode and the
-    /// program's environment) and `etc/passwd`, `etc/group` naming the execution's uid.
-    /// Errors: [`PrepareError::Io`].
-    pub(crate) fn write_warm_files(&mut self, a: &Admitted) -> Result<(), PrepareError> {
-        let held: usize = self.spec.root_files.iter().map(|f| f.content.len()).sum();
-        let code = self.mount_warm(held as u64)?;
-        let run = serde_json::json!({
-            "mode": a.harness.as_str(),
-            "env": self.spec.env.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
-        });
-        let run_file = RootFile { sandbox_path: format!("{CODE_DIR}/_sandbox_run.json"), content: run.to_string(), mode: 0o444 };
-        for f in self.spec.root_files.iter().filter(|f| f.sandbox_path.starts_with(&format!("{CODE_DIR}/"))).chain(std::iter::once(&run_file)) {
-            let target = code.join(&f.sandbox_path[CODE_DIR.len() + 1..]);
-            fs::write(&target, &f.content).map_err(io_err("write", &target))?;
-            fs::set_permissions(&target, fs::Permissions::from_mode(0o444)).map_err(io_err("chmod", &target))?;
-        }
-        Ok(())
-    }
-
     /// Mounts the `warm/` tmpfs a warm child binds (its own, so that the sandbox's mountinfo
     /// names no host path) with `room` bytes besides the /etc files, makes `code/` and `etc/`
     /// in it, and writes `etc/passwd` and `etc/group` from the spec's root files. Returns the

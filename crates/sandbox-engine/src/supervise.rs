@@ -18,7 +18,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWrite
 
 use crate::pool::MemberLaunch;
 use crate::spare::{IdleHelper, Reaped, Spare};
-use crate::warm::{Checkout, Template, Templates};
+use crate::warm::Template;
 use tokio::sync::{mpsc, Notify};
 
 use crate::prepare::Prepared;
@@ -64,6 +64,8 @@ pub(crate) struct RunOutcome {
     /// The pooled sandbox it was given ended before the execution started in it: the caller
     /// starts the execution again, cold, in a sandbox of its own.
     pub(crate) start_cold: bool,
+    /// It was started cold (the helper's sandbox).
+    pub(crate) started_cold: bool,
     /// Init reported the program's end (`Exited`), which it does once it has reaped every
     /// other process of the sandbox, and was not waited for while it tears its namespaces down
     /// (~0.5 ms of the kernel's on this machine kind): the caller reads the usage and the
@@ -123,9 +125,6 @@ pub(crate) enum SuperviseError {
     /// The spawn spec could not be sent on the control socket.
     #[error("sending the spec")]
     SendSpec(#[source] std::io::Error),
-    /// A warm start's code directory could not be written.
-    #[error("writing the execution's code directory")]
-    WarmFiles(#[source] crate::prepare::PrepareError),
     /// A warm start could not take a detached copy of one of the execution's mounts.
     #[error("open_tree {}", path.display())]
     OpenTree {
@@ -140,18 +139,12 @@ pub(crate) enum SuperviseError {
         #[source]
         source: std::io::Error,
     },
-    /// The blocking task that asks the template to fork panicked or was cancelled.
-    #[error("fork task")]
-    ForkTask(#[source] tokio::task::JoinError),
     /// The template refused or failed the fork.
     #[error("{0}")]
     Fork(String),
     /// The warm child was gone before the engine could know its pid.
     #[error("the warm child ended at once")]
     WarmChildGone,
-    /// The warm child ended before its program started.
-    #[error("the warm child ended before its program started")]
-    WarmChildEnded,
     /// A child forked ahead could not be lifted from `SCHED_IDLE` before its go (its cgroup's
     /// processes unreadable, or `sched_setscheduler(2)` failed): nothing ran in it.
     #[error("the child forked ahead could not leave SCHED_IDLE")]
@@ -206,10 +199,11 @@ pub(crate) fn refused(recorded: Option<&Recorded>) -> bool {
 }
 
 /// Runs the prepared execution to its end: in `member` when the execution took a pooled sandbox
-/// (`prepared` is then that member's), else forked from a template of `templates` when one is
-/// ready (falling back to a cold start if the template cannot start it), else cold (with the
-/// helper waiting in `spare` when there is one). With `recorded`, the program of whichever
-/// start waits for the execution's audit `begin`, and a refused `begin` starts no fallback.
+/// or a template's child (`prepared` is then that member's), else cold (with the helper waiting
+/// in `spare` when there is one). With `recorded`, the program of whichever start waits for the
+/// execution's audit `begin`, and a refused `begin` starts no other sandbox. A member that ends
+/// before its program starts sets [`RunOutcome::start_cold`]: the caller starts the execution
+/// again, cold.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run(
     opts: &EngineOptions,
@@ -220,11 +214,10 @@ pub(crate) async fn run(
     received: Instant,
     output: Option<mpsc::UnboundedSender<Chunk>>,
     abort: tokio::sync::watch::Receiver<bool>,
-    templates: Option<&Arc<Templates>>,
     member: Option<MemberLaunch>,
 ) -> RunOutcome {
     if let Some(m) = member {
-        let how = if m.warm_child { WarmStart::Prefork } else { WarmStart::Pool };
+        let how = m.how;
         return match attempt(opts, spare, prepared, a, received, output, abort.clone(), Start::Pooled(m), recorded.clone()).await {
             Ok(mut out) => {
                 out.warm_start = Some(how);
@@ -234,35 +227,11 @@ pub(crate) async fn run(
             Err(out) if refused(recorded.as_ref()) || *abort.borrow() => out,
             Err(mut out) => {
                 let reason = out.failure.as_ref().map(SuperviseError::message).unwrap_or_default();
-                tracing::warn!(%reason, "the pooled sandbox could not start the execution; starting it cold");
+                tracing::warn!(%reason, "the warm sandbox could not start the execution; starting it cold");
                 out.start_cold = true;
                 out
             }
         };
-    }
-    if let Some(templates) = templates {
-        if let Some(template) = templates.checkout(&a.profile_name) {
-            match attempt(opts, spare, prepared, a, received, output.clone(), abort.clone(), Start::Warm(template), recorded.clone()).await {
-                Ok(mut out) => {
-                    templates.counters.hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    out.warm_start = Some(WarmStart::Template);
-                    return out;
-                }
-                // The child ended at its go (refused, or shut down before it): nothing ran, and
-                // nothing may.
-                Err(out) if refused(recorded.as_ref()) || *abort.borrow() => return out,
-                Err(why) => {
-                    let reason = why.failure.as_ref().map(SuperviseError::message).unwrap_or_default();
-                    tracing::warn!(%reason, "the template could not start the execution; starting it cold");
-                    prepared.stop().await;
-                    prepared.set_init(None, None);
-                }
-            }
-        }
-        // A profile that is not warm starts cold by design, not as a fallback.
-        if a.profile.warm.mode != sandbox_core::profile::WarmMode::Off {
-            templates.counters.cold_fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
     }
     match attempt(opts, spare, prepared, a, received, output, abort, Start::Cold, recorded).await {
         Ok(out) | Err(out) => out,
@@ -273,13 +242,11 @@ pub(crate) async fn run(
 enum Start {
     /// The helper, now.
     Cold,
-    /// A fork of a template.
-    Warm(Checkout),
-    /// A pooled sandbox, already running and waiting for its code.
+    /// A pooled sandbox or a template's child, already running and waiting for its go.
     Pooled(MemberLaunch),
 }
 
-/// One way of starting the sandbox: the helper (cold) or a template's fork (warm).
+/// One way of starting the sandbox: the helper (cold), a pooled sandbox or a template's child.
 struct Launched {
     ctl: tokio::net::UnixStream,
     stdin: Option<Pin<Box<dyn AsyncWrite + Send>>>,
@@ -310,9 +277,8 @@ async fn attempt(
     start: Start,
     recorded: Option<Recorded>,
 ) -> Result<RunOutcome, RunOutcome> {
-    let mut out = RunOutcome::default();
-    let warm = matches!(start, Start::Warm(_));
-    let fallback = !matches!(start, Start::Cold);
+    let mut out = RunOutcome { started_cold: matches!(start, Start::Cold), ..RunOutcome::default() };
+    let fallback = !out.started_cold;
     macro_rules! bail {
         ($e:expr) => {{
             out.failure = Some($e);
@@ -327,7 +293,8 @@ async fn attempt(
     let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (side_read, launched) = match start {
         Start::Pooled(m) => {
-            let MemberLaunch { helper, warm_child, ctl, stdin, stdout, stderr, side, landlock_abi, net } = m;
+            let warm_child = m.warm_child();
+            let MemberLaunch { helper, how: _, ctl, stdin, stdout, stderr, side, landlock_abi, net } = m;
             go_probe = sandbox_runtime::pipe_reader(std::os::fd::AsFd::as_fd(&stdin)).ok();
             let launched = match (&helper.0, warm_child) {
                 (None, false) => Err(SuperviseError::PooledHelperGone),
@@ -344,14 +311,6 @@ async fn attempt(
             }
             Err(e) => bail!(e),
         },
-        Start::Warm(t) => {
-            // The harness's side channel: the program writes its return value or error to fd 4.
-            let (side_read, side_write) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
-                Ok(p) => p,
-                Err(e) => bail!(SuperviseError::Descriptor { what: "pipe", source: e.into() }),
-            };
-            (side_read, launch_warm(prepared, a, side_write, t).await)
-        }
     };
     let side_read = match tokio::net::unix::pipe::Receiver::from_owned_fd(side_read).map_err(SuperviseError::descriptor("side channel")) {
         Ok(r) => r,
@@ -368,7 +327,7 @@ async fn attempt(
         out.landlock_abi = *landlock_abi;
     } else {
         prepared.spec.hold = recorded.is_some();
-        let spec_line = crate::prepare::spec_line(&mut prepared.spec, !warm);
+        let spec_line = crate::prepare::spec_line(&mut prepared.spec, true);
         if let Err(e) = ctl_write.write_all(&spec_line).await {
             bail!(SuperviseError::SendSpec(e));
         }
@@ -521,16 +480,9 @@ async fn attempt(
             }
         }
     }
-    let never_started = exec_at.is_none() && !out.timed_out && !aborted;
     let exec_at = exec_at.unwrap_or(ended);
     out.setup_ms = ms(exec_at.saturating_duration_since(received));
     out.run_ms = ms(ended.saturating_duration_since(exec_at));
-    if warm && never_started {
-        if out.failure.is_none() {
-            out.failure = Some(SuperviseError::WarmChildEnded);
-        }
-        return Err(out);
-    }
     // Nothing written to a pooled sandbox's stdin (its reader was gone), or all of it still
     // unread: its go byte never was read, so nothing of the execution ran in it.
     let sent = written.load(std::sync::atomic::Ordering::Relaxed);
@@ -622,18 +574,6 @@ fn async_ends(
     })
 }
 
-/// Warm start: the template forks a child and hands back its pidfd (see [`fork_fds`]).
-async fn launch_warm(prepared: &mut Prepared, a: &Admitted, side_write: std::os::fd::OwnedFd, template: Checkout) -> Result<Launched, SuperviseError> {
-    prepared.write_warm_files(a).map_err(SuperviseError::WarmFiles)?;
-    let request = fork_fds(prepared, side_write)?;
-    let spawned_at = Instant::now();
-    let child = tokio::task::spawn_blocking(move || request.fork(&template, None)).await.map_err(SuperviseError::ForkTask)??;
-    prepared.set_init_pidfd(child.pidfd);
-    let mut l = async_ends(child.ctl, child.stdin, child.stdout, child.stderr, spawned_at)?;
-    l.warm_child = true;
-    Ok(l)
-}
-
 /// The descriptors of one fork request: the child's ends, in the order [`Template::fork`]
 /// takes them, and the engine's.
 pub(crate) struct ForkFds {
@@ -683,7 +623,7 @@ impl ForkFds {
     /// Asks `template` to fork the child (blocks for its answer; see [`Template::fork`] for
     /// `ahead`). Our copies of the child's ends close here: only the child holds them after.
     /// Errors: the template refused or failed the fork, or the child was gone at once.
-    pub(crate) fn fork(self, template: &Template, ahead: Option<u64>) -> Result<WarmChild, SuperviseError> {
+    pub(crate) fn fork(self, template: &Template, ahead: u64) -> Result<WarmChild, SuperviseError> {
         let Self { child, ctl, stdin, stdout, stderr } = self;
         let pidfd = template.fork(&child.iter().collect::<Vec<_>>(), ahead).map_err(SuperviseError::Fork)?;
         drop(child);

@@ -47,10 +47,8 @@ const READY_PATIENCE: Duration = Duration::from_secs(180);
 /// Counters exported as metrics.
 #[derive(Debug, Default)]
 pub struct WarmCounters {
-    /// Executions forked from a template.
+    /// Executions in a child their template forked for them (not one forked ahead: a pool's).
     pub hits: AtomicU64,
-    /// Executions of a warm profile that ran cold (no ready template, or it failed to fork).
-    pub cold_fallbacks: AtomicU64,
     /// Templates started after the first (replacements, restarts).
     pub restarts: AtomicU64,
 }
@@ -130,20 +128,18 @@ impl Template {
     /// Asks the template to fork a child for one execution, handing it `fds` (control socket,
     /// stdin, stdout, stderr, side channel, the mount trees of
     /// [`sandbox_runtime::spec::WARM_TREES`], then one file per cgroup hierarchy to join, in
-    /// that order). With `ahead = Some(budget)`, the child is forked ahead of its request (a
-    /// pool's member, see [`crate::pool`]): once sandboxed, it says ready (`R` on its side
-    /// channel) and waits for a go byte on its stdin before it reads its run file, copying up to
-    /// `budget` bytes of the pages it shares with the template meanwhile. Returns the child's
+    /// that order). The child is forked before the execution's code, environment and inputs
+    /// are written (see [`crate::pool::fork_member`]): once sandboxed, it says ready (`R` on its
+    /// side channel) and waits for a go byte on its stdin before it reads its run file, copying
+    /// up to `ahead` bytes of the pages it shares with the template meanwhile (a pool's member,
+    /// forked ahead of its request; 0 for a child its execution waits for). Returns the child's
     /// pidfd.
     /// Errors: the template is gone or refused (it is then marked unhealthy and replaced).
-    pub(crate) fn fork(&self, fds: &[&OwnedFd], ahead: Option<u64>) -> Result<OwnedFd, String> {
+    pub(crate) fn fork(&self, fds: &[&OwnedFd], ahead: u64) -> Result<OwnedFd, String> {
         let channel = self.channel.lock().expect("template channel lock");
         let result = (|| {
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
-            let request = match ahead {
-                Some(budget) => format!("fork ahead {budget}\n"),
-                None => "fork\n".to_owned(),
-            };
+            let request = format!("fork ahead {ahead}\n");
             sandbox_runtime::send_fds(&channel, request.as_bytes(), &borrowed).map_err(|e| format!("fork request: {e}"))?;
             let mut buf = [0u8; 128];
             let (n, mut received) = sandbox_runtime::recv_with_fds(&channel, &mut buf).map_err(|e| format!("fork answer: {e}"))?;

@@ -97,10 +97,14 @@ impl Default for Metrics {
         registry.register("in_flight", "Executions running now", in_flight.clone());
         registry.register("queued", "Requests waiting for an execution slot", queued.clone());
         let (warm_hits, warm_cold_fallbacks, warm_restarts) = (Gauge::default(), Gauge::default(), Gauge::default());
-        registry.register("warm_hits", "Executions forked from a warm template, since start", warm_hits.clone());
+        registry.register(
+            "warm_hits",
+            "Executions in a child their warm template forked for them (children forked ahead are pool hits), since start",
+            warm_hits.clone(),
+        );
         registry.register(
             "warm_cold_fallbacks",
-            "Executions of warm profiles that started cold (no ready template, or it failed to fork), since start",
+            "Executions of profiles kept warm (a template or a pool) that started cold (nothing ready, a start that failed, a variable read only at the interpreter's start), since start",
             warm_cold_fallbacks.clone(),
         );
         let teardown_failures = Gauge::default();
@@ -174,24 +178,18 @@ impl Metrics {
         self.unrecorded.get_or_create(&CodeLabels { code: code.into() }).inc();
     }
 
-    /// The text exposition, with the gauges set from `in_flight`, `queued`, the engine's
-    /// `teardown_failures` and the warm templates' and pools' state.
-    pub fn render(
-        &self,
-        in_flight: u32,
-        queued: u32,
-        teardown_failures: u64,
-        templates: Option<&sandbox_engine::warm::Templates>,
-        pools: Option<&sandbox_engine::pool::Pools>,
-    ) -> String {
+    /// The text exposition, with the gauges set from `in_flight`, `queued` and `engine`'s
+    /// counters (teardown failures, warm cold fallbacks) and warm templates' and pools' state.
+    pub fn render(&self, in_flight: u32, queued: u32, engine: &sandbox_engine::Engine) -> String {
+        let (templates, pools) = (engine.templates(), engine.pools());
         self.in_flight.set(i64::from(in_flight));
         self.queued.set(i64::from(queued));
-        self.teardown_failures.set(i64::try_from(teardown_failures).unwrap_or(i64::MAX));
+        self.teardown_failures.set(i64::try_from(engine.teardown_failures()).unwrap_or(i64::MAX));
+        self.warm_cold_fallbacks.set(i64::try_from(engine.warm_cold_fallbacks()).unwrap_or(i64::MAX));
         if let Some(t) = templates {
             use std::sync::atomic::Ordering::Relaxed;
             let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
             self.warm_hits.set(n(t.counters.hits.load(Relaxed)));
-            self.warm_cold_fallbacks.set(n(t.counters.cold_fallbacks.load(Relaxed)));
             self.warm_restarts.set(n(t.counters.restarts.load(Relaxed)));
             for st in t.status() {
                 let l = ProfileLabels { profile: st.profile.clone() };

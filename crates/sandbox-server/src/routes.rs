@@ -427,13 +427,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 /// Prometheus metrics, text exposition format.
 #[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain"), (status = 403, body = Problem), (status = 421, body = Problem)))]
 async fn metrics(State(state): State<AppState>) -> Response {
-    let body = state.metrics.render(
-        state.service.in_flight(),
-        state.service.queued(),
-        state.engine.teardown_failures(),
-        state.engine.templates().map(AsRef::as_ref),
-        state.engine.pools().map(AsRef::as_ref),
-    );
+    let body = state.metrics.render(state.service.in_flight(), state.service.queued(), &state.engine);
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()
 }
 

@@ -3,15 +3,16 @@
 It runs as the program of a sandbox of its own (read-only root with the environment, no
 network, its own cgroup), as root of that sandbox's user namespace. It imports the modules
 named in SANDBOX_PRELOAD, exercises them once (a figure drawn and saved, a CSV parsed),
-freezes its heap, and says `ready` on fd 4, a socket to the engine. Then, per `fork` message
-(carrying the execution's control socket, stdin, stdout, stderr and side-channel descriptors),
-it forks one child, pid 1 of a pid namespace of its own (the execution's init), and answers
-`ok` with the child's pidfd. It never sees a request's code,
-input, environment or files: the child reads those from its own /code once it is sandboxed.
-A `fork ahead BYTES` child is forked before its request (a pool's member): once sandboxed, it
-says ready on its side channel and waits for one byte on its stdin (go), copying meanwhile (up
-to BYTES) the template's pages that a job writes, as a probe measured once at the template's
-start, so that the caller's code does not pay those copy-on-write faults.
+freezes its heap, and says `ready` on fd 4, a socket to the engine. Then, per `fork ahead BYTES`
+message (carrying the execution's control socket, stdin, stdout, stderr and side-channel
+descriptors, and its empty /workspace and /code), it forks one child, pid 1 of a pid namespace
+of its own (the execution's init), and answers `ok` with the child's pidfd. It never sees a
+request's code, input, environment or files: the engine writes those once the child is forked,
+and the child reads them from its own /code once it is sandboxed and told to go. Sandboxed, the
+child says ready on its side channel and waits for one byte on its stdin (go), copying meanwhile
+(up to BYTES: a pool's member, forked before its request; 0 for a child its execution waits
+for) the template's pages that a job writes, as a probe measured once at the template's start,
+so that the caller's code does not pay those copy-on-write faults.
 
 The child calls `sandbox_warm_enter` (libsandbox_warm.so, the runtime's Rust code), which
 returns only in a process that has entered the execution's namespaces, cgroup, uid, landlock
@@ -155,17 +156,18 @@ def child(fds, lib, harness, ahead):
     if lib.sandbox_warm_enter(3) != 0:
         os._exit(127)
     # From here on: the execution's sandboxed program, uid, cwd /workspace.
-    if ahead is not None:
+    if ahead > 0:
         # Its copying runs only when a CPU has nothing else to do; the engine lifts this (it
-        # cannot be undone from inside) when an execution takes the child.
+        # cannot be undone from inside) when an execution takes the child. A child its
+        # execution waits for (`fork ahead 0`) copies nothing and stays as it is.
         try:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         except OSError:
             pass
-        os.write(4, b"R")
-        # EOF: the engine discarded this sandbox unused.
-        if wait_for_go(ahead) != b"\n":
-            os._exit(0)
+    os.write(4, b"R")
+    # EOF: the engine discarded this sandbox unused, or its execution was refused.
+    if wait_for_go(ahead) != b"\n":
+        os._exit(0)
     with open("/code/_sandbox_run.json", encoding="utf-8") as f:
         run = json.load(f)
     os.environ.clear()
@@ -207,7 +209,7 @@ def wait_for_go(budget):
     once by the template's probe), or where that is unknown every page it shares with the
     template, are copied, a step at a time, `budget` bytes at most (the rest of its memory limit
     is the execution's)."""
-    if LIBC is not None:
+    if LIBC is not None and budget > 0:
         try:
             since_look = PREFAULT_STEP  # look before the first copy
             for start, end in HOT or shared_ranges(LIBC):
@@ -368,13 +370,11 @@ BLAS_SETTERS = []
 
 
 def parse_fork(msg):
-    """`fork` -> None; `fork ahead BYTES` -> BYTES (the copying budget); else False."""
-    if msg == b"fork\n":
-        return None
+    """`fork ahead BYTES` -> BYTES (the copying budget); else None."""
     words = msg.split()
     if len(words) == 3 and words[:2] == [b"fork", b"ahead"] and words[2].isdigit() and msg.endswith(b"\n"):
         return int(words[2])
-    return False
+    return None
 
 
 def serve(channel, lib, harness):
@@ -393,7 +393,7 @@ def serve(channel, lib, harness):
         except ChildProcessError:
             pass
         ahead = parse_fork(msg)
-        if ahead is False or len(fds) <= len(PLACES):
+        if ahead is None or len(fds) <= len(PLACES):
             for fd in fds:
                 os.close(fd)
             channel.sendall(b"err bad request\n")

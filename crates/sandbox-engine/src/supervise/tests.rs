@@ -13,6 +13,5 @@ fn a_supervision_failure_names_its_step_then_its_cause() {
     check(SuperviseError::SendSpec(io()), "sending the spec: Too many open files (os error 24)");
     check(SuperviseError::SetUp { step: "pivot_root".into(), message: "EINVAL".into() }, "sandbox set-up failed at pivot_root: EINVAL");
     check(SuperviseError::ShutDown, "the service shut down (or `sandbox run` was interrupted) before the execution ended");
-    let prepare = crate::prepare::PrepareError::Io { op: "write", path: "/d/code".into(), source: io() };
-    check(SuperviseError::WarmFiles(prepare), "writing the execution's code directory: write /d/code: Too many open files (os error 24)");
+    check(SuperviseError::OpenTree { path: "/d/code".into(), source: io() }, "open_tree /d/code: Too many open files (os error 24)");
 }

@@ -422,6 +422,80 @@ fn killing_the_template_fails_nothing_and_sigterm_leaves_nothing_behind() {
     assert!(!mountinfo.contains(data.to_str().unwrap()), "a mount under {} is left", data.display());
 }
 
+/// The template never sees a request: the descriptors a fork request hands it (the execution's
+/// workspace and `/code` as detached mounts, for the child to attach) hold nothing of the
+/// execution yet: its code, environment and input files are written once the child is forked
+/// (`pool::fork_member`). They used to be written before the fork, where a preloaded module
+/// gone bad in the template could have read one execution's secrets and kept them. The
+/// template's interpreter is stopped at each of its system calls (ptrace) while it takes the
+/// fork request of py-warm's execution (forked at its start), and at each stop the test lists,
+/// as host root, every directory its descriptors lead to (`/proc/PID/fd/N`).
+#[test]
+fn a_template_is_handed_nothing_of_the_request_it_forks_for() {
+    use nix::sys::ptrace;
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    use nix::unistd::Pid;
+    use sandbox_core::wire::FileContent;
+    let s = warm_server();
+    let interpreter = Pid::from_raw(bare_template_below(s.pid()));
+    ptrace::seize(interpreter, ptrace::Options::PTRACE_O_TRACESYSGOOD).unwrap();
+    ptrace::interrupt(interpreter).unwrap();
+    assert!(matches!(waitpid(interpreter, Some(WaitPidFlag::__WALL)), Ok(WaitStatus::PtraceEvent(..))));
+    let mut r = req("py-warm", "import os; print(open('secret-input.txt').read(), os.environ['SECRET_VAR'])");
+    r.files.insert("secret-input.txt".into(), FileContent::Text("hunter2-file".into()));
+    r.env.insert("SECRET_VAR".into(), "hunter2-env".into());
+    let running = {
+        let c = s.client(None);
+        std::thread::spawn(move || rt().block_on(c.execute(&r)).map_err(|e| format!("{e:?}")))
+    };
+    // Names in the directories the template's descriptors lead to, one level down.
+    let listed = |pid: Pid| -> Vec<String> {
+        let mut names = Vec::new();
+        for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().filter_map(Result::ok) {
+            for e in std::fs::read_dir(fd.path()).into_iter().flatten().filter_map(Result::ok) {
+                names.push(e.file_name().to_string_lossy().into_owned());
+                names.extend(std::fs::read_dir(e.path()).into_iter().flatten().filter_map(Result::ok).map(|f| f.file_name().to_string_lossy().into_owned()));
+            }
+        }
+        names
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut resume = None;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Each round resumes the stopped interpreter up to its next stop; the last one leaves it
+    // running (in its `recvmsg`, waiting for the next request) once the execution has ended.
+    'rounds: loop {
+        assert!(Instant::now() < deadline, "the warm execution never ended");
+        ptrace::syscall(interpreter, resume.take()).unwrap();
+        loop {
+            match waitpid(interpreter, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)).unwrap() {
+                WaitStatus::StillAlive if running.is_finished() => break 'rounds,
+                WaitStatus::StillAlive => std::thread::sleep(Duration::from_millis(1)),
+                // A signal (a child's SIGCHLD) goes on to the interpreter.
+                WaitStatus::Stopped(_, sig) => {
+                    resume = Some(sig);
+                    break;
+                }
+                WaitStatus::PtraceSyscall(_) | WaitStatus::PtraceEvent(..) => {
+                    seen.extend(listed(interpreter));
+                    break;
+                }
+                other => panic!("the template's interpreter: {other:?}"),
+            }
+        }
+    }
+    ptrace::interrupt(interpreter).unwrap();
+    assert!(matches!(waitpid(interpreter, Some(WaitPidFlag::__WALL)), Ok(WaitStatus::PtraceEvent(..) | WaitStatus::PtraceSyscall(_))));
+    ptrace::detach(interpreter, None).unwrap();
+    let out = running.join().unwrap().unwrap();
+    assert_eq!((out.status.as_str(), out.stdout.as_str(), out.timing.warm), ("ok", "hunter2-file hunter2-env\n", true), "{out:?}");
+    // The test saw the trees (the harness is in /code from the start), and nothing else.
+    assert!(seen.contains("_sandbox_harness.py"), "the fork request's trees were never seen: {seen:?}");
+    for name in ["secret-input.txt", "_sandbox_run.json", "main.py", "input.json"] {
+        assert!(!seen.contains(name), "the template was handed {name} of the execution: {seen:?}");
+    }
+}
+
 /// A fork request that fails because the template's interpreter has just died (before the engine
 /// has read that it did) must not touch the executions that interpreter forked: they run on,
 /// re-parented to the template sandbox's init. The engine killed "init's only child" from /proc
