@@ -632,7 +632,18 @@ fn spawn(
         return Err(fail(&mut child, format!("the template did not get ready (preloading {:?}): {e}", profile.environment)));
     }
     if &ready != b"ready\n" {
-        return Err(fail(&mut child, format!("the template said {:?} instead of ready", String::from_utf8_lossy(&ready))));
+        // The rest of the line says why (`err <reason>`: see template.py).
+        let mut said = ready.to_vec();
+        let mut byte = [0u8; 1];
+        while said.len() < 512 && said.last() != Some(&b'\n') && matches!((&engine_chan).read(&mut byte), Ok(1)) {
+            said.push(byte[0]);
+        }
+        let said = String::from_utf8_lossy(&said);
+        let why = match said.trim_end().strip_prefix("err ") {
+            Some(why) => format!("the template cannot serve: {why}"),
+            None => format!("the template said {said:?} instead of ready"),
+        };
+        return Err(fail(&mut child, why));
     }
     let helper_pid = child.lock().expect("helper lock").id();
     let interpreter = match interpreter_pidfd(helper_pid, init_pid) {

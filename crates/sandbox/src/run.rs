@@ -280,7 +280,7 @@ enum WarmStopped {
 }
 
 /// SIGTERM's and SIGINT's streams, made once (`None` if they could not be).
-type Signals = Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>;
+pub(crate) type Signals = Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>;
 
 /// Starts `profile` warm as `how` asks and waits until it is ready; a profile that cannot start
 /// warm runs cold (said on stderr). Errors: [`WarmStopped`]; the caller stops what started.
@@ -321,7 +321,7 @@ fn warm_start(
 }
 
 /// SIGTERM's and SIGINT's streams, from now on (`None` if they cannot be made).
-fn signal_streams(rt: &tokio::runtime::Runtime) -> Signals {
+pub(crate) fn signal_streams(rt: &tokio::runtime::Runtime) -> Signals {
     use tokio::signal::unix::{signal, SignalKind};
     let _runtime = rt.enter();
     match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
@@ -358,7 +358,7 @@ async fn pending_interruption(signals: &mut Signals) -> Option<i32> {
 
 /// The first SIGTERM or SIGINT `signals` (the streams of both) receive, as its number; never,
 /// without streams (they could not be made: the signals then act as they would).
-async fn interruption(signals: &mut Signals) -> i32 {
+pub(crate) async fn interruption(signals: &mut Signals) -> i32 {
     match signals {
         Some((term, int)) => tokio::select! {
             _ = term.recv() => libc::SIGTERM,

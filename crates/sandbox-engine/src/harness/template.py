@@ -474,6 +474,12 @@ def main():
         HOT.extend(probe_hot_pages())
     except OSError as e:
         sys.stderr.write(f"template: no probe of the pages a job writes (children forked ahead copy every shared page): {e!r}\n")
+    # A fork copies one thread only (see serve): a template with more (a module that started
+    # one at import) can never fork, so it says why instead of ready, and its profile runs cold.
+    n = threads()
+    if n != 1:
+        channel.sendall(b"err %d threads after its imports (a module started a thread); a template forks only single-threaded\n" % n)
+        os._exit(1)
     channel.sendall(b"ready\n")
     serve(channel, lib, harness)
     # Told to stop: let running executions finish (each child exits with its execution).

@@ -115,6 +115,10 @@ fn profiles_list_and_show() {
     assert_eq!(field("output.stdout_max_bytes"), "1048576 bytes (1 MiB)");
     assert_eq!(field("network"), "none");
     assert_eq!(field("language"), "python");
+    // Issue 11: the warm settings (python-default keeps a pool of pre-started sandboxes).
+    assert_eq!(field("warm.mode"), "pool");
+    assert_eq!(field("warm.pool_size"), "3");
+    assert_eq!(field("warm.pool_refill_interval_ms"), "50 ms (50ms)");
     // --toml is a config file's table.
     let out = sandbox(&["profiles", "show", "--toml", "python-default"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -176,6 +180,18 @@ fn doctor_reports_host_features_and_runnable_profiles() {
     // share: the host's limit over the shares, as the children's namespaces are given it
     // (warm::a_warm_execution_cannot_take_the_inotify_instances_of_the_others).
     assert!(!v["templates"].as_array().unwrap().is_empty(), "the tests' configuration has warm templates: {v}");
+    // Issue 11: each template started (its state and the memory its cgroup holds) and each pool
+    // filled. A failed one is reported, not in the exit code: its profile runs cold meanwhile.
+    for t in v["templates"].as_array().unwrap() {
+        assert!(t["state"] == "ready" && t["error"].is_null() && t["peakMemoryBytes"].as_u64() > Some(0), "template: {t}");
+    }
+    let pools = v["pools"].as_array().unwrap();
+    for want in ["python-default", "typescript-default", "python-analysis"] {
+        assert!(pools.iter().any(|p| p["profile"] == want), "no pool of {want}: {v}");
+    }
+    for p in pools {
+        assert!(p["ready"].as_u64() > Some(0) && p["error"].is_null() && p["memoryBytes"].as_u64() > Some(0), "pool: {p}");
+    }
     let share = &v["warmInotify"];
     let host: u64 = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances").unwrap().trim().parse().unwrap();
     let shares = share["shares"].as_u64().unwrap();

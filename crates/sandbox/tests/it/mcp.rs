@@ -118,3 +118,182 @@ fn a_result_kept_by_one_node_is_read_through_another() {
     drop((a, b, alone));
     let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
 }
+
+/// `sandbox mcp` on stdin/stdout, its answers and notifications read line by line.
+struct StdioMcp {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<serde_json::Value>,
+    data: std::path::PathBuf,
+}
+
+impl StdioMcp {
+    /// Starts `sandbox mcp` on the test profiles in a data directory of its own, and makes the
+    /// 2025-11-25 handshake.
+    fn start() -> Self {
+        use std::io::BufRead as _;
+        let dir = tempfile::Builder::new().prefix("mcp-").tempdir_in(&super::env().dir).unwrap().keep();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::write(dir.join("config.toml"), format!("{}{}", super::runtime_toml(), super::TEST_CONFIG)).unwrap();
+        let data = dir.join("data");
+        let mut child = std::process::Command::new(super::bin())
+            .arg("--config")
+            .arg(dir.join("config.toml"))
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("mcp")
+            .env("SANDBOX_LOG", std::env::var("SANDBOX_TEST_SERVER_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                let v = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON-RPC ({e}): {line}"));
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut mcp = Self { child, stdin, lines, data };
+        mcp.send(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}}}));
+        let answer = mcp.answer(1);
+        assert!(answer["result"]["serverInfo"]["name"] == "sandbox", "{answer}");
+        mcp.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        mcp
+    }
+
+    fn send(&mut self, message: &serde_json::Value) {
+        use std::io::Write as _;
+        writeln!(self.stdin, "{message}").and_then(|()| self.stdin.flush()).unwrap();
+    }
+
+    /// The next message that satisfies `want`, within 120 s (others are skipped).
+    fn next(&self, want: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let v = self.lines.recv_timeout(left).unwrap_or_else(|e| panic!("no awaited message from sandbox mcp: {e}"));
+            if want(&v) {
+                return v;
+            }
+        }
+    }
+
+    /// The answer to request `id`.
+    fn answer(&self, id: u64) -> serde_json::Value {
+        self.next(|v| v["id"] == id)
+    }
+
+    /// Sends `tools/call sandbox_execute_code` with `args` as request `id` (and `meta`).
+    fn call(&mut self, id: u64, args: serde_json::Value, meta: serde_json::Value) {
+        self.send(&serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "sandbox_execute_code", "arguments": args, "_meta": meta}}));
+    }
+}
+
+impl Drop for StdioMcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The cgroup directories (v2, and v1's memory and pids hierarchies) of host process `pid`
+/// under the service's `sandbox` cgroup.
+fn sandbox_cgroups(pid: i32) -> Vec<std::path::PathBuf> {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            let hierarchy = match controllers {
+                "" => String::new(),
+                c => c.split(',').find(|c| ["memory", "pids"].contains(c))?.to_owned(),
+            };
+            path.contains("/sandbox/").then(|| std::path::PathBuf::from(format!("/sys/fs/cgroup/{hierarchy}{path}").replace("//", "/")))
+        })
+        .collect()
+}
+
+/// Issue 11: a SIGTERM of `sandbox mcp` (stdio) ends the running execution (answered as an
+/// `internal_error`), stops the warm templates and pools, and exits 0 leaving nothing behind: no
+/// process, cgroup, mount or execution directory.
+#[test]
+fn sigterm_of_stdio_mcp_leaves_nothing_of_its_executions_templates_and_pools() {
+    super::environments_installed();
+    let mut mcp = StdioMcp::start();
+    // A pooled sandbox (python-default) and a template (python-analysis) are ready once an
+    // execution of each starts warm.
+    let mut id = 10;
+    for profile in ["python-default", "python-analysis"] {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+        loop {
+            id += 1;
+            mcp.call(id, serde_json::json!({"code": "print(1)", "language": "python", "profile": profile}), serde_json::json!({}));
+            let answer = mcp.answer(id);
+            let result = &answer["result"]["structuredContent"];
+            assert_eq!(result["status"], "ok", "{answer}");
+            if result["timing"]["warm"] == true {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{profile} never started warm: {answer}");
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+    // An execution runs (its output was seen) when the signal comes.
+    let running = id + 1;
+    mcp.call(
+        running,
+        serde_json::json!({"code": "import time\nprint('started', flush=True)\ntime.sleep(60)", "language": "python", "profile": "python-default"}),
+        serde_json::json!({"progressToken": "sleeper"}),
+    );
+    mcp.next(|v| v["method"] == "notifications/progress" && v["params"]["message"].as_str().is_some_and(|m| !m.contains("; 0 bytes of output")));
+    let pid = i32::try_from(mcp.child.id()).unwrap();
+    let below: Vec<i32> = super::processes_below(mcp.child.id(), "").into_iter().filter(|p| *p != pid).collect();
+    for needle in ["_sandbox_template.py", "_sandbox_harness.py\0pool", "_sandbox_harness.mjs\0pool"] {
+        assert!(!super::processes_below(mcp.child.id(), needle).is_empty(), "no {needle:?} process below sandbox mcp");
+    }
+    let cgroups: Vec<_> = below.iter().flat_map(|p| sandbox_cgroups(*p)).collect();
+    assert!(cgroups.iter().any(|c| c.to_string_lossy().contains("/pool-")), "pooled sandboxes have cgroups: {cgroups:?}");
+    assert!(cgroups.iter().any(|c| c.to_string_lossy().contains("/template-")), "templates have cgroups: {cgroups:?}");
+    let executions = mcp.data.join("executions");
+    let ids: Vec<String> = std::fs::read_dir(&executions).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(ids.iter().any(|i| i.starts_with("pool-")) && ids.iter().any(|i| i.starts_with("template-")), "{ids:?}");
+
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let answer = mcp.answer(running);
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert_eq!(answer["result"]["structuredContent"]["status"], "internal_error", "{answer}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = mcp.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "sandbox mcp did not exit after SIGTERM");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    for p in &below {
+        // A sandbox's init, orphaned when its helper was killed, may wait a moment as a zombie
+        // for the host's pid 1 to reap it: dead, it holds nothing.
+        let status = std::fs::read_to_string(format!("/proc/{p}/status")).unwrap_or_default();
+        let cmdline = std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        assert!(status.is_empty() || status.contains("\nState:\tZ"), "process {p} outlived sandbox mcp: {cmdline:?}\n{status}");
+    }
+    for c in &cgroups {
+        assert!(!c.exists(), "cgroup {} is left", c.display());
+    }
+    for i in &ids {
+        super::assert_gone_from(&mcp.data, i);
+    }
+    let left: Vec<_> = std::fs::read_dir(&executions).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "left in the executions directory: {left:?}");
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mountinfo.contains(mcp.data.to_str().unwrap()), "a mount under {} is left", mcp.data.display());
+}

@@ -355,3 +355,69 @@ fn a_refill_waits_for_the_execution_when_the_pool_has_another_ready() {
     });
     wait_pool(&s, "ts-pool", 2);
 }
+
+/// Issue 11: the refill is rate-capped, so a burst degrades to cold starts instead of starving
+/// the CPU: against a pool of 2 refilled at most once per 1.5 s, a burst of 6 runs (each one
+/// `ok`, those past the pool cold) while `sandbox_warm_pool_started` rises at most once per
+/// interval (every other pool is full, so each start is this pool's).
+#[test]
+fn a_burst_refills_the_pool_at_most_once_per_refill_interval() {
+    const INTERVAL: Duration = Duration::from_millis(1500);
+    environments_installed();
+    let s = Server::start(&format!(
+        "[profiles.py-pool-capped]\nlanguage = \"python\"\n[profiles.py-pool-capped.warm]\nmode = \"pool\"\npool_size = 2\npool_refill_interval_ms = {}\n",
+        INTERVAL.as_millis()
+    ));
+    // Every pool full: a start from now on refills the capped one.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let m = metrics(&s);
+        let values = |name: &str| -> BTreeMap<String, i64> {
+            m.lines()
+                .filter_map(|l| l.strip_prefix(&format!("{name}{{profile=\"")))
+                .filter_map(|l| l.split_once("\"} "))
+                .map(|(profile, v)| (profile.to_owned(), v.trim().parse().unwrap()))
+                .collect()
+        };
+        let (sizes, ready) = (values("sandbox_warm_pool_size"), values("sandbox_warm_pool_ready"));
+        if sizes.contains_key("py-pool-capped") && sizes == ready {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the pools never filled: {m}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let started = || {
+        let m = metrics(&s);
+        m.lines().find_map(|l| l.strip_prefix("sandbox_warm_pool_started ")).unwrap_or_else(|| panic!("{m}")).trim().parse::<i64>().unwrap()
+    };
+    let before = started();
+    let burst_at = Instant::now();
+    let r = ExecutionRequest { profile: "py-pool-capped".into(), language: Some("python".into()), code: "print('ok')".into(), ..Default::default() };
+    let (results, starts) = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..6).map(|_| scope.spawn(|| rt().block_on(s.client(None).execute(&r)).map_err(|e| format!("{e:?}")))).collect();
+        // When the count of starts rises, for 2.5 intervals from the burst.
+        let mut starts = Vec::new();
+        let mut seen = before;
+        while burst_at.elapsed() < INTERVAL * 5 / 2 {
+            let now = started();
+            for _ in seen..now {
+                starts.push(burst_at.elapsed());
+            }
+            seen = now;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (handles.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>(), starts)
+    });
+    let mut cold = 0;
+    for r in results {
+        let r = r.unwrap();
+        assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "ok\n"), "{r:?}");
+        cold += usize::from(!r.timing.warm);
+    }
+    assert!(cold >= 2, "a burst of 6 past a pool of 2 runs cold: {cold} cold");
+    assert!(!starts.is_empty(), "the pool was refilled during the burst");
+    for pair in starts.windows(2) {
+        // A sample comes at most ~20 ms (plus a /metrics round trip) after the start it sees.
+        assert!(pair[1] - pair[0] >= INTERVAL - Duration::from_millis(200), "two refills closer than the interval: {starts:?}");
+    }
+}
