@@ -384,7 +384,9 @@ fn workspace_is_unreachable_for_other_host_users_while_running() {
     // The program makes its workspace world-writable; a host user other than root must still not
     // reach it (the execution directory is 0700, owned by the container's root).
     let code = "import os, time\nos.chmod('/workspace', 0o777)\nopen('secret.txt','w').write('S')\nprint('ready', flush=True)\ntime.sleep(3)";
-    let mut child = sandbox(&["run", "--profile", "python-default", "-c", code]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut args = vec!["run", "--profile", "python-default", "-c", code];
+    args.extend(warm_flag());
+    let mut child = sandbox(&args).stdout(std::process::Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line).unwrap();
     assert_eq!(line, "ready\n");

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use serde_json::Value;
 
-use crate::{assert_gone, env, sandbox, scratch_file, Run};
+use crate::{assert_gone, assert_started_as_asked, env, sandbox, scratch_file, warm_flag, Run};
 
 /// The case file: the repository is cloned next to a `shared/` folder (CI has it too).
 const CASES_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/cases/real-world.jsonl");
@@ -104,6 +104,8 @@ fn exec_with(c: &Case, code: &str, files: &[(String, Vec<u8>)], host_env: &[(&st
     for s in &specs {
         args.extend(["--file", s.as_str()]);
     }
+    // Every case runs in the warm start the pass asks for, as the attack suites do.
+    args.extend(warm_flag());
     let mut cmd: Command = sandbox(&args);
     cmd.envs(host_env.iter().copied());
     let start = Instant::now();
@@ -114,6 +116,7 @@ fn exec_with(c: &Case, code: &str, files: &[(String, Vec<u8>)], host_env: &[(&st
     let r = Run { json, status: out.status.code().unwrap_or(-1), elapsed, stderr: String::from_utf8_lossy(&out.stderr).into_owned() };
     let id = r.json["executionId"].as_str().unwrap_or_else(|| panic!("{}: no executionId\n{}", c.id, short(&r)));
     assert_gone(id);
+    assert_started_as_asked(&r);
     r
 }
 

@@ -83,7 +83,9 @@ fn filling_the_disk_gives_enospc_in_the_sandbox_only() {
 fn printing_a_gigabyte_is_truncated_and_memory_stays_bounded() {
     // The py-flood profile discards past 1 MiB and lets the program run on.
     let code = "import sys\nline = b'x' * 1023 + b'\\n'\nw = sys.stdout.buffer\nfor _ in range(1 << 20):\n    w.write(line)\nprint('done', file=sys.stderr)";
-    let mut child = sandbox(&["run", "--json", "--profile", "py-flood", "-c", code]).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut args = vec!["run", "--json", "--profile", "py-flood", "-c", code];
+    args.extend(warm_flag());
+    let mut child = sandbox(&args).stdout(std::process::Stdio::piped()).spawn().unwrap();
     let pid = child.id();
     let mut stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
@@ -101,6 +103,7 @@ fn printing_a_gigabyte_is_truncated_and_memory_stays_bounded() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let v: Value = serde_json::from_slice(&reader.join().unwrap()).unwrap();
+    assert_started_as_asked(&Run { json: v.clone(), status: 0, elapsed: Duration::ZERO, stderr: String::new() });
     assert_eq!(v["status"], "ok", "{v}");
     assert_eq!(v["stdoutTruncated"], true);
     assert_eq!(v["stdout"].as_str().unwrap().len(), 1 << 20);

@@ -343,6 +343,14 @@ pub fn run(profile: &str, code: &str, args: &[&str]) -> Run {
     let json = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
     let run = Run { json, status: out.status.code().unwrap_or(-1), elapsed, stderr: String::from_utf8_lossy(&out.stderr).into_owned() };
+    assert_started_as_asked(&run);
+    run
+}
+
+/// Under `SANDBOX_TEST_WARM`, asserts that `run` started the warm way asked for (when anything
+/// ran and the profile could start warm at all).
+#[track_caller]
+pub fn assert_started_as_asked(run: &Run) {
     // Nothing ran, so nothing started warm or cold: TypeScript that does not transpile.
     let nothing_ran = run.status() == "error" && run.json.get("exitCode").is_none() && run.json.get("signal").is_none();
     if warm_mode() && !nothing_ran && !run.stderr.contains("cannot start warm") && !matches!(run.status(), "rejected" | "?") && run.json["timing"].is_object() {
@@ -356,7 +364,6 @@ pub fn run(profile: &str, code: &str, args: &[&str]) -> Run {
             assert_ne!(run.json["timing"]["warmStart"], "template", "SANDBOX_TEST_WARM=prefork but the execution did not take a pre-forked child: {run:?}");
         }
     }
-    run
 }
 
 /// Writes `content` to a fresh file in the scratch area and returns its path.
