@@ -9,7 +9,7 @@
 //! namespaces, cgroup, uid, landlock and seccomp (`sandbox_runtime::warm`) before the caller's
 //! first instruction; from there on the execution is supervised exactly like a cold one.
 //!
-//! Life cycle: started in the background; replaced after `max_forks` forks or `max_age_ms`,
+//! Life cycle: started in the background; forks at most `max_forks` times for `max_age_ms`,
 //! and whenever it dies or answers a fork request badly (restarted with a back-off). While a
 //! profile has no ready template, its executions run cold: a warm profile never fails because
 //! of its template. Shutdown kills every template and removes its cgroup and directory.
@@ -159,8 +159,18 @@ impl Template {
         result
     }
 
+    /// Past its life: `max_forks` forks made or checked out, or `max_age` old. It forks no more
+    /// ([`Templates::checkout`]), whether or not its replacement is ready.
     fn worn_out(&self) -> bool {
-        self.forks.load(Ordering::Relaxed) >= self.max_forks || self.started.elapsed() >= self.max_age
+        let forks = self.forks.load(Ordering::Relaxed).saturating_add(self.checkouts.load(Ordering::SeqCst) as u64);
+        forks >= self.max_forks || self.started.elapsed() >= self.max_age
+    }
+
+    /// Near the end of its life (90% of `max_forks` or of `max_age`): its replacement starts
+    /// now, so that it is ready when this one is worn out.
+    fn due(&self) -> bool {
+        let forks = self.forks.load(Ordering::Relaxed).saturating_add(self.checkouts.load(Ordering::SeqCst) as u64);
+        forks >= self.max_forks - self.max_forks / 10 || self.started.elapsed() >= self.max_age - self.max_age / 10
     }
 
     /// Kills the whole template sandbox, and with it every execution it forked that still runs.
@@ -259,8 +269,10 @@ impl Templates {
         self.opts.config.profiles.get(profile).is_some_and(|p| p.warm.mode == WarmMode::Template && p.language == Language::Python)
     }
 
-    /// A ready template for `profile`, if there is one. Starts a replacement when the current
-    /// one is worn out (it still serves until the replacement is ready).
+    /// A ready template for `profile`, if there is one that has forks left. Starts its
+    /// replacement when it is near its end ([`Template::due`]); a worn-out one forks no more, so
+    /// a template never lives past `max_forks` forks or `max_age_ms` even while its replacement
+    /// fails to start (its profile's executions run cold meanwhile).
     pub(crate) fn checkout(self: &Arc<Self>, profile: &str) -> Option<Checkout> {
         let mut profiles = self.profiles.lock().expect("templates lock");
         let entry = profiles.get_mut(profile)?;
@@ -268,14 +280,15 @@ impl Templates {
         if !t.healthy.load(Ordering::SeqCst) {
             return None;
         }
+        let (due, worn_out) = (t.due(), t.worn_out());
         // Counted under the lock a replacement's retirement of `t` also takes.
-        let t = Checkout::new(t);
-        if t.worn_out() && !entry.starting && !self.closing.load(Ordering::SeqCst) {
+        let checkout = (!worn_out).then(|| Checkout::new(t));
+        if due && !entry.starting && !self.closing.load(Ordering::SeqCst) {
             entry.starting = true;
             drop(profiles);
             self.spawn_start(profile.to_owned(), Duration::ZERO);
         }
-        Some(t)
+        checkout
     }
 
     /// Blocks until `profile` has a ready template or `patience` passes (for `sandbox run --warm`
