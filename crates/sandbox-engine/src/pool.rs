@@ -166,6 +166,9 @@ pub(crate) struct Member {
     /// Its running helper and the engine's ends of its pipes (taken by the execution).
     pub(crate) launch: Option<MemberLaunch>,
     born: Instant,
+    /// The installation of its environment and base it binds ([`crate::prepare::installation`]):
+    /// a checkout that finds another one now discards it.
+    installation: Vec<(u64, u64)>,
     /// Set at a checkout that left another member ready: the replacement waits for this one's
     /// execution ([`Refill`]).
     refill: Option<Refill>,
@@ -332,6 +335,9 @@ impl Pools {
                 return None;
             }
             let max_age = Duration::from_millis(a.profile.warm.max_age_ms);
+            // A member made before its environment was reinstalled (or rebuilt on a new image)
+            // would run the execution on the old one: discarded as a stale one is.
+            let installation = crate::prepare::installation(&self.opts, &a.profile);
             loop {
                 // The deferral is entered with the pop, so the filler never sees the pool short
                 // in between; a member found dead or too old gives it up.
@@ -348,7 +354,7 @@ impl Pools {
                 if let Some(token) = token {
                     m.refill = Some(Refill { pools: Arc::downgrade(self), profile: a.profile_name.clone(), token });
                 }
-                if m.alive() && m.born.elapsed() < max_age {
+                if m.alive() && m.born.elapsed() < max_age && m.installation == installation {
                     return Some(m);
                 }
                 self.counters.discarded.fetch_add(1, Ordering::Relaxed);
@@ -527,11 +533,17 @@ impl Pools {
     /// died waiting backs off as after a failed start, so members that cannot stay alive are not
     /// remade in a loop.
     fn discard_stale(&self) {
+        // Which installation of its environment each pool's profile binds now (file system
+        // lookups: outside the lock).
+        let names: Vec<String> = self.state.lock().expect("pools lock").keys().cloned().collect();
+        let installations: HashMap<String, Vec<(u64, u64)>> =
+            names.into_iter().filter_map(|n| self.opts.config.profiles.get(&n).map(|p| crate::prepare::installation(&self.opts, p)).map(|i| (n, i))).collect();
         let stale: Vec<Member> = {
             let mut state = self.state.lock().expect("pools lock");
             let mut out = Vec::new();
             for (name, pool) in state.iter_mut() {
                 let max_age = self.opts.config.profiles.get(name).map_or(Duration::MAX, |p| Duration::from_millis(p.warm.max_age_ms));
+                let installation = installations.get(name);
                 let mut keep = VecDeque::new();
                 for mut m in pool.ready.drain(..) {
                     if !m.alive() {
@@ -540,7 +552,9 @@ impl Pools {
                         pool.error = Some("a waiting sandbox died".into());
                         tracing::warn!(profile = %name, "a waiting pooled sandbox died; refilling after a back-off");
                         out.push(m);
-                    } else if m.born.elapsed() >= max_age {
+                    } else if m.born.elapsed() >= max_age || installation.is_some_and(|i| *i != m.installation) {
+                        // Too old, or made on an installation of its environment that another
+                        // has replaced since (reinstalled, or rebuilt on a new image).
                         out.push(m);
                     } else {
                         keep.push_back(m);
@@ -558,6 +572,7 @@ impl Pools {
     fn make(&self, profile_name: &str, preload: &[String]) -> Result<Member, String> {
         let profile = self.opts.config.profiles.get(profile_name).ok_or("profile vanished")?;
         let id = format!("pool-{}", uuid::Uuid::now_v7());
+        let installation = crate::prepare::installation(&self.opts, profile);
         let prepared = Prepared::new_member(&self.opts, &self.layout, &id, profile, preload).map_err(|e| sandbox_runtime::selftest::chain(&e))?;
         let allowlist = matches!(profile.network, sandbox_core::network::Network::Allowlist(_));
         let idle = IdleHelper::spawn(&self.opts.helper, allowlist).map_err(|e| e.message())?;
@@ -577,6 +592,7 @@ impl Pools {
                 net: idle.net,
             }),
             born: Instant::now(),
+            installation,
             refill: None,
         };
         Self::await_ready(member, Some(helper_pid))
@@ -653,6 +669,8 @@ pub(crate) fn fork_member(
     how: WarmStart,
 ) -> Result<Member, String> {
     let prepared = Prepared::new_template_member(opts, layout, id, profile).map_err(|e| sandbox_runtime::selftest::chain(&e))?;
+    // The child binds what its template binds.
+    let installation = template.installation().to_vec();
     let (side_read, side_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     let request = crate::supervise::fork_fds(&prepared, side_write).map_err(|e| e.message())?;
     let child = request.fork(&template, ahead_bytes).map_err(|e| e.message())?;
@@ -674,6 +692,7 @@ pub(crate) fn fork_member(
             net: None,
         }),
         born: Instant::now(),
+        installation,
         refill: None,
     };
     Pools::await_ready(member, None)

@@ -616,13 +616,12 @@ pub(crate) struct System {
 /// Errors: [`PrepareError::Environment`] when the environment's base is not installed.
 pub(crate) fn system_of(opts: &EngineOptions, profile: &sandbox_core::Profile, language: Language) -> Result<System, PrepareError> {
     let rt = &opts.config.runtime;
-    let env = profile.environment.as_ref().and_then(|name| opts.config.environments.get(name).map(|e| (name, e)));
+    let (env_dir, base_dir) = installed_dirs(opts, profile)?;
     let mut held = Vec::new();
-    let env_dir = profile.environment.as_ref().and_then(|name| opts.environment_dir(name));
     if let Some(dir) = &env_dir {
         held.extend(crate::base::hold(dir).ok());
     }
-    let Some((name, base)) = env.and_then(|(name, e)| crate::base::base_of(e).map(|b| (name, b))) else {
+    let Some(dir) = base_dir else {
         return Ok(System {
             dirs: rt.system_dirs.clone(),
             root: None,
@@ -634,7 +633,20 @@ pub(crate) fn system_of(opts: &EngineOptions, profile: &sandbox_core::Profile, l
             held,
         });
     };
-    let bases = crate::environment::Environments::for_runtime(rt, &opts.data_dir).bases();
+    held.push(crate::base::hold(&dir).map_err(io_err("lock", &dir))?);
+    Ok(System { dirs: crate::base::BASE_SYSTEM_DIRS.iter().map(PathBuf::from).collect(), root: Some(dir.join("rootfs")), masked: Vec::new(), held })
+}
+
+/// The installed directories a run of `profile` binds: its environment's (`None` without one,
+/// or when it is not installed) and its environment's base (`None`: the host's root).
+/// Errors: [`PrepareError::Environment`] when the environment's base is not installed.
+fn installed_dirs(opts: &EngineOptions, profile: &sandbox_core::Profile) -> Result<(Option<PathBuf>, Option<PathBuf>), PrepareError> {
+    let env = profile.environment.as_ref().and_then(|name| opts.config.environments.get(name).map(|e| (name, e)));
+    let env_dir = profile.environment.as_ref().and_then(|name| opts.environment_dir(name));
+    let Some((name, base)) = env.and_then(|(name, e)| crate::base::base_of(e).map(|b| (name, b))) else {
+        return Ok((env_dir, None));
+    };
+    let bases = crate::environment::Environments::for_runtime(&opts.config.runtime, &opts.data_dir).bases();
     // An environment on an image runs on the base it was built on (its manifest names it; the
     // image's source link may name a newer image's by now); while it is being built, on the one
     // the link names. Resolved once: the run holds and binds that base.
@@ -647,8 +659,17 @@ pub(crate) fn system_of(opts: &EngineOptions, profile: &sandbox_core::Profile, l
             opts.suggest(&format!("env install {name}"))
         ))
     })?;
-    held.push(crate::base::hold(&dir).map_err(io_err("lock", &dir))?);
-    Ok(System { dirs: crate::base::BASE_SYSTEM_DIRS.iter().map(PathBuf::from).collect(), root: Some(dir.join("rootfs")), masked: Vec::new(), held })
+    Ok((env_dir, Some(dir)))
+}
+
+/// Which installation of its environment and base a run of `profile` would bind now: the
+/// (device, inode) of each directory of [`installed_dirs`], in that order; empty where none
+/// is installed. A reinstall (`env remove` and `env install`) or an image's rebuild makes new
+/// directories, so a template started on the old ones sees a change here ([`crate::warm`]).
+pub(crate) fn installation(opts: &EngineOptions, profile: &sandbox_core::Profile) -> Vec<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok((env_dir, base_dir)) = installed_dirs(opts, profile) else { return Vec::new() };
+    [env_dir, base_dir].into_iter().flatten().filter_map(|d| fs::metadata(d).ok()).map(|m| (m.dev(), m.ino())).collect()
 }
 
 /// Mounts the runtime adds before the profile's own: the profile's environment, read-only,

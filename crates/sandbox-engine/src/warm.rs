@@ -9,8 +9,10 @@
 //! namespaces, cgroup, uid, landlock and seccomp (`sandbox_runtime::warm`) before the caller's
 //! first instruction; from there on the execution is supervised exactly like a cold one.
 //!
-//! Life cycle: started in the background; forks at most `max_forks` times for `max_age_ms`,
-//! and whenever it dies or answers a fork request badly (restarted with a back-off). While a
+//! Life cycle: started in the background; forks at most `max_forks` times and for at most
+//! `max_age_ms` (its replacement starts at 90% of either), and on the installation of its
+//! environment it started on; replaced then, and whenever it dies or answers a fork request
+//! badly (restarted with a back-off). While a
 //! profile has no ready template, its executions run cold: a warm profile never fails because
 //! of its template. Shutdown kills every template and removes its cgroup and directory.
 
@@ -122,6 +124,12 @@ pub(crate) struct Template {
     healthy: AtomicBool,
     max_forks: u64,
     max_age: Duration,
+    /// The installation of its environment and base it was started on
+    /// ([`crate::prepare::installation`]): another one now retires it.
+    installation: Vec<(u64, u64)>,
+    /// Shared locks on those directories, held for its life (its children bind them through
+    /// it), so that `sandbox env gc` never removes them under it.
+    _held: Vec<nix::fcntl::Flock<std::fs::File>>,
 }
 
 impl Template {
@@ -161,6 +169,11 @@ impl Template {
 
     /// Past its life: `max_forks` forks made or checked out, or `max_age` old. It forks no more
     /// ([`Templates::checkout`]), whether or not its replacement is ready.
+    /// The installation of its environment and base it binds ([`crate::prepare::installation`]).
+    pub(crate) fn installation(&self) -> &[(u64, u64)] {
+        &self.installation
+    }
+
     fn worn_out(&self) -> bool {
         let forks = self.forks.load(Ordering::Relaxed).saturating_add(self.checkouts.load(Ordering::SeqCst) as u64);
         forks >= self.max_forks || self.started.elapsed() >= self.max_age
@@ -274,13 +287,19 @@ impl Templates {
     /// a template never lives past `max_forks` forks or `max_age_ms` even while its replacement
     /// fails to start (its profile's executions run cold meanwhile).
     pub(crate) fn checkout(self: &Arc<Self>, profile: &str) -> Option<Checkout> {
+        // Which installation of its environment a cold run would bind now (a few file system
+        // lookups, outside the lock).
+        let installation = crate::prepare::installation(&self.opts, self.opts.config.profiles.get(profile)?);
         let mut profiles = self.profiles.lock().expect("templates lock");
         let entry = profiles.get_mut(profile)?;
         let t = entry.current.clone()?;
         if !t.healthy.load(Ordering::SeqCst) {
             return None;
         }
-        let (due, worn_out) = (t.due(), t.worn_out());
+        // Another installation of its environment (reinstalled, or rebuilt on a new image):
+        // its children would run on the old one, so it forks no more.
+        let stale = t.installation != installation;
+        let (due, worn_out) = (t.due() || stale, t.worn_out() || stale);
         // Counted under the lock a replacement's retirement of `t` also takes.
         let checkout = (!worn_out).then(|| Checkout::new(t));
         if due && !entry.starting && !self.closing.load(Ordering::SeqCst) {
@@ -504,8 +523,9 @@ impl Templates {
             let limits =
                 cgroup::Limits { memory_max_bytes: profile.warm.template_memory_max_bytes, cpu_max: profile.limits.cpu_max, pids_max: profile.limits.pids_max };
             let cg = Cgroup::create(&self.layout, &self.opts.cgroup_parent, &id, limits).map_err(|e| e.to_string())?;
-            let spec = self.template_spec(&id, &profile, &root, &workspace, &lib_dir, &cg)?;
-            let (t, ctl) = spawn(&spec, cg, dir.clone(), id.clone(), &profile, &self.opts.helper, self)?;
+            let installation = crate::prepare::installation(&self.opts, &profile);
+            let (spec, held) = self.template_spec(&id, &profile, &root, &workspace, &lib_dir, &cg)?;
+            let (t, ctl) = spawn(&spec, cg, dir.clone(), id.clone(), &profile, &self.opts.helper, self, (installation, held))?;
             Ok((t, ctl))
         })();
         if made.is_err() {
@@ -517,7 +537,16 @@ impl Templates {
         made
     }
 
-    fn template_spec(&self, id: &str, profile: &Profile, root: &Path, workspace: &Path, lib_dir: &Path, cg: &Cgroup) -> Result<SpawnSpec, String> {
+    /// The template's spawn spec, and the locks on the environment and base directories it binds.
+    fn template_spec(
+        &self,
+        id: &str,
+        profile: &Profile,
+        root: &Path,
+        workspace: &Path,
+        lib_dir: &Path,
+        cg: &Cgroup,
+    ) -> Result<(SpawnSpec, Vec<nix::fcntl::Flock<std::fs::File>>), String> {
         let rt = &self.opts.config.runtime;
         let preload = profile.environment.as_ref().and_then(|e| self.opts.config.environments.get(e)).map(|e| e.preload.clone()).unwrap_or_default();
         let (argv, env) = template_command(profile, &self.opts.config, &preload, &format!("{WARM_LIB_DIR}/{WARM_LIB}"));
@@ -536,9 +565,10 @@ impl Templates {
         }));
         let fs_policy = &profile.filesystem;
         // The template binds what the executions forked from it see: the same system root. Its
-        // locks are not kept: each execution forked from it holds its own.
+        // locks are kept with it: its children bind these directories through it, whatever an
+        // execution's own `Prepared` locks (the environment installed when it starts).
         let system = crate::prepare::system_of(&self.opts, profile, Language::Python).map_err(|e| e.to_string())?;
-        Ok(SpawnSpec {
+        let spec = SpawnSpec {
             execution_id: id.to_owned(),
             engine_pid: std::process::id(),
             uid_base: rt.uid_base,
@@ -570,7 +600,8 @@ impl Templates {
             // The template's program loads no filter; each child's spec carries them.
             seccomp_bpf: Vec::new(),
             hold: false,
-        })
+        };
+        Ok((spec, system.held))
     }
 }
 
@@ -581,6 +612,7 @@ impl Drop for Templates {
 }
 
 /// Spawns the template's helper, sends the spec, and waits for `Spawned` and then `ready`.
+#[allow(clippy::too_many_arguments)]
 fn spawn(
     spec: &SpawnSpec,
     cg: Cgroup,
@@ -589,6 +621,7 @@ fn spawn(
     profile: &Profile,
     helper: &Path,
     registry: &Templates,
+    (installation, held): (Vec<(u64, u64)>, Vec<nix::fcntl::Flock<std::fs::File>>),
 ) -> Result<(Arc<Template>, UnixStream), String> {
     let (engine_ctl, helper_ctl) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
     let (engine_chan, template_chan) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
@@ -684,6 +717,8 @@ fn spawn(
         healthy: AtomicBool::new(true),
         max_forks: profile.warm.max_forks,
         max_age: Duration::from_millis(profile.warm.max_age_ms),
+        installation,
+        _held: held,
     });
     Ok((t, engine_ctl))
 }

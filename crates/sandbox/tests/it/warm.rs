@@ -591,6 +591,70 @@ fn a_template_is_handed_nothing_of_the_request_it_forks_for() {
     }
 }
 
+/// An environment reinstalled while a service runs (`env remove`, then `env install`: a new
+/// directory at the same path): the template and the pooled sandboxes made on the old one
+/// serve no execution after it (each would see the old tree, its files deleted under it), and
+/// executions run on the new one, cold until a template and members made on it are ready.
+/// (The template kept forking on the old tree until its `max_age_ms`.)
+#[test]
+fn an_environment_reinstalled_under_a_running_service_is_the_one_its_executions_see() {
+    let name = format!("reinstalled{}x{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos());
+    let decl = format!("[environments.{name}]\ndescription = \"no packages\"\n");
+    let cli = |args: &[&str]| {
+        let config = env().dir.join(format!("{name}.toml"));
+        std::fs::write(&config, format!("{}{decl}", runtime_toml())).unwrap();
+        let out = Command::new(bin()).arg("--config").arg(&config).args(args).output().unwrap();
+        assert!(out.status.success(), "sandbox {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    // The marker file in the installed directory (the run sees it at /opt/sandbox/env/).
+    let mark = |text: &str| {
+        let dirs: Vec<PathBuf> = std::fs::read_dir(test_environments_dir())
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(&format!("{name}-")))
+            .collect();
+        assert_eq!(dirs.len(), 1, "{dirs:?}");
+        std::fs::write(dirs[0].join("marker.txt"), text).unwrap();
+    };
+    cli(&["env", "install", &name]);
+    mark("first");
+    let s = Server::start(&format!(
+        "{decl}[profiles.{name}-tpl]\nlanguage = \"python\"\nenvironment = \"{name}\"\n[profiles.{name}-tpl.warm]\nmode = \"template\"\npool_size = 1\n\
+         [profiles.{name}-pool]\nlanguage = \"python\"\nenvironment = \"{name}\"\n[profiles.{name}-pool.warm]\nmode = \"pool\"\npool_size = 1\n"
+    ));
+    let profiles = [format!("{name}-tpl"), format!("{name}-pool")];
+    let read = "print(open('/opt/sandbox/env/marker.txt').read())";
+    // The marker as a warm execution reads it (each pool holds one: waits for its refill).
+    let warm_read = |p: &str| -> String {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let r = exec(&s, &req(p, read));
+            assert_eq!(r.status.as_str(), "ok", "{p}: {r:?}");
+            if r.timing.warm {
+                return r.stdout;
+            }
+            assert!(Instant::now() < deadline, "{p} never ran warm: {r:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    for p in &profiles {
+        assert_eq!(warm_read(p), "first\n");
+    }
+    cli(&["env", "remove", &name]);
+    cli(&["env", "install", &name]);
+    mark("second");
+    for p in &profiles {
+        let r = exec(&s, &req(p, read));
+        assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "second\n"), "{p}: {r:?}");
+    }
+    for p in &profiles {
+        assert_eq!(warm_read(p), "second\n", "{p}, warm again on the new installation");
+    }
+    drop(s);
+    cli(&["env", "remove", &name]);
+}
+
 /// A fork request that fails because the template's interpreter has just died (before the engine
 /// has read that it did) must not touch the executions that interpreter forked: they run on,
 /// re-parented to the template sandbox's init. The engine killed "init's only child" from /proc
@@ -714,12 +778,13 @@ fn a_stop_and_continue_of_the_service_fails_no_fork() {
     assert!(Path::new(&format!("/proc/{interpreter}")).exists(), "the template was killed");
 }
 
-/// A template replaced (here for its age) while executions that checked it out wait to fork:
-/// their forks go to it (its channel closes after the last), and its retirement blocks nothing.
-/// It used to close the channel at once, under the lock every execution's checkout takes, and
-/// waited there for the channel's own lock, held by a fork waiting for its answer (up to 30 s):
-/// every execution of the service, cold ones too, waited with it; and a checkout whose fork came
-/// after the close failed, its execution ran cold and the template was killed.
+/// A template replaced (here near its fork limit: its replacement starts at 90% of it) while
+/// executions that checked it out wait to fork: their forks go to it (its channel closes after
+/// the last), and its retirement blocks nothing. It used to close the channel at once, under
+/// the lock every execution's checkout takes, and waited there for the channel's own lock, held
+/// by a fork waiting for its answer (up to 30 s): every execution of the service, cold ones
+/// too, waited with it; and a checkout whose fork came after the close failed, its execution ran
+/// cold and the template was killed.
 #[test]
 fn a_template_replaced_while_executions_wait_to_fork_serves_them_and_blocks_nothing() {
     const RETIRING: &str = r#"
@@ -733,26 +798,26 @@ timeout_ms = 60000
 [profiles.py-retiring.warm]
 mode = "template"
 pool_size = 0
-max_age_ms = 2000
+max_forks = 20
 
 [profiles.py-cold]
 language = "python"
 "#;
     let s = Server::start(RETIRING);
+    // One fork: the execution wait_warm ends with; 17 more make 18, where the next checkout
+    // starts a replacement and two more checkouts still fork from this one (19, 20).
     wait_warm(&s, "py-retiring");
+    for _ in 0..17 {
+        warm(&s, &req("py-retiring", "pass"));
+    }
     let server_pid = s.pid();
     let deadline = Instant::now() + Duration::from_secs(60);
-    // One template, ready (waiting for fork requests) and worn out (older than max_age_ms), so
-    // the next checkout starts a replacement; not one that a checkout of wait_warm's (its cold
-    // runs may take long on a busy host) replaced meanwhile.
+    // One template, ready (waiting for fork requests).
     let old = loop {
         let found = bare_templates_below(server_pid);
         if let [t] = found[..] {
             if in_syscall(t, RECVMSG) {
-                std::thread::sleep(Duration::from_millis(2100));
-                if bare_templates_below(server_pid) == [t] {
-                    break t;
-                }
+                break t;
             }
         }
         assert!(Instant::now() < deadline, "no settled template: {found:?}");
