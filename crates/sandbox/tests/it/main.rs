@@ -238,6 +238,25 @@ pub fn env() -> &'static Env {
 
 /// The `[runtime]` section of every test configuration: the defaults, with the shared
 /// environments directory.
+/// The cgroup directories (v2's one; v1's memory, pids and cpu hierarchies') of host process
+/// `pid` whose path contains one of `containing` (`"/sandbox/"`: under the service's cgroup;
+/// `"pool-"`: a pooled sandbox's; `"template-"`: a template's).
+pub fn cgroup_dirs_of(pid: i32, containing: &[&str]) -> Vec<PathBuf> {
+    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            let hierarchy = match controllers {
+                "" => String::new(),
+                c => c.split(',').find(|c| ["memory", "pids", "cpu", "cpuacct"].contains(c))?.to_owned(),
+            };
+            containing.iter().any(|c| path.contains(c)).then(|| PathBuf::from(format!("/sys/fs/cgroup/{hierarchy}{path}").replace("//", "/")))
+        })
+        .collect()
+}
+
 pub fn runtime_toml() -> String {
     format!("[runtime]\nenvironments_dir = {:?}\n", test_environments_dir())
 }

@@ -203,24 +203,6 @@ impl Drop for StdioMcp {
     }
 }
 
-/// The cgroup directories (v2, and v1's memory and pids hierarchies) of host process `pid`
-/// under the service's `sandbox` cgroup.
-fn sandbox_cgroups(pid: i32) -> Vec<std::path::PathBuf> {
-    std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.splitn(3, ':');
-            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
-            let hierarchy = match controllers {
-                "" => String::new(),
-                c => c.split(',').find(|c| ["memory", "pids"].contains(c))?.to_owned(),
-            };
-            path.contains("/sandbox/").then(|| std::path::PathBuf::from(format!("/sys/fs/cgroup/{hierarchy}{path}").replace("//", "/")))
-        })
-        .collect()
-}
-
 /// Issue 11: a SIGTERM of `sandbox mcp` (stdio) ends the running execution (answered as an
 /// `internal_error`), stops the warm templates and pools, and exits 0 leaving nothing behind: no
 /// process, cgroup, mount or execution directory.
@@ -259,7 +241,7 @@ fn sigterm_of_stdio_mcp_leaves_nothing_of_its_executions_templates_and_pools() {
     for needle in ["_sandbox_template.py", "_sandbox_harness.py\0pool", "_sandbox_harness.mjs\0pool"] {
         assert!(!super::processes_below(mcp.child.id(), needle).is_empty(), "no {needle:?} process below sandbox mcp");
     }
-    let cgroups: Vec<_> = below.iter().flat_map(|p| sandbox_cgroups(*p)).collect();
+    let cgroups: Vec<_> = below.iter().flat_map(|p| super::cgroup_dirs_of(*p, &["/sandbox/"])).collect();
     assert!(cgroups.iter().any(|c| c.to_string_lossy().contains("/pool-")), "pooled sandboxes have cgroups: {cgroups:?}");
     assert!(cgroups.iter().any(|c| c.to_string_lossy().contains("/template-")), "templates have cgroups: {cgroups:?}");
     let executions = mcp.data.join("executions");

@@ -218,19 +218,7 @@ fn sigterm_leaves_nothing_of_the_pool_behind() {
     let mut s = pool_server();
     let waiting = processes_below(s.pid(), "_sandbox_harness.mjs\0pool");
     assert!(waiting.len() >= 2, "the pooled sandboxes' programs: {waiting:?}");
-    let cgroups: Vec<String> = waiting
-        .iter()
-        .flat_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default().lines().map(str::to_owned).collect::<Vec<_>>())
-        .filter_map(|l| {
-            let mut f = l.splitn(3, ':');
-            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
-            let hierarchy = match controllers {
-                "" => String::new(),
-                c => c.split(',').find(|c| ["memory", "pids"].contains(c))?.to_owned(),
-            };
-            path.contains("pool-").then(|| format!("/sys/fs/cgroup/{hierarchy}{path}").replace("//", "/"))
-        })
-        .collect();
+    let cgroups: Vec<PathBuf> = waiting.iter().flat_map(|pid| cgroup_dirs_of(*pid, &["pool-"])).collect();
     assert!(!cgroups.is_empty(), "each pooled sandbox has its own cgroup");
     let data = s.data.clone();
     assert!(s.terminate().success());
@@ -238,7 +226,7 @@ fn sigterm_leaves_nothing_of_the_pool_behind() {
         assert!(!Path::new(&format!("/proc/{pid}")).exists(), "pooled program {pid} outlived the service");
     }
     for cg in &cgroups {
-        assert!(!Path::new(cg).exists(), "pool cgroup {cg} is left");
+        assert!(!cg.exists(), "pool cgroup {} is left", cg.display());
     }
     let left: Vec<_> = std::fs::read_dir(data.join("executions")).map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
     assert!(left.is_empty(), "left in the executions directory: {left:?}");

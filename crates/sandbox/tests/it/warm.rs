@@ -455,7 +455,7 @@ fn killing_the_template_fails_nothing_and_sigterm_leaves_nothing_behind() {
         wait_pool(&s, profile);
     }
     let templates = templates_below(server_pid);
-    let mut template_cgroups: Vec<String> = templates.iter().flat_map(|p| cgroup_dirs_of(*p)).collect();
+    let mut template_cgroups: Vec<PathBuf> = templates.iter().flat_map(|p| cgroup_dirs_of(*p, &["template-", "pool-"])).collect();
     // py-warm, py-analysis-warm, python-analysis.
     assert_eq!(templates.len(), 3, "a template per warm profile: {templates:?}");
     // Children forked ahead wait (py-analysis-warm's, python-analysis's): one is killed while
@@ -490,15 +490,15 @@ fn killing_the_template_fails_nothing_and_sigterm_leaves_nothing_behind() {
     assert!(metrics.contains("sandbox_warm_template_ready{profile=\"py-warm\"} 1"), "{metrics}");
     assert!(!metrics.contains("sandbox_warm_template_restarts 0"), "{metrics}");
     assert!(!metrics.contains("sandbox_warm_hits 0"), "{metrics}");
-    template_cgroups.extend(templates_below(server_pid).into_iter().flat_map(cgroup_dirs_of));
+    template_cgroups.extend(templates_below(server_pid).into_iter().flat_map(|p| cgroup_dirs_of(p, &["template-", "pool-"])));
     assert!(!template_cgroups.is_empty());
     // The children forked ahead waiting now: their sandboxes' cgroups must go too.
     for profile in ["py-analysis-warm", "python-analysis"] {
         wait_pool(&s, profile);
     }
     let waiting = template_children_below(server_pid);
-    let member_cgroups: Vec<String> = waiting.iter().flat_map(|p| cgroup_dirs_of(*p)).collect();
-    assert!(member_cgroups.iter().any(|c| c.contains("/pool-")), "{member_cgroups:?}");
+    let member_cgroups: Vec<PathBuf> = waiting.iter().flat_map(|p| cgroup_dirs_of(*p, &["template-", "pool-"])).collect();
+    assert!(member_cgroups.iter().any(|c| c.to_string_lossy().contains("/pool-")), "{member_cgroups:?}");
     template_cgroups.extend(member_cgroups);
     let data = s.data.clone();
     assert!(s.terminate().success());
@@ -511,7 +511,7 @@ fn killing_the_template_fails_nothing_and_sigterm_leaves_nothing_behind() {
     let left: Vec<_> = std::fs::read_dir(data.join("executions")).map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect()).unwrap_or_default();
     assert!(left.is_empty(), "left in the executions directory: {left:?}");
     for cg in &template_cgroups {
-        assert!(!Path::new(cg).exists(), "cgroup {cg} is left");
+        assert!(!cg.exists(), "cgroup {} is left", cg.display());
     }
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mountinfo.contains(data.to_str().unwrap()), "a mount under {} is left", data.display());
@@ -913,26 +913,6 @@ fn a_child_forked_ahead_that_dies_before_its_go_leaves_the_execution_to_run_cold
     wait_pool(&s, profile);
     let again = warm(&s, &req(profile, "print('again')"));
     assert_eq!((again.stdout.as_str(), again.timing.warm_start), ("again\n", Some(sandbox_core::wire::WarmStart::Prefork)), "{again:?}");
-}
-
-/// The cgroup directories (v1: one per hierarchy; v2: one) of a template or pooled sandbox that
-/// host process `pid` is in.
-fn cgroup_dirs_of(pid: i32) -> Vec<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.splitn(3, ':');
-            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
-            if !path.contains("template-") && !path.contains("pool-") {
-                return None;
-            }
-            let hierarchy = match controllers {
-                "" => String::new(),
-                c => c.split(',').find(|c| ["memory", "pids", "cpu", "cpuacct"].contains(c))?.to_owned(),
-            };
-            Some(format!("/sys/fs/cgroup/{hierarchy}{path}").replace("//", "/"))
-        })
-        .collect()
 }
 
 /// A warm child's BLAS runs the profile's thread count (python-analysis: cpu_max 2), as a cold
