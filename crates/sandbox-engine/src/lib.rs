@@ -734,9 +734,12 @@ impl Engine {
                 Ok(p) => p,
                 Err(e) => return (prepare_failed(result, id, &e), None),
             };
-            run = supervise::run(&self.opts, &self.spare, recorded, &mut prepared, &admitted, received, output, self.abort.subscribe(), None).await;
+            run = supervise::run(&self.opts, &self.spare, recorded.clone(), &mut prepared, &admitted, received, output, self.abort.subscribe(), None).await;
         }
-        self.count_warm(&admitted, &run);
+        // A refused `begin` or a shutdown started nothing: no start to count.
+        if !supervise::refused(recorded.as_ref()) && !*self.abort.borrow() {
+            self.count_warm(&admitted, &run);
+        }
         let collect_start = Instant::now();
         // The cgroup kill loop, usage and reading output files: on a blocking thread, so a slow
         // file system stalls only this execution.
@@ -877,15 +880,18 @@ fn cgroup_version(layout: &sandbox_runtime::cgroup::Layout) -> sandbox_core::wir
     }
 }
 
-/// Runs blocking `f` (a file system, cgroup or database call) on tokio's blocking pool, so the
-/// runtime's workers keep serving other executions, streams and health probes meanwhile.
-/// A panic in `f` is resumed here.
+/// How long a child forked for its execution may take, for each of its two waits (its set-up
+/// events, then its ready byte), to be sandboxed and ready: milliseconds normally, seconds on a
+/// host under load. Past it the execution starts cold rather than hold its slot outside its own
+/// timeout (a pool's member, started ahead, may take a minute).
+const FORK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// A child of `templates`' template for `a`'s profile, forked for this execution and given it
 /// (inputs, code, environment) once sandboxed ([`pool::fork_member`]: the template never sees
 /// the request); `None` when the profile has no ready template, the request sets a variable
 /// the interpreter reads only as it starts ([`command::read_at_start`]), or the fork or the
-/// child's set-up failed (logged: the execution starts cold). Blocks: call it off the async
-/// workers.
+/// child's set-up failed or took longer than [`FORK_PATIENCE`] (logged: the execution starts
+/// cold). Blocks: call it off the async workers.
 fn fork_for(
     templates: &Arc<warm::Templates>,
     opts: &EngineOptions,
@@ -898,13 +904,16 @@ fn fork_for(
         return None;
     }
     let template = templates.checkout(&a.profile_name)?;
-    let forked = pool::fork_member(opts, layout, id, &a.profile, template, 0, WarmStart::Template).and_then(|mut m| {
+    let forked = pool::fork_member(opts, layout, id, &a.profile, template, 0, WarmStart::Template, FORK_PATIENCE).and_then(|mut m| {
         m.prepared_mut().fill_member(opts, a, code).map_err(|e| e.to_string())?;
         Ok(m)
     });
     forked.map_err(|e| tracing::warn!(reason = %e, "the template could not start the execution; starting it cold")).ok()
 }
 
+/// Runs blocking `f` (a file system, cgroup or database call) on tokio's blocking pool, so the
+/// runtime's workers keep serving other executions, streams and health probes meanwhile.
+/// A panic in `f` is resumed here.
 pub(crate) async fn off_worker<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     match tokio::task::spawn_blocking(f).await {
         Ok(v) => v,

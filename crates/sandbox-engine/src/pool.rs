@@ -336,8 +336,9 @@ impl Pools {
             }
             let max_age = Duration::from_millis(a.profile.warm.max_age_ms);
             // A member made before its environment was reinstalled (or rebuilt on a new image)
-            // would run the execution on the old one: discarded as a stale one is.
-            let installation = crate::prepare::installation(&self.opts, &a.profile);
+            // would run the execution on the old one: discarded as a stale one is. (Looked up
+            // once a member is there to compare.)
+            let mut installation = None;
             loop {
                 // The deferral is entered with the pop, so the filler never sees the pool short
                 // in between; a member found dead or too old gives it up.
@@ -354,7 +355,8 @@ impl Pools {
                 if let Some(token) = token {
                     m.refill = Some(Refill { pools: Arc::downgrade(self), profile: a.profile_name.clone(), token });
                 }
-                if m.alive() && m.born.elapsed() < max_age && m.installation == installation {
+                let now = installation.get_or_insert_with(|| crate::prepare::installation(&self.opts, &a.profile));
+                if m.alive() && m.born.elapsed() < max_age && m.installation == *now {
                     return Some(m);
                 }
                 self.counters.discarded.fetch_add(1, Ordering::Relaxed);
@@ -535,7 +537,7 @@ impl Pools {
     fn discard_stale(&self) {
         // Which installation of its environment each pool's profile binds now (file system
         // lookups: outside the lock).
-        let names: Vec<String> = self.state.lock().expect("pools lock").keys().cloned().collect();
+        let names: Vec<String> = self.state.lock().expect("pools lock").iter().filter(|(_, p)| !p.ready.is_empty()).map(|(n, _)| n.clone()).collect();
         let installations: HashMap<String, Vec<(u64, u64)>> =
             names.into_iter().filter_map(|n| self.opts.config.profiles.get(&n).map(|p| crate::prepare::installation(&self.opts, p)).map(|i| (n, i))).collect();
         let stale: Vec<Member> = {
@@ -595,7 +597,7 @@ impl Pools {
             installation,
             refill: None,
         };
-        Self::await_ready(member, Some(helper_pid))
+        Self::await_ready(member, Some(helper_pid), READY_PATIENCE)
     }
 
     /// Forks one member of the `template` profile `profile_name` from `template` and waits
@@ -604,19 +606,19 @@ impl Pools {
         let profile = self.opts.config.profiles.get(profile_name).ok_or("profile vanished")?;
         let id = format!("pool-{}", uuid::Uuid::now_v7());
         // Copies while waiting stay within half its memory limit: the rest is the execution's.
-        fork_member(&self.opts, &self.layout, &id, profile, template, profile.limits.memory_max_bytes / 2, WarmStart::Prefork)
+        fork_member(&self.opts, &self.layout, &id, profile, template, profile.limits.memory_max_bytes / 2, WarmStart::Prefork, READY_PATIENCE)
     }
 
     /// Sends a started member its spawn spec, follows its set-up to `Spawned`, and waits for its
     /// harness's ready byte. `helper`: a helper's member, whose helper (this pid) reports its
     /// init's host pid in `Started`; `None`: a template's child, its own init, whose pidfd the
     /// member holds already.
-    fn await_ready(mut member: Member, helper: Option<Option<i32>>) -> Result<Member, String> {
+    fn await_ready(mut member: Member, helper: Option<Option<i32>>, patience: Duration) -> Result<Member, String> {
         let for_helper = member.launch.as_ref().is_some_and(|l| !l.warm_child());
         let line = crate::prepare::spec_line(&mut member.prepared_mut().spec, for_helper);
         let launch = member.launch.as_mut().expect("just made");
         (&launch.ctl).write_all(&line).map_err(|e| format!("sending the spec: {e}"))?;
-        launch.ctl.set_read_timeout(Some(READY_PATIENCE)).map_err(|e| e.to_string())?;
+        launch.ctl.set_read_timeout(Some(patience)).map_err(|e| e.to_string())?;
         let mut events = BufReader::new(launch.ctl.try_clone().map_err(|e| e.to_string())?);
         let mut init_pid = None;
         loop {
@@ -640,7 +642,7 @@ impl Pools {
             return Err("unexpected events after spawn".into());
         }
         launch.ctl.set_read_timeout(None).map_err(|e| e.to_string())?;
-        wait_ready_byte(launch.side.as_fd(), READY_PATIENCE)?;
+        wait_ready_byte(launch.side.as_fd(), patience)?;
         if let Some(helper_pid) = helper {
             member.prepared_mut().set_init(init_pid, helper_pid);
         }
@@ -656,9 +658,10 @@ impl Pools {
 /// workspace: the execution's code, environment and inputs are written by
 /// [`Prepared::fill_member`] once the child is forked, so no request reaches the template.
 /// `how`: what an execution started in it reports ([`WarmStart::Prefork`] for a pool's member,
-/// [`WarmStart::Template`] for a child forked for its execution). Blocks (the fork, the
-/// child's set-up; [`READY_PATIENCE`] at most).
-/// Errors: the host state, the fork or the child's set-up failed (a message).
+/// [`WarmStart::Template`] for a child forked for its execution). Blocks (the fork, then the
+/// child's set-up, `patience` at most for each of its two steps).
+/// Errors: the host state, the fork or the child's set-up failed or took longer (a message).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn fork_member(
     opts: &EngineOptions,
     layout: &Layout,
@@ -667,6 +670,7 @@ pub(crate) fn fork_member(
     template: Checkout,
     ahead_bytes: u64,
     how: WarmStart,
+    patience: Duration,
 ) -> Result<Member, String> {
     let prepared = Prepared::new_template_member(opts, layout, id, profile).map_err(|e| sandbox_runtime::selftest::chain(&e))?;
     // The child binds what its template binds.
@@ -695,7 +699,7 @@ pub(crate) fn fork_member(
         installation,
         refill: None,
     };
-    Pools::await_ready(member, None)
+    Pools::await_ready(member, None, patience)
 }
 
 impl Drop for Pools {

@@ -256,6 +256,8 @@ struct Launched {
     helper: Option<Reaped>,
     /// A template's child, the execution's pid 1 (its pidfd is init's in [`Prepared`]).
     warm_child: bool,
+    /// A child forked ahead, waiting under `SCHED_IDLE`: lifted before its go.
+    sched_idle: bool,
     /// A pooled sandbox: the landlock ABI its `Spawned` reported (the program is running
     /// already; the go byte goes before the stdin).
     pooled: Option<u32>,
@@ -294,11 +296,16 @@ async fn attempt(
     let (side_read, launched) = match start {
         Start::Pooled(m) => {
             let warm_child = m.warm_child();
-            let MemberLaunch { helper, how: _, ctl, stdin, stdout, stderr, side, landlock_abi, net } = m;
+            let MemberLaunch { helper, how, ctl, stdin, stdout, stderr, side, landlock_abi, net } = m;
             go_probe = sandbox_runtime::pipe_reader(std::os::fd::AsFd::as_fd(&stdin)).ok();
             let launched = match (&helper.0, warm_child) {
                 (None, false) => Err(SuperviseError::PooledHelperGone),
-                _ => launch_pooled(opts, a, helper, warm_child, ctl, [stdin, stdout, stderr], landlock_abi, net),
+                _ => launch_pooled(opts, a, helper, warm_child, ctl, [stdin, stdout, stderr], landlock_abi, net).map(|mut l| {
+                    // Only a child forked ahead waits under `SCHED_IDLE` (one forked for its
+                    // execution copies nothing, and stays as it was).
+                    l.sched_idle = how == WarmStart::Prefork;
+                    l
+                }),
             };
             (side, launched)
         }
@@ -352,7 +359,7 @@ async fn attempt(
         }
         None => true,
     };
-    if go && l.warm_child && l.pooled.is_some() && !crate::pool::lift_idle(prepared) {
+    if go && l.sched_idle && !crate::pool::lift_idle(prepared) {
         // A child forked ahead left under `SCHED_IDLE`: not started (it reads EOF and ends).
         bail!(SuperviseError::SchedIdle);
     }
@@ -568,6 +575,7 @@ fn async_ends(
         stderr: Box::pin(stderr),
         helper: None,
         warm_child: false,
+        sched_idle: false,
         pooled: None,
         network: None,
         spawned_at,

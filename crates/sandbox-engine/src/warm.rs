@@ -61,7 +61,8 @@ pub struct WarmCounters {
 pub struct TemplateStatus {
     /// The profile.
     pub profile: String,
-    /// `starting`, `ready` or `failed`.
+    /// `starting`, `ready`, `retiring` (worn out, or its environment reinstalled: it forks no
+    /// more while its replacement starts) or `failed`.
     pub state: &'static str,
     /// Forks served by the current template.
     pub forks: u64,
@@ -80,7 +81,7 @@ pub struct Templates {
     lib: PathBuf,
     profiles: Mutex<HashMap<String, Entry>>,
     closing: AtomicBool,
-    /// Hits, fallbacks and restarts.
+    /// Hits and restarts (cold fallbacks are the engine's: `Engine::warm_cold_fallbacks`).
     pub counters: WarmCounters,
     /// Every template helper alive (starting, serving or retiring).
     helpers: Mutex<Vec<Helper>>,
@@ -167,23 +168,23 @@ impl Template {
         result
     }
 
-    /// Past its life: `max_forks` forks made or checked out, or `max_age` old. It forks no more
-    /// ([`Templates::checkout`]), whether or not its replacement is ready.
     /// The installation of its environment and base it binds ([`crate::prepare::installation`]).
     pub(crate) fn installation(&self) -> &[(u64, u64)] {
         &self.installation
     }
 
+    /// Past its life: `max_forks` forks made or checked out, or `max_age` old. It forks no more
+    /// ([`Templates::checkout`]), whether or not its replacement is ready.
     fn worn_out(&self) -> bool {
         let forks = self.forks.load(Ordering::Relaxed).saturating_add(self.checkouts.load(Ordering::SeqCst) as u64);
         forks >= self.max_forks || self.started.elapsed() >= self.max_age
     }
 
-    /// Near the end of its life (90% of `max_forks` or of `max_age`): its replacement starts
-    /// now, so that it is ready when this one is worn out.
+    /// Near the end of its life (90% of `max_forks`, at least one fork before it, or 90% of
+    /// `max_age`): its replacement starts now, so that it is ready when this one is worn out.
     fn due(&self) -> bool {
         let forks = self.forks.load(Ordering::Relaxed).saturating_add(self.checkouts.load(Ordering::SeqCst) as u64);
-        forks >= self.max_forks - self.max_forks / 10 || self.started.elapsed() >= self.max_age - self.max_age / 10
+        forks >= self.max_forks.saturating_sub((self.max_forks / 10).max(1)) || self.started.elapsed() >= self.max_age - self.max_age / 10
     }
 
     /// Kills the whole template sandbox, and with it every execution it forked that still runs.
@@ -319,7 +320,7 @@ impl Templates {
             {
                 let profiles = self.profiles.lock().expect("templates lock");
                 match profiles.get(profile) {
-                    Some(e) if e.current.as_ref().is_some_and(|t| t.healthy.load(Ordering::SeqCst)) => return Ok(true),
+                    Some(e) if e.current.as_ref().is_some_and(|t| t.healthy.load(Ordering::SeqCst) && !t.worn_out()) => return Ok(true),
                     // The last start failed (another may be under way, after a back-off).
                     Some(e) if e.failures > 0 => return Err(e.error.clone().unwrap_or_default()),
                     None => return Ok(false),
@@ -335,14 +336,21 @@ impl Templates {
 
     /// Each warm profile's template state.
     pub fn status(&self) -> Vec<TemplateStatus> {
+        // Which installation of its environment each profile binds now (outside the lock).
+        let names: Vec<String> = self.profiles.lock().expect("templates lock").keys().cloned().collect();
+        let installations: HashMap<String, Vec<(u64, u64)>> =
+            names.into_iter().filter_map(|n| self.opts.config.profiles.get(&n).map(|p| crate::prepare::installation(&self.opts, p)).map(|i| (n, i))).collect();
         let profiles = self.profiles.lock().expect("templates lock");
         let mut out: Vec<TemplateStatus> = profiles
             .iter()
             .map(|(name, e)| {
                 let t = e.current.as_ref().filter(|t| t.healthy.load(Ordering::SeqCst));
+                let retiring = t.is_some_and(|t| t.worn_out() || installations.get(name).is_some_and(|i| *i != t.installation));
                 TemplateStatus {
                     profile: name.clone(),
-                    state: if t.is_some() {
+                    state: if retiring {
+                        "retiring"
+                    } else if t.is_some() {
                         "ready"
                     } else if e.starting {
                         "starting"

@@ -236,8 +236,6 @@ pub fn env() -> &'static Env {
     })
 }
 
-/// The `[runtime]` section of every test configuration: the defaults, with the shared
-/// environments directory.
 /// The cgroup directories (v2's one; v1's memory, pids and cpu hierarchies') of host process
 /// `pid` whose path contains one of `containing` (`"/sandbox/"`: under the service's cgroup;
 /// `"pool-"`: a pooled sandbox's; `"template-"`: a template's).
@@ -257,6 +255,8 @@ pub fn cgroup_dirs_of(pid: i32, containing: &[&str]) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The `[runtime]` section of every test configuration: the defaults, with the shared
+/// environments directory.
 pub fn runtime_toml() -> String {
     format!("[runtime]\nenvironments_dir = {:?}\n", test_environments_dir())
 }

@@ -384,7 +384,7 @@ fn fork_bombs_crashes_timeouts_and_kills_leave_the_template_serving() {
 
 /// A template forks at most `max_forks` times, even while its replacement is not ready: the
 /// executions past its limit run cold (each counted once as a cold fallback) until the
-/// replacement, started at 90% of the limit, serves. (A worn-out template used to fork on
+/// replacement, started one fork before the limit (90% of it, at least one fork), serves. (A worn-out template used to fork on
 /// until its replacement was ready, without bound if that replacement kept failing, and the
 /// shared address layout and canaries of its children rest on its bounded life.) The profile
 /// preloads the analysis environment, so its replacement takes seconds to be ready: longer
@@ -411,6 +411,9 @@ fn a_template_forks_at_most_max_forks_times_and_is_replaced() {
     let runs: Vec<bool> = (0..4).map(|_| exec(&s, &req("py-recycle", "print(1)"))).map(|r| r.status.as_str() == "ok" && r.timing.warm).collect();
     assert_eq!(runs, [true, true, false, false], "forks 2 and 3 warm, then cold until the replacement is ready");
     assert_eq!(fallbacks(&s) - cold_before, 2, "each cold execution counted once");
+    // Worn out, it is not reported ready while its replacement starts.
+    let metrics = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
+    assert!(metrics.contains("sandbox_warm_template_ready{profile=\"py-recycle\"} 0"), "{metrics}");
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let metrics = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
