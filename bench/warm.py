@@ -219,7 +219,7 @@ print("the modes in a new random order each round (their totals); CPU: all cores
 print("execution (the server, its sandboxes and this client), which bounds the rate at C >= cores")
 rounds = int(os.environ.get("ROUNDS", "3"))
 throughput = {}
-for job, m in (("print(1)", 20), ("data-analyst.py", 16)):
+for job, m in (("print(1)", 20), ("data-analyst.py", 16), ("data-analyst.ts (function)", 20)):
     runs = [(mode, lambda url=url: post(url, JOBS[job])) for mode, url in MODES]
     if job == "data-analyst.py":
         runs.append(("fork floor", fork_once))
