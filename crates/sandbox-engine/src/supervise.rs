@@ -487,6 +487,11 @@ async fn attempt(
             }
         }
     }
+    // A program that passed the output cap and ended at once (its last writes drained and
+    // discarded) can have its `Exited` read before the cap's notice: it still ran past its limit.
+    if a.profile.output.stop_at_limit && !out.timed_out && (out.stdout.truncated || out.stderr.truncated) {
+        out.output_stopped = true;
+    }
     let exec_at = exec_at.unwrap_or(ended);
     out.setup_ms = ms(exec_at.saturating_duration_since(received));
     out.run_ms = ms(ended.saturating_duration_since(exec_at));

@@ -112,6 +112,20 @@ fn printing_a_gigabyte_is_truncated_and_memory_stays_bounded() {
     assert!(peak_kib < 64 * 1024, "CLI peak RSS {peak_kib} KiB");
 }
 
+/// A program that writes past the output cap and exits before the engine has read it ends
+/// `output_limit`, however its end and the cap's notice are ordered. It grows its stdout pipe to
+/// 1 MiB (`F_SETPIPE_SZ`), so its one write of cap + 64 KiB lands in the pipe at once and it
+/// exits while most of it is still unread: the cap is crossed after its `Exited`. It used to end
+/// `ok` then (the soak's output floods: 1 `ok` in 50, when a busy host delayed the supervisor).
+#[test]
+fn a_program_past_the_output_cap_that_exits_at_once_is_output_limit() {
+    let code = "import fcntl, os\nfcntl.fcntl(1, 1031, 1 << 20)\nos.write(1, b'x' * ((1 << 20) + (64 << 10)))\nos._exit(0)";
+    for _ in 0..5 {
+        let r = run("python-default", code, &[]);
+        assert_eq!((r.status(), &r.json["stdoutTruncated"]), ("output_limit", &serde_json::Value::Bool(true)), "{r:?}");
+    }
+}
+
 #[test]
 fn output_cap_stops_the_program_by_default() {
     let r = run("python-default", "while True:\n    print('0123456789' * 10)", &[]);
