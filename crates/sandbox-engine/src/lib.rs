@@ -887,9 +887,9 @@ fn cgroup_version(layout: &sandbox_runtime::cgroup::Layout) -> sandbox_core::wir
 const FORK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// A child of `templates`' template for `a`'s profile, forked for this execution and given it
-/// (inputs, code, environment) once sandboxed ([`pool::fork_member`]: the template never sees
-/// the request); `None` when the profile has no ready template, the request sets a variable
-/// the interpreter reads only as it starts ([`command::read_at_start`]), or the fork or the
+/// (inputs, code, environment) once sandboxed ([`pool::fork_member`]: the template process is
+/// never handed the request); `None` when the profile has no ready template, the request sets
+/// a variable the interpreter reads only as it starts ([`command::read_at_start`]), or the fork or the
 /// child's set-up failed or took longer than [`FORK_PATIENCE`] (logged: the execution starts
 /// cold). Blocks: call it off the async workers.
 fn fork_for(

@@ -520,7 +520,7 @@ fn killing_the_template_fails_nothing_and_sigterm_leaves_nothing_behind() {
     assert!(!mountinfo.contains(data.to_str().unwrap()), "a mount under {} is left", data.display());
 }
 
-/// The template never sees a request: the descriptors a fork request hands it (the execution's
+/// The template process is never handed a request: the descriptors a fork request hands it (the execution's
 /// workspace and `/code` as detached mounts, for the child to attach) hold nothing of the
 /// execution yet: its code, environment and input files are written once the child is forked
 /// (`pool::fork_member`). They used to be written before the fork, where a preloaded module
