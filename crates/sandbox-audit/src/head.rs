@@ -3,12 +3,17 @@
 //!
 //! The file has two slots of [`SLOT`] bytes, each one JSON line padded with spaces: a mark and
 //! a check (the first 16 hex digits of the SHA-256 of `"<seq> <hash> <execution id>"`). An
-//! append overwrites the slot that does not hold the current mark, in place, and syncs the data
-//! (`fdatasync`): no new file, rename or directory entry, so no metadata change for the
-//! filesystem's journal to commit (replacing the file through a rename, as before, cost two
-//! journal commits per append, ~0.5 ms on an idle disk and more beside other writes). A slot
-//! torn by a crash mid-write fails its check and is passed over: the other holds the previous
-//! mark, as a crash between the commit and the head write leaves it. The mark is the valid slot
+//! append overwrites the slot that does not hold the current mark, in place: no new file, rename
+//! or directory entry (replacing the file through a rename, as before, cost two journal commits
+//! per append). The write is not synced: it follows a commit that is durable already, so the
+//! disk never holds a mark newer than the database, and the kernel's writeback stores it within
+//! its expiry (`vm.dirty_expire_centisecs`, 30 s by default). A power loss in that window leaves
+//! an older mark, which is what a crash between the commit and the head write leaves too: the
+//! newer events are unanchored until the next append, none is reported missing. An
+//! `fdatasync` here cost ~0.15-0.3 ms of every append, twice on every execution's path (the
+//! `begin` before its program's go, the `finish` before `sandbox run` returns). Other processes
+//! read the page cache, so they see the new mark at once. A slot torn by a crash mid-write fails
+//! its check and is passed over: the other holds the previous mark. The mark is the valid slot
 //! with the higher `seq`. A file of the earlier format (one JSON mark line, no check) reads as
 //! its slot 0.
 //!
@@ -93,8 +98,9 @@ impl HeadFile {
         }
     }
 
-    /// Writes `mark` durably into the slot that does not hold the current mark (which the other
-    /// keeps): one write in place and `fdatasync`. The caller holds the [`HeadLock`].
+    /// Writes `mark` into the slot that does not hold the current mark (which the other keeps):
+    /// one write in place, left to the kernel's writeback (module docs: the commit it follows is
+    /// durable already). The caller holds the [`HeadLock`].
     /// Errors: [`AuditError::Head`] naming the file (also for a mark longer than a slot, which
     /// service-made execution ids never give).
     pub fn write(&self, _lock: &HeadLock, mark: &HeadMark) -> Result<(), AuditError> {
@@ -114,8 +120,7 @@ impl HeadFile {
             Ok((_, 0)) => 1u64,
             _ => 0,
         };
-        f.write_all_at(&line, slot * SLOT as u64).map_err(io)?;
-        f.sync_data().map_err(io)
+        f.write_all_at(&line, slot * SLOT as u64).map_err(io)
     }
 
     /// After an append committed `new`: replaces the mark with it, unless the database no

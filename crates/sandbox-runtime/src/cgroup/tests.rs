@@ -167,3 +167,94 @@ fn v2_nested_parent_enables_controllers_at_every_level() {
         assert_eq!(fs::read_to_string(&f).unwrap(), "+memory +cpu +pids", "{}", f.display());
     }
 }
+
+/// A host described by its mounts under /sys/fs/cgroup: (name, f_type, control files) and
+/// symbolic links (name, target).
+fn described(mounts: &[(&str, i64, &[&str])], links: &[(&str, &str)], v2_controllers: &str) -> Option<Layout> {
+    described_with(mounts, links, v2_controllers, "5:pids:/\n4:memory:/\n3:cpuacct:/\n2:cpu:/\n0::/\n")
+}
+
+fn described_with(mounts: &[(&str, i64, &[&str])], links: &[(&str, &str)], v2_controllers: &str, self_cgroup: &str) -> Option<Layout> {
+    let root = Path::new("/sys/fs/cgroup");
+    let name_of = |p: &Path| p.strip_prefix(root).ok().map(|r| r.to_string_lossy().into_owned());
+    let fs_type = |p: &Path| {
+        if p == root {
+            return mounts.iter().find(|m| m.0.is_empty()).map(|m| m.1).or(Some(0x0102_1994));
+        }
+        let name = name_of(p)?;
+        mounts.iter().find(|m| m.0 == name).map(|m| m.1)
+    };
+    let exists = |p: &Path| {
+        let (Some(dir), Some(file)) = (p.parent().and_then(name_of), p.file_name()) else { return false };
+        mounts.iter().any(|m| m.0 == dir && m.2.iter().any(|f| *f == file))
+    };
+    let read_link = |p: &Path| name_of(p).and_then(|n| links.iter().find(|l| l.0 == n).map(|l| PathBuf::from(l.1)));
+    let controllers = |_: &Path| Some(v2_controllers.to_owned());
+    let self_cgroup = || Some(self_cgroup.to_owned());
+    Layout::at_usual_places(&UsualPlaces { fs_type: &fs_type, exists: &exists, read_link: &read_link, controllers: &controllers, self_cgroup: &self_cgroup })
+}
+
+const V1: i64 = 0x0027_e0eb;
+const V2: i64 = 0x6367_7270;
+
+#[test]
+fn the_usual_places_find_what_mountinfo_finds() {
+    // This machine kind: every v1 controller on a mount of its own.
+    let own = [
+        ("memory", V1, &["memory.limit_in_bytes"][..]),
+        ("cpu", V1, &["cpu.cfs_quota_us"][..]),
+        ("cpuacct", V1, &["cpuacct.usage"][..]),
+        ("pids", V1, &[][..]),
+        ("unified", V2, &[][..]),
+    ];
+    let mountinfo = "\
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+";
+    assert_eq!(described(&own, &[], ""), Some(Layout::from_mountinfo(mountinfo, |_| None).unwrap()));
+    // Debian's hybrid layout: cpu and cpuacct co-mounted, reached through links.
+    let comounted = [("memory", V1, &["memory.limit_in_bytes"][..]), ("cpu,cpuacct", V1, &["cpu.cfs_quota_us", "cpuacct.usage"][..]), ("pids", V1, &[][..])];
+    let links = [("cpu", "cpu,cpuacct"), ("cpuacct", "cpu,cpuacct")];
+    let debian = "12:pids:/user.slice/user-1000.slice\n5:cpu,cpuacct:/user.slice\n4:memory:/user.slice\n0::/user.slice/user-1000.slice/session-2.scope\n";
+    assert_eq!(described_with(&comounted, &links, "", debian), Some(Layout::from_mountinfo(HYBRID, |_| None).unwrap()));
+    // Unified.
+    let unified = [("", V2, &[][..])];
+    assert_eq!(
+        described(&unified, &[], "cpuset cpu io memory pids"),
+        Some(Layout::from_mountinfo(UNIFIED, |_| Some("cpuset cpu io memory pids".into())).unwrap())
+    );
+}
+
+#[test]
+fn anything_unexpected_at_the_usual_places_leaves_it_to_mountinfo() {
+    let full = |pids: (&'static str, i64, &'static [&'static str])| {
+        [("memory", V1, &["memory.limit_in_bytes"][..]), ("cpu", V1, &["cpu.cfs_quota_us"][..]), ("cpuacct", V1, &["cpuacct.usage"][..]), pids]
+    };
+    assert!(described(&full(("pids", V1, &[])), &[], "").is_some());
+    // A controller's directory missing, or not a v1 mount, or a mount without its file.
+    assert_eq!(described(&full(("pidz", V1, &[])), &[], ""), None);
+    assert_eq!(described(&full(("pids", 0x0102_1994, &[])), &[], ""), None);
+    let no_file = [("memory", V1, &["tasks"][..]), ("cpu", V1, &["cpu.cfs_quota_us"][..]), ("cpuacct", V1, &["cpuacct.usage"][..]), ("pids", V1, &[][..])];
+    assert_eq!(described(&no_file, &[], ""), None);
+    // pids on no v1 hierarchy (on v2 beside v1 memory), whatever is mounted under its name.
+    assert_eq!(described_with(&full(("pids", V1, &[])), &[], "", "4:memory:/\n3:cpuacct:/\n2:cpu:/\n0::/\n"), None);
+    // A link that leaves /sys/fs/cgroup.
+    assert_eq!(described(&full(("pids", V1, &[])), &[("pids", "../elsewhere/pids")], ""), None);
+    assert_eq!(described(&full(("pids", V1, &[])), &[("pids", "/mnt/pids")], ""), None);
+    // A v2 root without a controller (hybrid hosts with memory on v2 go to mountinfo too).
+    assert_eq!(described(&[("", V2, &[][..])], &[], "cpu io memory"), None);
+}
+
+#[test]
+fn this_host_detects_the_layout_mountinfo_gives() {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let from_mountinfo = Layout::from_mountinfo(&info, |root| fs::read_to_string(root.join("cgroup.controllers")).ok()).ok();
+    if let Some(fast) = Layout::at_usual_places(&UsualPlaces::HOST) {
+        assert_eq!(Some(fast), from_mountinfo);
+    } else if std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+        panic!("this machine kind's v1 layout at /sys/fs/cgroup is not found without mountinfo");
+    }
+    assert_eq!(Layout::detect().ok(), from_mountinfo);
+}
