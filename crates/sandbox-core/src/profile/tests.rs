@@ -9,6 +9,18 @@ fn builtin_parses_and_has_both_defaults() {
     assert_ne!(c.runtime.uid_base, 0);
 }
 
+#[test]
+fn builtin_is_the_validated_parse_of_defaults_toml() {
+    // builtin() reads the JSON that build.rs makes of defaults.toml, without validating it.
+    let mut parsed = Config::parse(DEFAULTS_TOML, "<built-in>").expect("defaults.toml is a valid configuration");
+    let builtin = Config::builtin();
+    for (name, env) in &mut parsed.environments {
+        env.locks = builtin.environments[name].locks.clone();
+    }
+    assert_eq!(builtin, parsed);
+    assert!(builtin.environments.values().any(|e| e.locks.python.is_some()), "the built-in locks are attached");
+}
+
 #[track_caller]
 fn check(text: &str, field: &str, needle: &str) {
     let e = Config::parse(text, "my.toml").expect_err("must be rejected");
