@@ -14,7 +14,7 @@ use nix::unistd::{Gid, Pid, Uid};
 use crate::helper::send;
 use crate::spec::{Event, SpawnSpec, SANDBOX_UID};
 use crate::step::{step, StepError};
-use crate::sys::{self, Forked};
+use crate::sys;
 
 /// The program's RLIMIT_CORE (soft and hard): 1 is the value `fs/coredump.c` reserves to stop a
 /// recursive crash of a pipe handler, so no crash of the program starts the host's core_pattern
@@ -69,17 +69,21 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream, loopback: bool) -> Re
     if spec.hold {
         wait_for_go()?;
     }
-    let program = match step("fork", sys::fork())? {
-        Forked::Child => {
+    // The program execs at once: it shares init's memory until then (`spawn_exec`).
+    let program = step(
+        "fork",
+        sys::spawn_exec(&mut || {
             let StepError { step: name, message } = match exec_program(spec) {
                 Err(e) => e,
                 Ok(never) => match never {},
             };
             send(ctl, &Event::Failed { step: name.into(), message });
-            std::process::exit(127);
-        }
-        Forked::Parent(pid) => pid,
-    };
+            sys::exit_now(127)
+        }),
+    )?;
+    // The program's uid change reset the shared memory's dumpable flag to the host's
+    // fs.suid_dumpable: pid 1 stays closed to ptrace and /proc/<pid>/mem.
+    step("dumpable", nix::sys::prctl::set_dumpable(false))?;
     let template = spec.template_slots > 0;
     supervise(program, &handled, ctl, if template { 0 } else { landlock_abi }, template)
 }
