@@ -427,6 +427,36 @@ fn a_template_forks_at_most_max_forks_times_and_is_replaced() {
     assert_eq!((r.status.as_str(), r.timing.warm), ("ok", true), "the replacement serves: {r:?}");
 }
 
+/// A template that idles to 90% of its `max_age_ms` is replaced without a request, so the first
+/// execution after an idle spell runs warm. (It was replaced at the next checkout only, and that
+/// execution ran cold: the first data-analyst request after an idle hour.)
+#[test]
+fn an_idle_template_is_replaced_at_its_age_and_the_next_execution_runs_warm() {
+    let s = Server::start("[profiles.py-aging]\nlanguage = \"python\"\n[profiles.py-aging.warm]\nmode = \"template\"\npool_size = 0\nmax_age_ms = 15000\n");
+    wait_warm(&s, "py-aging");
+    // The built-in warm profiles' templates too (an hour's age: none is replaced here).
+    let templates = |s: &Server| -> Vec<i32> {
+        let mut t = templates_below(s.pid());
+        t.sort_unstable();
+        t
+    };
+    let first = templates(&s);
+    // No request from here on: the replacement comes on its own, and the old template ends.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let now = templates(&s);
+        let metrics = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
+        if metrics.contains("sandbox_warm_template_restarts 1") && now.len() == first.len() && now.iter().filter(|p| !first.contains(p)).count() == 1 {
+            assert!(metrics.contains("sandbox_warm_template_ready{profile=\"py-aging\"} 1"), "{metrics}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the idle template was not replaced: {now:?} (first {first:?}) {metrics}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let r = exec(&s, &req("py-aging", "print(1)"));
+    assert_eq!((r.status.as_str(), r.stdout.as_str(), r.timing.warm), ("ok", "1\n", true), "the replacement serves at once: {r:?}");
+}
+
 /// Host pids of the template interpreters below `root` (a server's pid): processes running the
 /// template script whose parent is a template sandbox's init (our binary, argv0 `sandbox-init`);
 /// a child the template forked (with its init and program) runs the same script under the
@@ -597,8 +627,9 @@ fn a_template_is_handed_nothing_of_the_request_it_forks_for() {
 /// An environment reinstalled while a service runs (`env remove`, then `env install`: a new
 /// directory at the same path): the template and the pooled sandboxes made on the old one
 /// serve no execution after it (each would see the old tree, its files deleted under it), and
-/// executions run on the new one, cold until a template and members made on it are ready.
-/// (The template kept forking on the old tree until its `max_age_ms`.)
+/// executions run on the new one, cold until a template and members made on it are ready; the
+/// template is replaced without waiting for a request. (The template kept forking on the old
+/// tree until its `max_age_ms`.)
 #[test]
 fn an_environment_reinstalled_under_a_running_service_is_the_one_its_executions_see() {
     let name = format!("reinstalled{}x{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos());
@@ -624,9 +655,12 @@ fn an_environment_reinstalled_under_a_running_service_is_the_one_its_executions_
     mark("first");
     let s = Server::start(&format!(
         "{decl}[profiles.{name}-tpl]\nlanguage = \"python\"\nenvironment = \"{name}\"\n[profiles.{name}-tpl.warm]\nmode = \"template\"\npool_size = 1\n\
-         [profiles.{name}-pool]\nlanguage = \"python\"\nenvironment = \"{name}\"\n[profiles.{name}-pool.warm]\nmode = \"pool\"\npool_size = 1\n"
+         [profiles.{name}-pool]\nlanguage = \"python\"\nenvironment = \"{name}\"\n[profiles.{name}-pool.warm]\nmode = \"pool\"\npool_size = 1\n\
+         [profiles.{name}-idle]\nlanguage = \"python\"\nenvironment = \"{name}\"\n[profiles.{name}-idle.warm]\nmode = \"template\"\npool_size = 0\n"
     ));
-    let profiles = [format!("{name}-tpl"), format!("{name}-pool")];
+    // `-tpl` keeps a child forked ahead, whose refill finds the new installation; `-idle` forks
+    // only for a request, so only its template's watch can.
+    let profiles = [format!("{name}-tpl"), format!("{name}-pool"), format!("{name}-idle")];
     let read = "print(open('/opt/sandbox/env/marker.txt').read())";
     // The marker as a warm execution reads it (each pool holds one: waits for its refill).
     let warm_read = |p: &str| -> String {
@@ -647,6 +681,20 @@ fn an_environment_reinstalled_under_a_running_service_is_the_one_its_executions_
     cli(&["env", "remove", &name]);
     cli(&["env", "install", &name]);
     mark("second");
+    // With no request, both templates are replaced on the new installation (`-idle`'s watch
+    // looks every 5 s), so their next executions run warm on it.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let metrics = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
+        let ready = |p: &str| metrics.contains(&format!("sandbox_warm_template_ready{{profile=\"{p}\"}} 1"));
+        if metrics.contains("sandbox_warm_template_restarts 2") && ready(&profiles[0]) && ready(&profiles[2]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the templates were not replaced on the new installation: {metrics}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let r = exec(&s, &req(&profiles[2], read));
+    assert_eq!((r.status.as_str(), r.stdout.as_str(), r.timing.warm), ("ok", "second\n", true), "{r:?}");
     for p in &profiles {
         let r = exec(&s, &req(p, read));
         assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "second\n"), "{p}: {r:?}");
