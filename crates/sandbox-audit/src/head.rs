@@ -9,11 +9,17 @@
 //! disk never holds a mark newer than the database, and the kernel's writeback stores it within
 //! its expiry (`vm.dirty_expire_centisecs`, 30 s by default). A power loss in that window leaves
 //! an older mark, which is what a crash between the commit and the head write leaves too: the
-//! newer events are unanchored until the next append, none is reported missing. An
+//! newer events are unanchored until the next append, none is reported missing (also when a
+//! prune removed the event that older mark names: see [`HeadFile::advance`]). An
 //! `fdatasync` here cost ~0.15-0.3 ms of every append, twice on every execution's path (the
 //! `begin` before its program's go, the `finish` before `sandbox run` returns). Other processes
-//! read the page cache, so they see the new mark at once. A slot torn by a crash mid-write fails
-//! its check and is passed over: the other holds the previous mark. The mark is the valid slot
+//! read the page cache, so they see the new mark at once. The writes that make the file longer
+//! (its first two) are synced, so a crash never leaves it shorter than its slots. Each slot is
+//! one 512-byte sector: a slot torn by a crash mid-write (a device without atomic sector
+//! writes) fails its check and is passed over, and the other holds the previous mark; with
+//! both slots written back at once, a device that tears sectors could tear both, and the log
+//! then refuses appends until the file is removed. The window is the writeback's: without
+//! periodic writeback (`vm.dirty_writeback_centisecs` 0) it lasts until the next sync. The mark is the valid slot
 //! with the higher `seq`. A file of the earlier format (one JSON mark line, no check) reads as
 //! its slot 0.
 //!
@@ -92,6 +98,9 @@ impl HeadFile {
     /// it is not a mark.
     pub fn read(&self) -> Result<Option<HeadMark>, AuditError> {
         match std::fs::read(&self.path) {
+            // Created and not yet written: a power loss after the file's creation reached the
+            // disk and before its first write did (its deletion reads the same).
+            Ok(bytes) if bytes.is_empty() => Ok(None),
             Ok(bytes) => parse(&bytes).map(|(mark, _)| Some(mark)).map_err(|e| AuditError::HeadCorrupt(self.path.clone(), e)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(AuditError::Head(self.path.clone(), e)),
@@ -100,7 +109,10 @@ impl HeadFile {
 
     /// Writes `mark` into the slot that does not hold the current mark (which the other keeps):
     /// one write in place, left to the kernel's writeback (module docs: the commit it follows is
-    /// durable already). The caller holds the [`HeadLock`].
+    /// durable already), except a write that makes the file longer (the first two of a data
+    /// directory, or the first on an earlier format's file), which is synced: a file system
+    /// with delayed allocation commits a new file's size before its data, so a power loss
+    /// could leave a head of zeros or none. The caller holds the [`HeadLock`].
     /// Errors: [`AuditError::Head`] naming the file (also for a mark longer than a slot, which
     /// service-made execution ids never give).
     pub fn write(&self, _lock: &HeadLock, mark: &HeadMark) -> Result<(), AuditError> {
@@ -120,12 +132,21 @@ impl HeadFile {
             Ok((_, 0)) => 1u64,
             _ => 0,
         };
-        f.write_all_at(&line, slot * SLOT as u64).map_err(io)
+        f.write_all_at(&line, slot * SLOT as u64).map_err(io)?;
+        if (slot + 1) * SLOT as u64 > n as u64 {
+            f.sync_data().map_err(io)?;
+        }
+        Ok(())
     }
 
     /// After an append committed `new`: replaces the mark with it, unless the database no
     /// longer holds the event the current mark names (`still_there(seq, hash)` says whether
     /// it does). Then the old mark stays, so `verify` keeps reporting what was removed.
+    /// `still_there` also answers yes for an event before the first one stored: removed with
+    /// a prefix by retention, whose checkpoint `verify` checks, not cut from the end (a mark a
+    /// power loss set back past a prune, or a node's mark on PostgreSQL that another node's
+    /// prune passed, would otherwise never move again, and a later cut of the newest events
+    /// would go unreported).
     /// Returns whether the mark moved.
     /// Errors: [`AuditError::Head`], [`AuditError::HeadCorrupt`], or `still_there`'s.
     pub fn advance(&self, lock: &HeadLock, new: &HeadMark, still_there: impl FnOnce(&HeadMark) -> Result<bool, AuditError>) -> Result<bool, AuditError> {
@@ -253,6 +274,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let head = HeadFile::new(dir.path().join("audit.db.head"));
         (dir, head)
+    }
+
+    #[test]
+    fn an_empty_head_file_reads_as_none_and_takes_a_mark() {
+        // A power loss after the file's creation reached the disk and before its data did.
+        let (_dir, head) = file();
+        std::fs::write(head.path(), b"").unwrap();
+        assert_eq!(head.read().unwrap(), None);
+        let lock = head.lock().unwrap();
+        assert!(head.advance(&lock, &mark(5), |_| Ok(false)).unwrap());
+        assert_eq!(head.read().unwrap(), Some(mark(5)));
     }
 
     #[test]

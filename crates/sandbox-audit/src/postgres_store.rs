@@ -239,9 +239,11 @@ impl PostgresStore {
         let (Some(head), Some(lock), Some(mark)) = (self.head.clone(), lock, mark) else { return Ok(()) };
         self.with_statements(|client, st| {
             head.advance(&lock, &mark, |old| {
-                let check = st.get(client, "SELECT hash FROM audit_events WHERE seq = $1").map_err(pg("head"))?;
-                let row = client.query_opt(&check, &[&old.seq]).map_err(pg("head"))?;
-                Ok(row.map(|r| r.get::<_, String>(0)).as_deref() == Some(old.hash.as_str()))
+                // Still stored, or before the first event kept (HeadFile::advance).
+                let check = st.get(client, "SELECT (SELECT hash FROM audit_events WHERE seq = $1), (SELECT MIN(seq) FROM audit_events)").map_err(pg("head"))?;
+                let row = client.query_one(&check, &[&old.seq]).map_err(pg("head"))?;
+                let (hash, first): (Option<String>, Option<i64>) = (row.get(0), row.get(1));
+                Ok(hash.as_deref() == Some(old.hash.as_str()) || first.is_some_and(|f| old.seq < f))
             })
         })?;
         Ok(())
@@ -272,12 +274,14 @@ fn append_in(tx: &mut impl GenericClient, st: &mut Statements, e: &NewEvent, lea
 }
 
 /// The chain's last event as an append reads it under the lock: `(seq, hash, hash of the event
-/// at the head file's seq)`; `None` for an empty chain.
-type Last = Option<(i64, String, Option<String>)>;
+/// at the head file's seq, the first stored seq)`; `None` for an empty chain.
+type Last = Option<(i64, String, Option<String>, Option<i64>)>;
 
 /// The query reading [`Last`] for a head file at `head_seq` (0: none).
 fn last_sql(head_seq: &str) -> String {
-    format!("SELECT seq, hash, (SELECT hash FROM audit_events WHERE seq = {head_seq}) FROM audit_events ORDER BY seq DESC LIMIT 1")
+    format!(
+        "SELECT seq, hash, (SELECT hash FROM audit_events WHERE seq = {head_seq}), (SELECT MIN(seq) FROM audit_events) FROM audit_events ORDER BY seq DESC LIMIT 1"
+    )
 }
 
 /// [`append_in`], also answering whether a head file whose mark is `head` may move to the new
@@ -297,14 +301,15 @@ fn append_checked(
         None => {
             let q = st.get(tx, &last_sql("$1::BIGINT")).map_err(pg("append"))?;
             let head_seq = head.map_or(0, |h| h.seq);
-            tx.query_opt(&q, &[&head_seq]).map_err(pg("append"))?.map(|r| (r.get::<_, i64>(0), r.get(1), r.get(2)))
+            tx.query_opt(&q, &[&head_seq]).map_err(pg("append"))?.map(|r| (r.get::<_, i64>(0), r.get(1), r.get(2), r.get(3)))
         }
     };
-    let (seq, prev_hash, head_hash): (i64, String, Option<String>) = match last {
-        Some((seq, hash, head_hash)) => (seq + 1, hash, head_hash),
-        None => (1, GENESIS.to_owned(), None),
+    let (seq, prev_hash, head_hash, first): (i64, String, Option<String>, Option<i64>) = match last {
+        Some((seq, hash, head_hash, first)) => (seq + 1, hash, head_hash, first),
+        None => (1, GENESIS.to_owned(), None, None),
     };
-    let advance = head.is_none_or(|h| h.seq < seq && head_hash.as_deref() == Some(h.hash.as_str()));
+    // Still stored, or before the first event kept (HeadFile::advance).
+    let advance = head.is_none_or(|h| h.seq < seq && (head_hash.as_deref() == Some(h.hash.as_str()) || first.is_some_and(|f| h.seq < f)));
     let body = e.body.to_string();
     let hash = event_hash(seq, &e.execution_id, e.kind.as_str(), e.at_ms, &e.caller, &e.profile, e.language.as_deref(), &e.status, &body, &prev_hash);
     // Data-modifying statements in WITH all run, to completion, whether or not the query reads
@@ -387,7 +392,7 @@ impl<'c> Locked<'c> {
                 let text = |i: usize| r.get(i).map(str::to_owned);
                 let seq = text(0).and_then(|s| s.parse::<i64>().ok()).ok_or(AuditError::Malformed("sequence number"))?;
                 let hash = text(1).ok_or(AuditError::Malformed("hash"))?;
-                Some((seq, hash, text(2)))
+                Some((seq, hash, text(2), text(3).and_then(|s| s.parse::<i64>().ok())))
             }
         };
         Ok((tx, last))

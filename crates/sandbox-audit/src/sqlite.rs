@@ -388,12 +388,13 @@ impl SqliteStore {
 
     fn advance_head(&self, lock: &HeadLock, mark: HeadMark) -> Result<bool, AuditError> {
         self.head.advance(lock, &mark, |old| {
-            let h: Option<String> = self
+            // Still stored, or before the first event kept (HeadFile::advance).
+            let (h, first): (Option<String>, Option<i64>) = self
                 .conn
-                .prepare_cached("SELECT hash FROM audit_events WHERE seq = ?1")
-                .and_then(|mut st| st.query_row([old.seq], |r| r.get(0)).optional())
+                .prepare_cached("SELECT (SELECT hash FROM audit_events WHERE seq = ?1), (SELECT MIN(seq) FROM audit_events)")
+                .and_then(|mut st| st.query_row([old.seq], |r| Ok((r.get(0)?, r.get(1)?))))
                 .map_err(db("head"))?;
-            Ok(h.as_deref() == Some(old.hash.as_str()))
+            Ok(h.as_deref() == Some(old.hash.as_str()) || first.is_some_and(|f| old.seq < f))
         })
     }
 

@@ -1,6 +1,7 @@
 //! Profiles and the configuration file that declares them (TOML), parsed once into
-//! validated values. The built-in profiles are themselves TOML (`defaults.toml`), parsed by
-//! the same code, so `sandbox profiles show` prints exactly what runs.
+//! validated values. The built-in profiles are themselves TOML (`defaults.toml`), read from
+//! the JSON the build makes of it into the same types (a test checks it equals the validated
+//! parse of the TOML), so `sandbox profiles show` prints exactly what runs.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

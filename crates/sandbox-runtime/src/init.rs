@@ -73,10 +73,13 @@ fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream, loopback: bool) -> Re
     let program = step(
         "fork",
         sys::spawn_exec(&mut || {
-            let StepError { step: name, message } = match exec_program(spec) {
+            // A panic is caught here, so that the Failed event is sent and the panic count in
+            // the memory shared with init is back to zero when the child leaves.
+            let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match exec_program(spec) {
                 Err(e) => e,
                 Ok(never) => match never {},
-            };
+            }));
+            let StepError { step: name, message } = failed.unwrap_or_else(|_| StepError::new("exec", "the program's set-up panicked"));
             send(ctl, &Event::Failed { step: name.into(), message });
             sys::exit_now(127)
         }),

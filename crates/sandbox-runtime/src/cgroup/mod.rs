@@ -176,7 +176,8 @@ impl Layout {
     /// - `/sys/fs/cgroup` a cgroup2 mount whose `cgroup.controllers` offers memory, cpu and
     ///   pids: v2 there (no v1 hierarchy can hold memory then: a controller sits in one
     ///   hierarchy).
-    /// - else, when `/proc/self/cgroup` shows memory, cpu, cpuacct and pids on v1 hierarchies,
+    /// - else, when `/sys/fs/cgroup` is a tmpfs and `/proc/self/cgroup` shows memory, cpu,
+    ///   cpuacct and pids on v1 hierarchies,
     ///   `/sys/fs/cgroup/{memory,cpu,cpuacct,pids}` each a cgroup (v1) mount holding its
     ///   controller: v1. A root cgroup shows its controller by a control file only it has
     ///   (`memory.limit_in_bytes`, `cpu.cfs_quota_us`, `cpuacct.usage`); the pids controller
@@ -187,11 +188,18 @@ impl Layout {
     pub fn at_usual_places(probe: &UsualPlaces<'_>) -> Option<Self> {
         const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
         const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+        const TMPFS_MAGIC: i64 = 0x0102_1994;
         let root = Path::new("/sys/fs/cgroup");
-        if (probe.fs_type)(root)? == CGROUP2_SUPER_MAGIC {
+        let root_type = (probe.fs_type)(root)?;
+        if root_type == CGROUP2_SUPER_MAGIC {
             let have = (probe.controllers)(root)?;
             let have: Vec<&str> = have.split_whitespace().collect();
             return ["memory", "cpu", "pids"].iter().all(|c| have.contains(c)).then(|| Self::V2 { root: root.to_owned() });
+        }
+        // v1 hierarchies are mounted on a tmpfs there; below anything else (one hierarchy
+        // mounted at /sys/fs/cgroup itself), a directory of its type need not be a mount.
+        if root_type != TMPFS_MAGIC {
+            return None;
         }
         // "4:memory:/user.slice": hierarchy 0 is v2's.
         let on_v1 = (probe.self_cgroup)()?

@@ -243,6 +243,10 @@ fn anything_unexpected_at_the_usual_places_leaves_it_to_mountinfo() {
     // A link that leaves /sys/fs/cgroup.
     assert_eq!(described(&full(("pids", V1, &[])), &[("pids", "../elsewhere/pids")], ""), None);
     assert_eq!(described(&full(("pids", V1, &[])), &[("pids", "/mnt/pids")], ""), None);
+    // One v1 hierarchy mounted at /sys/fs/cgroup itself: its child cgroups are no mounts.
+    let mut on_v1 = full(("pids", V1, &[])).to_vec();
+    on_v1.push(("", V1, &[][..]));
+    assert_eq!(described(&on_v1, &[], ""), None);
     // A v2 root without a controller (hybrid hosts with memory on v2 go to mountinfo too).
     assert_eq!(described(&[("", V2, &[][..])], &[], "cpu io memory"), None);
 }
