@@ -4,7 +4,8 @@
 # guest stage (scripts/v2-guest/ci.sh), the container image stage (deploy/image/test.sh), the
 # fuzz targets briefly (scripts/fuzz.sh), a short soak (bench/soak.sh), the TypeScript and Python
 # SDKs against a real `sandbox serve`, the MCP server through the official Python MCP SDK, the
-# multi-node test and the Helm chart's validation on paper (deploy/helm/validate.sh). Ends with one
+# multi-node test and the Helm chart's validation on paper (deploy/helm/validate.sh); after the
+# Rust suites, that they left nothing on the host (scripts/host-leftovers.sh). Ends with one
 # summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,10 @@ SANDBOX_TEST_POSTGRES_URL="$(bash scripts/test-postgres.sh start "$pgdir")"
 export SANDBOX_TEST_POSTGRES_URL
 export SANDBOX_BIN="$PWD/target/debug/sandbox"
 status=0
+# What the Rust suites leave on the host (execution mounts, cgroups, sandbox processes): none.
+leftovers="$(mktemp)"
+trap 'rm -f "$log" "$leftovers"; bash scripts/test-postgres.sh stop "$pgdir"' EXIT
+bash scripts/host-leftovers.sh snapshot "$leftovers"
 cargo test --workspace 2>&1 | tee "$log" || status=1
 # The attack, limit, timeout, file, harness and real-world-case tests, and the Debian base's, again, every Python
 # execution forked from a warm template (`sandbox run --warm`): same expected outcomes.
@@ -35,6 +40,7 @@ SANDBOX_TEST_WARM=pool cargo test -p sandbox --test it -- attacks:: limits:: tim
 # And with every Python execution in a child its template forked and sandboxed before the
 # request (`sandbox run --warm=prefork`; python-analysis's own warm start under `sandbox serve`).
 SANDBOX_TEST_WARM=prefork cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: 2>&1 | tee -a "$log" || status=1
+bash scripts/host-leftovers.sh check "$leftovers" 2>&1 | tee -a "$log" || status=1
 # Fuzzing (issue 12, item 11): every fuzz target of fuzz/ for 25 s from its recorded corpus.
 bash scripts/fuzz.sh 25 2>&1 | tee -a "$log" || status=1
 # Soak (item 12), short: 500 executions of the mix through the debug `sandbox serve`, then the

@@ -471,8 +471,8 @@ impl Templates {
     /// ([`crate::prepare::installation`], looked at every [`WATCH_INSTALLATION_EVERY`]), it
     /// starts the profile's next template, which retires `t` once ready. Without it a template
     /// that idled past its age was replaced only at the next checkout, which then ran cold: the
-    /// first data-analyst request after an idle hour took ~1.3 s instead of ~0.2. Ends when `t`
-    /// is retired or replaced, or at shutdown.
+    /// first data-analyst request after an idle hour took ~0.55 s instead of ~0.08
+    /// (`bench/warm.sh`). Ends when `t` is retired or replaced, or at shutdown.
     fn watch(self: &Arc<Self>, profile: String, t: Arc<Template>) {
         let me = Arc::clone(self);
         let spawned = std::thread::Builder::new().name(format!("template-age-{profile}")).spawn(move || {
