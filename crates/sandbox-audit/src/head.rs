@@ -19,9 +19,9 @@
 //! writes) fails its check and is passed over, and the other holds the previous mark; with
 //! both slots written back at once, a device that tears sectors could tear both, and the log
 //! then refuses appends until the file is removed. The window is the writeback's: without
-//! periodic writeback (`vm.dirty_writeback_centisecs` 0) it lasts until the next sync. The mark is the valid slot
-//! with the higher `seq`. A file of the earlier format (one JSON mark line, no check) reads as
-//! its slot 0.
+//! periodic writeback (`vm.dirty_writeback_centisecs` 0) it lasts until the next sync. The mark
+//! is the valid slot with the higher `seq`. A file of the earlier format (one JSON mark line, no
+//! check) reads as its slot 0.
 //!
 //! A hash chain cannot see its own tail cut off: deleting the newest events leaves a shorter
 //! chain that still verifies. The head file remembers how far the chain reached, so `verify`
