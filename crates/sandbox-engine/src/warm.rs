@@ -191,7 +191,13 @@ impl Template {
     /// `max_age`): its replacement starts now, so that it is ready when this one is worn out.
     fn due(&self) -> bool {
         let forks = self.forks.load(Ordering::Relaxed).saturating_add(self.checkouts.load(Ordering::SeqCst) as u64);
-        forks >= self.max_forks.saturating_sub((self.max_forks / 10).max(1)) || self.started.elapsed() >= self.max_age - self.max_age / 10
+        forks >= self.max_forks.saturating_sub((self.max_forks / 10).max(1)) || Instant::now() >= self.replace_at()
+    }
+
+    /// When its age makes it [`Template::due`]: at 90% of `max_age` (its watch starts the
+    /// replacement then, idle or not: [`Templates::watch`]).
+    fn replace_at(&self) -> Instant {
+        self.started + (self.max_age - self.max_age / 10)
     }
 
     /// Kills the whole template sandbox, and with it every execution it forked that still runs.
@@ -476,7 +482,7 @@ impl Templates {
     fn watch(self: &Arc<Self>, profile: String, t: Arc<Template>) {
         let me = Arc::clone(self);
         let spawned = std::thread::Builder::new().name(format!("template-age-{profile}")).spawn(move || {
-            let due_at = t.started + (t.max_age - t.max_age / 10);
+            let due_at = t.replace_at();
             let mut look_at = Instant::now() + WATCH_INSTALLATION_EVERY;
             loop {
                 if me.closing.load(Ordering::SeqCst) || t.retired.load(Ordering::SeqCst) {

@@ -43,7 +43,7 @@ pub enum Layout {
 pub struct UsualPlaces<'a> {
     /// The file system type (`statfs(2)`'s `f_type`) of the mount holding a path; `None` when it
     /// cannot be read.
-    pub fs_type: &'a dyn Fn(&Path) -> Option<i64>,
+    pub fs_type: &'a dyn Fn(&Path) -> Option<nix::sys::statfs::FsType>,
     /// Whether a path exists (not followed if it is a link).
     pub exists: &'a dyn Fn(&Path) -> bool,
     /// The target of a path that is a symbolic link; `None` for anything else.
@@ -64,10 +64,8 @@ fn host_self_cgroup() -> Option<String> {
     fs::read_to_string("/proc/self/cgroup").ok()
 }
 
-// `f_type` is `__fsword_t`: i64 on x86-64, narrower on some targets.
-#[allow(clippy::unnecessary_cast)]
-fn host_fs_type(p: &Path) -> Option<i64> {
-    nix::sys::statfs::statfs(p).ok().map(|s| s.filesystem_type().0 as i64)
+fn host_fs_type(p: &Path) -> Option<nix::sys::statfs::FsType> {
+    nix::sys::statfs::statfs(p).ok().map(|s| s.filesystem_type())
 }
 
 fn host_exists(p: &Path) -> bool {
@@ -186,9 +184,7 @@ impl Layout {
     ///   mount point mountinfo names, so that co-mounted controllers get one path (and one
     ///   directory per execution).
     pub fn at_usual_places(probe: &UsualPlaces<'_>) -> Option<Self> {
-        const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
-        const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-        const TMPFS_MAGIC: i64 = 0x0102_1994;
+        use nix::sys::statfs::{CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC, TMPFS_MAGIC};
         let root = Path::new("/sys/fs/cgroup");
         let root_type = (probe.fs_type)(root)?;
         if root_type == CGROUP2_SUPER_MAGIC {

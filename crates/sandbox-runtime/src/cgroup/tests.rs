@@ -170,16 +170,16 @@ fn v2_nested_parent_enables_controllers_at_every_level() {
 
 /// A host described by its mounts under /sys/fs/cgroup: (name, f_type, control files) and
 /// symbolic links (name, target).
-fn described(mounts: &[(&str, i64, &[&str])], links: &[(&str, &str)], v2_controllers: &str) -> Option<Layout> {
+fn described(mounts: &[(&str, FsType, &[&str])], links: &[(&str, &str)], v2_controllers: &str) -> Option<Layout> {
     described_with(mounts, links, v2_controllers, "5:pids:/\n4:memory:/\n3:cpuacct:/\n2:cpu:/\n0::/\n")
 }
 
-fn described_with(mounts: &[(&str, i64, &[&str])], links: &[(&str, &str)], v2_controllers: &str, self_cgroup: &str) -> Option<Layout> {
+fn described_with(mounts: &[(&str, FsType, &[&str])], links: &[(&str, &str)], v2_controllers: &str, self_cgroup: &str) -> Option<Layout> {
     let root = Path::new("/sys/fs/cgroup");
     let name_of = |p: &Path| p.strip_prefix(root).ok().map(|r| r.to_string_lossy().into_owned());
     let fs_type = |p: &Path| {
         if p == root {
-            return mounts.iter().find(|m| m.0.is_empty()).map(|m| m.1).or(Some(0x0102_1994));
+            return mounts.iter().find(|m| m.0.is_empty()).map(|m| m.1).or(Some(TMPFS));
         }
         let name = name_of(p)?;
         mounts.iter().find(|m| m.0 == name).map(|m| m.1)
@@ -194,8 +194,7 @@ fn described_with(mounts: &[(&str, i64, &[&str])], links: &[(&str, &str)], v2_co
     Layout::at_usual_places(&UsualPlaces { fs_type: &fs_type, exists: &exists, read_link: &read_link, controllers: &controllers, self_cgroup: &self_cgroup })
 }
 
-const V1: i64 = 0x0027_e0eb;
-const V2: i64 = 0x6367_7270;
+use nix::sys::statfs::{FsType, CGROUP2_SUPER_MAGIC as V2, CGROUP_SUPER_MAGIC as V1, TMPFS_MAGIC as TMPFS};
 
 #[test]
 fn the_usual_places_find_what_mountinfo_finds() {
@@ -229,13 +228,13 @@ fn the_usual_places_find_what_mountinfo_finds() {
 
 #[test]
 fn anything_unexpected_at_the_usual_places_leaves_it_to_mountinfo() {
-    let full = |pids: (&'static str, i64, &'static [&'static str])| {
+    let full = |pids: (&'static str, FsType, &'static [&'static str])| {
         [("memory", V1, &["memory.limit_in_bytes"][..]), ("cpu", V1, &["cpu.cfs_quota_us"][..]), ("cpuacct", V1, &["cpuacct.usage"][..]), pids]
     };
     assert!(described(&full(("pids", V1, &[])), &[], "").is_some());
     // A controller's directory missing, or not a v1 mount, or a mount without its file.
     assert_eq!(described(&full(("pidz", V1, &[])), &[], ""), None);
-    assert_eq!(described(&full(("pids", 0x0102_1994, &[])), &[], ""), None);
+    assert_eq!(described(&full(("pids", TMPFS, &[])), &[], ""), None);
     let no_file = [("memory", V1, &["tasks"][..]), ("cpu", V1, &["cpu.cfs_quota_us"][..]), ("cpuacct", V1, &["cpuacct.usage"][..]), ("pids", V1, &[][..])];
     assert_eq!(described(&no_file, &[], ""), None);
     // pids on no v1 hierarchy (on v2 beside v1 memory), whatever is mounted under its name.
