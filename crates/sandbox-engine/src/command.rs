@@ -44,6 +44,37 @@ pub fn harness_files(language: Language) -> &'static [(&'static str, &'static st
     }
 }
 
+/// Python's start when the harness has bytecode in [`CODE_DIR`] (`crate::bytecode`): run by
+/// `python -B -c BOOT MODE`, it loads `_sandbox_harness.pyc` when its magic number is this
+/// interpreter's (else compiles `_sandbox_harness.py`, there too) and runs it as the harness
+/// script would run: in `__main__`, with [`CODE_DIR`] first on `sys.path` where `-c` put the
+/// working directory (not at all under `PYTHONSAFEPATH`, as for a script).
+pub const BOOT: &str = r#"import sys
+if sys.path and sys.path[0] == '':
+    sys.path[0] = '/code'
+try:
+    import marshal
+    from _frozen_importlib_external import MAGIC_NUMBER
+    with open('/code/_sandbox_harness.pyc', 'rb') as f:
+        _code = f.read()
+    _code = marshal.loads(memoryview(_code)[16:]) if _code[:4] == MAGIC_NUMBER else None
+except Exception:
+    _code = None
+if _code is None:
+    with open('/code/_sandbox_harness.py', encoding='utf-8') as f:
+        _code = compile(f.read(), '/code/_sandbox_harness.py', 'exec', dont_inherit=True)
+exec(_code)
+"#;
+
+/// `argv` of a Python harness run ([`program_command`]: `python -B /code/_sandbox_harness.py
+/// MODE`) started by [`BOOT`] instead: `python -B -c BOOT MODE`.
+pub(crate) fn booted(mut argv: Vec<String>) -> Vec<String> {
+    if argv.len() == 4 && argv[1] == "-B" && argv[2] == format!("{CODE_DIR}/{}", harness_source(Language::Python).0) {
+        argv.splice(2..3, ["-c".to_owned(), BOOT.to_owned()]);
+    }
+    argv
+}
+
 /// A warm template's script (Python): imports the environment's `preload` modules, then forks
 /// one child per execution (see `harness/template.py`).
 pub const TEMPLATE_SOURCE: (&str, &str) = ("_sandbox_template.py", include_str!("harness/template.py"));
@@ -139,6 +170,13 @@ pub fn template_command(profile: &Profile, config: &Config, preload: &[String], 
 }
 
 /// Whether `profile`'s environment sits on a base other than the host's.
+/// The host interpreter that runs `profile`'s Python programs, bound at the same path: `[runtime]
+/// python` unless the profile's environment sits on a base (whose interpreter is inside its
+/// root, never run on the host).
+pub(crate) fn host_python(config: &Config, profile: &Profile) -> Option<std::path::PathBuf> {
+    (!on_base(config, profile)).then(|| config.runtime.python.clone())
+}
+
 fn on_base(config: &Config, profile: &Profile) -> bool {
     profile.environment.as_ref().and_then(|e| config.environments.get(e)).and_then(crate::base::base_of).is_some()
 }

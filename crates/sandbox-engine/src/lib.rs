@@ -8,6 +8,7 @@
 //! everything down: the per-execution state cleans up in `Drop`.
 
 pub mod base;
+mod bytecode;
 mod collect;
 mod command;
 pub mod environment;

@@ -21,7 +21,7 @@ use sandbox_runtime::cgroup::{self, Cgroup, Layout, Usage};
 use sandbox_runtime::process::{parent_of, Owner};
 use sandbox_runtime::spec::{BindMount, Rlimits, RootFile, SpawnSpec, SANDBOX_UID, UID_SLOTS};
 
-use crate::command::{code_file, harness_files, program_command, CODE_DIR, INPUT_FILE};
+use crate::command::{booted, code_file, harness_files, host_python, program_command, CODE_DIR, INPUT_FILE};
 use crate::EngineOptions;
 
 /// Host files under /etc bound read-only into every sandbox.
@@ -139,8 +139,23 @@ impl Prepared {
     pub(crate) fn new(opts: &EngineOptions, layout: &Layout, id: &str, a: &Admitted, code: &str) -> Result<Self, PrepareError> {
         let mut p = Self::create(opts, layout, id, &a.profile)?;
         p.write_inputs(a, opts.config.runtime.uid_base)?;
-        let (argv, env) = program_command(a, &opts.config);
-        let files = root_files(a.language, p.uid.uid(), Some((code, a.input_json.as_deref())));
+        let (mut argv, env) = program_command(a, &opts.config);
+        let mut files = root_files(a.language, p.uid.uid(), Some((code, a.input_json.as_deref())));
+        // A Python harness with bytecode for the host's interpreter starts from it (see
+        // crate::bytecode): beside the harness's source in /code, its `.pyc`; beside the rest of
+        // the harness's, its own for the function harness, which always loads it (~25 kB: a
+        // script run that fails compiles its source instead of every run carrying it).
+        let compiled = (a.language == Language::Python).then(|| host_python(&opts.config, &a.profile)).flatten();
+        if let Some(compiled) = compiled.and_then(|python| crate::bytecode::harness(&opts.data_dir, &python)) {
+            argv = booted(argv);
+            let wanted = if a.harness == sandbox_core::wire::Harness::Function { compiled.len() } else { 1 };
+            let names = harness_files(Language::Python).iter().map(|(name, _)| name);
+            files.extend(names.zip(compiled.iter()).take(wanted).map(|(name, pyc)| RootFile {
+                sandbox_path: format!("{CODE_DIR}/{name}c"),
+                content: pyc.clone(),
+                mode: 0o444,
+            }));
+        }
         let spec = p.spec_for(opts, &a.profile, a.language, files, argv, env)?;
         p.spec = spec;
         Ok(p)
@@ -343,7 +358,7 @@ impl Prepared {
         if spec.tun {
             // The engine answers DNS at the gateway of the sandbox's TUN (sandbox-network).
             let resolver = format!("nameserver {}\noptions timeout:2 attempts:2\n", sandbox_runtime::tun::GATEWAY_IPV4);
-            spec.root_files.iter_mut().filter(|f| f.sandbox_path == "/etc/resolv.conf").for_each(|f| f.content = resolver.clone());
+            spec.root_files.iter_mut().filter(|f| f.sandbox_path == "/etc/resolv.conf").for_each(|f| f.content = resolver.clone().into_bytes());
         }
         Ok(spec)
     }
@@ -697,7 +712,7 @@ pub(crate) fn runtime_mounts(opts: &EngineOptions, profile: &sandbox_core::Profi
 /// The synthesized /etc, the harness and, unless this is a template's root, the code file and
 /// the function's input. `uid` is the program's uid (named `sandbox` in /etc/passwd).
 pub(crate) fn root_files(language: Language, uid: u32, code: Option<(&str, Option<&str>)>) -> Vec<RootFile> {
-    let f = |path: &str, content: &str, mode: u32| RootFile { sandbox_path: path.into(), content: content.into(), mode };
+    let f = |path: &str, content: &str, mode: u32| RootFile { sandbox_path: path.into(), content: content.as_bytes().to_vec(), mode };
     let passwd = format!(
         "root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{SANDBOX_UID}:sandbox:/tmp:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
     );

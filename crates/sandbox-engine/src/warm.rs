@@ -619,7 +619,7 @@ impl Templates {
         let mut files = root_files(Language::Python, sandbox_runtime::spec::SANDBOX_UID, None);
         files.push(sandbox_runtime::spec::RootFile {
             sandbox_path: format!("{CODE_DIR}/{}", TEMPLATE_SOURCE.0),
-            content: TEMPLATE_SOURCE.1.to_owned(),
+            content: TEMPLATE_SOURCE.1.as_bytes().to_vec(),
             mode: 0o444,
         });
         let mut mounts = runtime_mounts(&self.opts, profile, Language::Python).map_err(|e| e.to_string())?;

@@ -84,7 +84,7 @@ pub(crate) fn build(spec: &SpawnSpec) -> Result<(), StepError> {
             made.push(parent.to_owned());
         }
         let mut file = step("root_file", &path, fs::File::create(&path))?;
-        step("root_file", &path, std::io::Write::write_all(&mut file, f.content.as_bytes()))?;
+        step("root_file", &path, std::io::Write::write_all(&mut file, &f.content))?;
         step("root_file", &path, file.set_permissions(fs::Permissions::from_mode(f.mode)))?;
     }
     // UTC unless the program sets TZ.

@@ -191,10 +191,40 @@ impl SpawnSpec {
 pub struct RootFile {
     /// Absolute path inside the sandbox, e.g. `/etc/passwd`.
     pub sandbox_path: String,
-    /// Content (UTF-8).
-    pub content: String,
+    /// Content, any bytes (in the spec's JSON a string when it is UTF-8, else
+    /// `{"base64": "..."}`, RFC 4648 standard alphabet: a harness's bytecode).
+    #[serde(with = "text_or_base64")]
+    pub content: Vec<u8>,
     /// Permission bits, e.g. `0o444`.
     pub mode: u32,
+}
+
+/// [`RootFile::content`] in JSON: text as a string (most files: /etc, code, harness), other
+/// bytes as `{"base64": "..."}`, so that neither pays for the other's encoding.
+mod text_or_base64 {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Content {
+        Text(String),
+        Binary { base64: String },
+    }
+
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => s.serialize_str(text),
+            Err(_) => Content::Binary { base64: base64::engine::general_purpose::STANDARD.encode(bytes) }.serialize(s),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        match Content::deserialize(d)? {
+            Content::Text(text) => Ok(text.into_bytes()),
+            Content::Binary { base64 } => base64::engine::general_purpose::STANDARD.decode(base64).map_err(serde::de::Error::custom),
+        }
+    }
 }
 
 /// An extra host directory bound into the sandbox.

@@ -9,8 +9,10 @@ caller's code: the harness's own frames are cut, so line numbers are the caller'
 Nothing is imported before the caller's code runs but what the interpreter has already loaded
 (`json`, `traceback` and friends are imported on the way out, when they are needed), and this
 file holds only what a script run needs: the rest (errors, the function harness, warm starts) is
-in _sandbox_harness_lib.py, compiled only when a run needs it (a cold script run that succeeds
-saves its ~3 ms). A warm template imports this file as a module and calls `run(mode)` in each
+in _sandbox_harness_lib.py, loaded only when a run needs it (a cold script run that succeeds
+saves its ~3 ms). A cold run on the host's interpreter starts this file from the bytecode the
+service compiled (`python -B -c BOOT MODE`, BOOT in command.rs; `code_of` loads the rest the
+same way), else runs it as the script. A warm template imports this file as a module and calls `run(mode)` in each
 forked child; a template or a pooled sandbox has loaded the rest, and imported what it uses,
 while it waited, off the caller's clock.
 
@@ -60,7 +62,7 @@ def run(mode):
     try:
         with open(PATH, encoding="utf-8") as f:
             source = f.read()
-        code = compile(source, PATH, "exec", dont_inherit=True)
+        code = compiled(source, PATH)
         name = "__main__" if mode == "script" else "main"
         module = type(sys)(name)
         module.__file__ = PATH
@@ -77,6 +79,54 @@ def run(mode):
     lib().report(result, side)
 
 
+class _Taken(BaseException):
+    """Raised by compiled()'s trace function: the module code is taken, not run."""
+
+
+def compiled(source, path):
+    """`source` compiled as the module code of file `path`, as `compile(source, path, "exec",
+    dont_inherit=True)` does, mostly without calling `compile()`: its first call in a process
+    builds every AST node type (CPython's `PyAST_Check`, ~0.5 ms on this machine kind), which a
+    bare `python3 script.py` never pays. `exec` compiles the source as "<string>" (no AST
+    types); a trace function takes the module's code as its frame starts, before its first
+    instruction runs; `_imp._fix_co_filename` (as importlib does for a cached module) names
+    `path` in it and in every code object it holds. A compile-time warning would name
+    "<string>": warnings are errors meanwhile (the compiler turns one into a SyntaxError), and
+    any SyntaxError compiles again with `compile()`, which warns and fails as it always did (as
+    does an interpreter whose `_warnings` has no `filters` list or `_filters_mutated`)."""
+    import _imp
+    import _warnings
+
+    filters, mutated = getattr(_warnings, "filters", None), getattr(_warnings, "_filters_mutated", None)
+    if not isinstance(filters, list) or mutated is None:
+        return compile(source, path, "exec", dont_inherit=True)
+    taken = []
+
+    def take(frame, event, arg):
+        taken.append(frame.f_code)
+        raise _Taken
+
+    strict = ("error", None, Warning, None, 0)
+    filters.insert(0, strict)
+    mutated()
+    sys.settrace(take)
+    try:
+        exec(source, {})
+    except _Taken:
+        pass
+    except SyntaxError:
+        taken.clear()
+    finally:
+        sys.settrace(None)
+        filters.remove(strict)
+        mutated()
+    if not taken:
+        return compile(source, path, "exec", dont_inherit=True)
+    code = taken[0]
+    _imp._fix_co_filename(code, path)
+    return code
+
+
 def lib():
     """The rest of the harness, loaded from its file on first use (by path, not from sys.path,
     which the caller's code may have changed)."""
@@ -84,10 +134,27 @@ def lib():
     if module is None:
         module = type(sys)("_sandbox_harness_lib")
         module.__file__ = LIB
-        with open(LIB, encoding="utf-8") as f:
-            exec(compile(f.read(), LIB, "exec", dont_inherit=True), module.__dict__)
+        exec(code_of(LIB), module.__dict__)
         sys.modules["_sandbox_harness_lib"] = module
     return module
+
+
+def code_of(path):
+    """The module code of harness file `path`: its bytecode beside it (`path` + "c", which the
+    service compiled with this host's interpreter) when that is this interpreter's (its magic
+    number) and loads, else its source, compiled."""
+    try:
+        import marshal
+        from _frozen_importlib_external import MAGIC_NUMBER
+
+        with open(path + "c", "rb") as f:
+            data = f.read()
+        if data[:4] == MAGIC_NUMBER:
+            return marshal.loads(memoryview(data)[16:])
+    except Exception:  # noqa: BLE001 - missing, unreadable or not bytecode: the source serves
+        pass
+    with open(path, encoding="utf-8") as f:
+        return compiled(f.read(), path)
 
 
 if __name__ == "__main__":

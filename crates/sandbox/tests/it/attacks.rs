@@ -939,3 +939,26 @@ fn a_program_finds_no_host_path_in_its_own_memory() {
     assert_eq!(r.status(), "ok", "{r:?}");
     assert_eq!(r.stdout(), "regions True\nfound []\n", "{r:?}");
 }
+
+/// The harness's bytecode is the service's: a program cannot write, replace or remove the copy
+/// in its /code (read-only), does not see the data directory's cache, and the next cold run
+/// loads exactly the cached bytes.
+#[test]
+fn a_program_cannot_alter_the_harness_bytecode_a_later_run_loads() {
+    let lines = attempt(
+        "import os\n\
+         for what, act in [('write', lambda: open('/code/_sandbox_harness.pyc', 'r+b')), ('create', lambda: open('/code/_sandbox_harness.pyc.new', 'wb')),\n\
+                           ('chmod', lambda: os.chmod('/code/_sandbox_harness.pyc', 0o666)), ('remove', lambda: os.remove('/code/_sandbox_harness.pyc'))]:\n    \
+             try:\n        act()\n        print(what, 'done')\n    except OSError as e:\n        print(what, e.errno in (13, 30) or (e.errno == 2 and what != 'create'))\n\
+         print('cache', any('bytecode' in l for l in open('/proc/self/mountinfo')))\n",
+    );
+    assert_eq!(lines, ["write True", "create True", "chmod True", "remove True", "cache False"]);
+    // A cold run (in every mode) after it: its harness bytecode is the cache's, byte for byte.
+    let out = sandbox(&["run", "--json", "-c", "import hashlib\nprint(hashlib.sha256(open('/code/_sandbox_harness.pyc', 'rb').read()).hexdigest())"])
+        .output()
+        .unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (_, pycs) = super::harness::harness_bytecode(&env().data);
+    use sha2::Digest as _;
+    assert_eq!(r["stdout"].as_str(), Some(format!("{}\n", hex::encode(sha2::Sha256::digest(&pycs[0]))).as_str()), "{r}");
+}

@@ -148,6 +148,80 @@ fn input_modules_import_from_the_workspace_after_the_standard_library() {
     assert_eq!((r.status(), r.stdout()), ("ok", "42 [1] 1\n"), "{r:?}");
 }
 
+/// The harness compiles the caller's code without `compile()` (whose first call costs a cold
+/// start ~0.5 ms): what the code sees must be what `compile(source, "/code/main.py")` gives.
+#[test]
+fn python_code_is_compiled_as_its_file_with_its_warnings_and_futures() {
+    let code = "from __future__ import annotations\nimport sys, warnings\n\
+                def f(x: Undefined) -> None:\n    return (lambda: 0).__code__.co_filename\n\
+                class C:\n    def m(self):\n        return sys._getframe().f_code.co_filename\n\
+                print(f(1), C().m(), f.__annotations__)\n\
+                print(sys.gettrace(), [w for w in warnings.filters if w[0] == 'error'])\n\
+                same = 1 is 1\n";
+    let r = run("python-default", code, &[]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert_eq!(r.stdout(), "/code/main.py /code/main.py {'x': 'Undefined', 'return': 'None'}\nNone []\n", "{r:?}");
+    // The compiler's warning names the file and line, as `python3 main.py` prints it.
+    assert!(r.stderr_of_program().contains("/code/main.py:10: SyntaxWarning"), "{r:?}");
+    // Warnings made errors turn that one into a SyntaxError at its line, as compile() does
+    // (cold in every mode: the interpreter reads PYTHONWARNINGS as it starts).
+    let out = sandbox(&["run", "--json", "--profile", "python-default", "-c", code, "--env", "PYTHONWARNINGS=error"]).output().unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let e = &r["error"];
+    assert_eq!((r["status"].as_str(), e["type"].as_str(), e["line"].as_u64()), (Some("error"), Some("SyntaxError"), Some(10)), "{r:?}");
+}
+
+/// The `.pyc` files framed in a harness bytecode cache file (`<data>/bytecode/harness-*.bin`:
+/// each an 8-byte little-endian length, then the bytes), and the file's path.
+pub fn harness_bytecode(data: &std::path::Path) -> (std::path::PathBuf, Vec<Vec<u8>>) {
+    let files: Vec<_> = std::fs::read_dir(data.join("bytecode")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "one cache file: {files:?}");
+    let (mut bytes, mut pycs) = (std::fs::read(&files[0]).unwrap().as_slice().to_vec(), Vec::new());
+    while !bytes.is_empty() {
+        let len = usize::try_from(u64::from_le_bytes(bytes[..8].try_into().unwrap())).unwrap();
+        pycs.push(bytes[8..8 + len].to_vec());
+        bytes.drain(..8 + len);
+    }
+    (files[0].clone(), pycs)
+}
+
+/// A cold Python run starts from the harness's bytecode, compiled once by the host's interpreter
+/// and kept owner-only in the data directory; bytecode that is not this interpreter's (here its
+/// magic number altered) is passed over for the source, in both harnesses.
+#[test]
+fn python_cold_runs_start_from_the_harness_bytecode_and_fall_back_to_its_source() {
+    let data = tempfile::Builder::new().prefix("sandbox-it-bytecode-").tempdir_in("/tmp").unwrap();
+    std::fs::set_permissions(data.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cold = |code: &str, extra: &[&str]| -> Value {
+        let mut c = Command::new(bin());
+        c.arg("--config").arg(&env().config).arg("--data-dir").arg(data.path()).args(["run", "--json", "-c", code]).args(extra);
+        let out = c.output().unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let probe = "import os, sys\nprint(sys.orig_argv[1:3], sys.path[0], sorted(f for f in os.listdir('/code') if f.endswith('.pyc')))\n";
+    let r = cold(probe, &[]);
+    assert_eq!(r["stdout"], "['-B', '-c'] /code ['_sandbox_harness.pyc']\n", "{r}");
+    let (file, pycs) = harness_bytecode(data.path());
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::metadata(data.path().join("bytecode")).unwrap().permissions().mode() & 0o777, 0o700);
+    // The function harness carries the rest of the harness's bytecode too.
+    let r = cold("import os\ndef main(x):\n    return sorted(f for f in os.listdir('/code') if f.endswith('.pyc'))\n", &["--harness", "function"]);
+    assert_eq!(r["returnData"], serde_json::json!(["_sandbox_harness.pyc", "_sandbox_harness_lib.pyc"]), "{r}");
+    // Another interpreter's bytecode, as far as the magic number says.
+    let mut framed = Vec::new();
+    for mut pyc in pycs {
+        pyc[0] ^= 0x55;
+        framed.extend((pyc.len() as u64).to_le_bytes());
+        framed.extend(pyc);
+    }
+    std::fs::write(&file, framed).unwrap();
+    let r = cold("import sys\nprint(sys.orig_argv[2])\nraise KeyError(7)\n", &[]);
+    assert_eq!((r["stdout"].as_str(), r["error"]["type"].as_str(), r["error"]["line"].as_u64()), (Some("-c\n"), Some("KeyError"), Some(3)), "{r}");
+    let r = cold("def main(x):\n    return {'n': 1}\n", &["--harness", "function"]);
+    assert_eq!(r["returnData"], serde_json::json!({"n": 1}), "{r}");
+}
+
 #[test]
 fn python_syntax_error_has_line_and_column() {
     let r = run("python-default", "x = 1\ny = (\nprint(x)\nz = ]\n", &[]);
