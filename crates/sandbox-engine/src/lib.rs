@@ -679,7 +679,10 @@ impl Engine {
         let (prepared, member, mut admitted, code) = {
             let (opts, layout, id, pools, templates) =
                 (self.opts.clone(), layout.clone(), id.to_owned(), self.pools.get().cloned(), self.templates.get().cloned());
-            off_worker(move || {
+            // Without pools or templates (`sandbox run`, cold) nothing here waits on another
+            // process: milliseconds, which `sandbox run`'s own thread spends without a hop.
+            let short = pools.is_none() && templates.is_none();
+            off_worker_unless_alone(short, move || {
                 if let Some((pools, mut m)) = pools.as_ref().and_then(|p| Some((p, p.checkout(&admitted)?))) {
                     match m.prepared_mut().fill_member(&opts, &admitted, &code) {
                         Ok(()) => {
@@ -743,11 +746,12 @@ impl Engine {
         }
         let collect_start = Instant::now();
         // The cgroup kill loop, usage and reading output files: on a blocking thread, so a slow
-        // file system stalls only this execution.
+        // file system stalls only this execution (on `sandbox run`'s own thread when init
+        // reported the end: no kill loop then, only reads).
         let prepared = prepared.into_inner();
         let ending = run.ending.take();
         let unreported = ending.is_none();
-        let (usage, files, prepared, admitted) = off_worker(move || {
+        let (usage, files, prepared, admitted) = off_worker_unless_alone(!unreported, move || {
             // After init's `Exited` no process of the sandbox but init runs (it reaped them
             // all): the usage and the files are final, and are read while init ends. Else
             // whatever still runs is killed first.
@@ -920,6 +924,19 @@ pub(crate) async fn off_worker<T: Send + 'static>(f: impl FnOnce() -> T + Send +
         Ok(v) => v,
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
+}
+
+/// Runs blocking `f` ([`off_worker`]) on this thread instead when `short` (it ends in
+/// milliseconds) and the runtime is single-threaded: `sandbox run`'s, which serves its one
+/// execution, and that waits for `f` anyway. A hop to a blocking thread and back, each a
+/// wake-up of a thread on the other core, cost a cold `sandbox run` ~0.2 ms on this machine
+/// kind (`bench/startup.sh`). Meanwhile the runtime's other tasks wait: `sandbox run` handles
+/// a SIGINT once `f` returns.
+pub(crate) async fn off_worker_unless_alone<T: Send + 'static>(short: bool, f: impl FnOnce() -> T + Send + 'static) -> T {
+    if short && tokio::runtime::Handle::try_current().is_ok_and(|rt| rt.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread) {
+        return f();
+    }
+    off_worker(f).await
 }
 
 /// Runs blocking `f` where it is called without copying its inputs, first letting a
