@@ -346,6 +346,10 @@ impl Recorder for AuditLog {
         self.leases
     }
 
+    fn local(&self) -> bool {
+        !self.leases
+    }
+
     fn keep_result(&self, owner: &str, result: &ExecutionResult, bytes: u64, keep_results: u64, keep_bytes: u64) -> Result<(), RecordError> {
         if !self.leases {
             return Ok(());

@@ -71,6 +71,13 @@ pub trait Recorder: Send + Sync {
     fn shares_results(&self) -> bool {
         false
     }
+    /// Whether the log is a file on this host (SQLite): an append is local writes and a sync,
+    /// milliseconds unless another process holds its write lock (up to its busy timeout, 10
+    /// s); `false` (the default): it may be a network away and wait without bound (PostgreSQL).
+    /// `sandbox run` writes a local log's `finish` on its own thread.
+    fn local(&self) -> bool {
+        false
+    }
     /// Keeps `result` for `owner` (a caller name) so that a later call reaching any node can
     /// read it (MCP's `resources/read` of an execution's files and streams). `bytes` is its
     /// size as counted against `keep_bytes`; the oldest kept results beyond `keep_results`

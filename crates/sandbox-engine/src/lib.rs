@@ -573,7 +573,8 @@ impl Engine {
         result.timing.queue_ms = queue_ms;
         result.duration_ms = queue_ms.saturating_add(ms(started.elapsed()));
         let (recorder, who) = (self.recorder.clone(), caller.to_owned());
-        let finish = off_worker(move || {
+        // A local log's append takes milliseconds: `sandbox run` waits for it on its own thread.
+        let finish = off_worker_unless_alone(self.recorder.local(), move || {
             let r = recorder.finish(&who, &result);
             (result, r)
         });

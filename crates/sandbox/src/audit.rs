@@ -209,6 +209,9 @@ impl Recorder for Opening {
     fn shares_results(&self) -> bool {
         self.log().is_ok_and(|log| log.shares_results())
     }
+    fn local(&self) -> bool {
+        self.log().is_ok_and(|log| log.local())
+    }
     fn keep_result(&self, owner: &str, result: &ExecutionResult, bytes: u64, keep_results: u64, keep_bytes: u64) -> Result<(), RecordError> {
         self.log()?.keep_result(owner, result, bytes, keep_results, keep_bytes)
     }

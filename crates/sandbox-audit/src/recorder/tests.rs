@@ -42,6 +42,7 @@ fn a_quota_holds_over_nodes_and_frees_its_place_at_finish() {
     // One node on SQLite: counted in the process.
     let dir = tempfile::tempdir().unwrap();
     let one = AuditLog::open(dir.path(), Caps::default()).unwrap();
+    assert!(one.local() && !one.shares_results(), "a file on this host");
     check(&one, "s1", &quota, false);
     check(&one, "s2", &quota, false);
     check(&one, "s3", &quota, true);
@@ -51,6 +52,7 @@ fn a_quota_holds_over_nodes_and_frees_its_place_at_finish() {
     assert_eq!(status(&one, "s3"), "running");
     let Some((_scratch, url)) = postgres_scratch() else { return };
     let (a, b) = (node(&url, "a", 10_000), node(&url, "b", 10_000));
+    assert!(!a.local() && a.shares_results(), "a database a network away");
     check(&a, "p1", &quota, false);
     check(&b, "p2", &quota, false);
     check(&a, "p3", &quota, true);
