@@ -3,14 +3,18 @@
 //! a `sandbox run -c pass` on this machine kind (CPython compiles ~70 lines in ~0.4 ms here).
 //!
 //! Who compiles it: the host's own interpreter (`[runtime] python`, which runs every profile on
-//! the host base), started as a package manager byte-compiles (Debian's `py3compile` runs as
-//! root): isolated (`-I`: no `PYTHON*` variables, no user site, no script directory on the
-//! path), without `site` (`-S`: no `.pth` file runs), with an empty environment, as `nobody`
-//! when the service is root (as itself when nobody cannot run it). It reads the harness's
-//! sources on stdin and writes bytecode on stdout; nothing of a caller's is involved.
+//! the host base and which the administrator installed), started as a package manager
+//! byte-compiles (Debian's `py3compile` runs as root), as the service's own user: isolated
+//! (`-I`: no `PYTHON*` variables, no user site, no script directory on the path), without
+//! `site` (`-S`: no `.pth` file runs), with an empty environment, in a process group of its own
+//! (a terminal's Ctrl-C to `sandbox run` does not reach it). It reads the harness's sources on
+//! stdin and writes bytecode on stdout; nothing of a caller's is involved, and no other user
+//! can touch the process (a uid shared with other daemons, such as `nobody`, could ptrace it).
 //! Interpreters inside a base's root (an image's Python) are never run on the host: their
-//! profiles keep compiling the source. A compile that fails leaves `harness-<key>.failed` (why)
-//! and is not retried for that key.
+//! profiles keep compiling the source. A compile that fails for good (the interpreter exits
+//! with an error, or writes something that is not bytecode) leaves `harness-<key>.failed`
+//! (why) and is not retried for that key; one that could not start, was killed or timed out is
+//! retried by a later run.
 //!
 //! Where it is kept: `<data dir>/bytecode/harness-<key>.bin`, owner only, the key a SHA-256 of
 //! the harness's sources and the interpreter's resolved path and identity (device, inode, size,
@@ -53,38 +57,82 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// the output is not bytecode): the run then compiles the source, as before. A failure is
 /// logged once per interpreter and process. Blocks (a file read, or ~20 ms to compile).
 pub(crate) fn harness(data_dir: &Path, python: &Path) -> Option<Compiled> {
-    static MEMO: OnceLock<Mutex<HashMap<[u8; 32], Option<Compiled>>>> = OnceLock::new();
     let (real, key) = key(python)?;
-    let memo = MEMO.get_or_init(Mutex::default);
-    if let Some(known) = memo.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key) {
+    if let Some(known) = lock(memo()).get(&key) {
         return known.clone();
     }
-    let name = format!("harness-{}", hex::encode(&key[..16]));
-    let (file, failed) = (data_dir.join("bytecode").join(format!("{name}.bin")), data_dir.join("bytecode").join(format!("{name}.failed")));
+    // One compile at a time in this process: concurrent first runs of `sandbox serve` wait for
+    // it instead of each starting an interpreter.
+    static COMPILING: Mutex<()> = Mutex::new(());
+    let _one = lock(&COMPILING);
+    if let Some(known) = lock(memo()).get(&key) {
+        return known.clone();
+    }
+    let (file, failed) = paths(data_dir, &key);
     let cached = std::fs::read(&file).ok();
-    let found = cached.as_deref().and_then(parse).or_else(|| {
-        // A compile that failed for this interpreter is not retried by every run (nor warned
-        // about): its key changes with the interpreter.
-        if failed.exists() {
-            return None;
-        }
-        match compile(&real) {
+    let found = match cached.as_deref().and_then(parse) {
+        Some(found) => Some(found),
+        // A compile that failed for good for this interpreter is not retried by every run (nor
+        // warned about): its key changes with the interpreter.
+        None if failed.exists() => None,
+        None => match compile(&real) {
             Ok(compiled) => {
                 if let Err(e) = store(&file, &compiled, cached.is_some()) {
                     tracing::debug!(file = %file.display(), error = %e, "the harness's bytecode is not cached (it is kept in memory)");
                 }
                 Some(compiled)
             }
-            Err(e) => {
-                tracing::warn!(python = %real.display(), error = %e, "the harness's bytecode could not be compiled; runs compile its source");
-                let _ = store_failure(&failed, &e);
+            Err(Failure { why, lasting }) => {
+                tracing::warn!(python = %real.display(), error = %why, "the harness's bytecode could not be compiled; runs compile its source");
+                if lasting {
+                    let _ = store_failure(&failed, &why);
+                } else {
+                    // Not remembered: the next execution (of another process too) tries again.
+                    return None;
+                }
                 None
             }
-        }
-    });
+        },
+    };
     let found = found.map(Arc::new);
-    memo.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key, found.clone());
+    lock(memo()).insert(key, found.clone());
     found
+}
+
+/// Whether [`harness`] for `python` would answer without compiling (from memory or a cache
+/// file, bytecode or a failure's note): nothing waits on an interpreter then.
+pub(crate) fn ready(data_dir: &Path, python: &Path) -> bool {
+    let Some((_, key)) = key(python) else { return true };
+    if lock(memo()).contains_key(&key) {
+        return true;
+    }
+    let (file, failed) = paths(data_dir, &key);
+    file.exists() || failed.exists()
+}
+
+/// This process's answers of [`harness`], by key.
+fn memo() -> &'static Mutex<HashMap<[u8; 32], Option<Compiled>>> {
+    static MEMO: OnceLock<Mutex<HashMap<[u8; 32], Option<Compiled>>>> = OnceLock::new();
+    MEMO.get_or_init(Mutex::default)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The cache file of `key` in `data_dir`, and its failure note.
+fn paths(data_dir: &Path, key: &[u8; 32]) -> (PathBuf, PathBuf) {
+    let name = format!("harness-{}", hex::encode(&key[..16]));
+    let dir = data_dir.join("bytecode");
+    (dir.join(format!("{name}.bin")), dir.join(format!("{name}.failed")))
+}
+
+/// Why a compile failed; `lasting`: it would fail again (the interpreter's error exit, output
+/// that is not bytecode), not a start, a kill or a timeout.
+#[derive(Debug)]
+struct Failure {
+    why: String,
+    lasting: bool,
 }
 
 /// `python` resolved, and the cache key of the harness's bytecode for it.
@@ -128,33 +176,24 @@ fn parse(mut bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
 }
 
 /// Compiles the harness with interpreter `python` (see the module's documentation).
-fn compile(python: &Path) -> Result<Vec<Vec<u8>>, String> {
-    use std::os::unix::process::CommandExt as _;
+fn compile(python: &Path) -> Result<Vec<Vec<u8>>, Failure> {
+    use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+    let passing = |why: String| Failure { why, lasting: false };
     let sources: Vec<(String, &str)> = crate::command::harness_files(sandbox_core::Language::Python)
         .iter()
         .map(|(name, source)| (format!("{}/{name}", crate::command::CODE_DIR), *source))
         .collect();
-    let input = serde_json::to_vec(&sources).map_err(|e| e.to_string())?;
-    let command = || {
-        let mut cmd = std::process::Command::new(python);
-        cmd.args(["-I", "-S", "-B", "-c", COMPILE])
-            .env_clear()
-            .current_dir("/")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        cmd
-    };
-    // As `nobody` when the service is root, unless nobody cannot run it (one under /root).
-    let spawned = if nix::unistd::geteuid().is_root() {
-        match command().uid(65534).gid(65534).spawn() {
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => command().spawn(),
-            other => other,
-        }
-    } else {
-        command().spawn()
-    };
-    let mut child = spawned.map_err(|e| format!("cannot start it: {e}"))?;
+    let input = serde_json::to_vec(&sources).map_err(|e| passing(e.to_string()))?;
+    let mut child = std::process::Command::new(python)
+        .args(["-I", "-S", "-B", "-c", COMPILE])
+        .env_clear()
+        .current_dir("/")
+        .process_group(0)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| passing(format!("cannot start it: {e}")))?;
     let (mut stdin, mut stdout, mut stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let writer = std::thread::spawn(move || stdin.as_mut().map(|s| s.write_all(&input)));
     let reader = std::thread::spawn(move || {
@@ -169,19 +208,23 @@ fn compile(python: &Path) -> Result<Vec<Vec<u8>>, String> {
             Ok(Some(status)) => break status,
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
             Ok(None) => {
-                let _ = child.kill();
+                // Its whole group: nothing it started keeps the pipes open.
+                let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX)), nix::sys::signal::Signal::SIGKILL);
                 let _ = child.wait();
-                return Err(format!("it did not finish in {} s", PATIENCE.as_secs()));
+                return Err(passing(format!("it did not finish in {} s", PATIENCE.as_secs())));
             }
-            Err(e) => return Err(format!("cannot wait for it: {e}")),
+            Err(e) => return Err(passing(format!("cannot wait for it: {e}"))),
         }
     };
     let _ = writer.join();
-    let (out, err) = reader.join().map_err(|_| "its reader panicked".to_owned())?;
-    if !status.success() {
-        return Err(format!("it ended with {status}: {}", String::from_utf8_lossy(&err).trim()));
+    let (out, err) = reader.join().map_err(|_| passing("its reader panicked".to_owned()))?;
+    if let Some(signal) = status.signal() {
+        return Err(passing(format!("it was killed by signal {signal}")));
     }
-    parse(&out).ok_or_else(|| format!("its output ({} bytes) is not the harness's bytecode", out.len()))
+    if !status.success() {
+        return Err(Failure { why: format!("it ended with {status}: {}", String::from_utf8_lossy(&err).trim()), lasting: true });
+    }
+    parse(&out).ok_or_else(|| Failure { why: format!("its output ({} bytes) is not the harness's bytecode", out.len()), lasting: true })
 }
 
 /// Records why the compile for a key failed, in `file` (`harness-<key>.failed`).
@@ -199,8 +242,10 @@ fn store(file: &Path, compiled: &[Vec<u8>], replace: bool) -> std::io::Result<()
     use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
     let dir = file.parent().expect("a file in a directory");
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-    let tmp = dir.join(format!(".{}.{}", std::process::id(), file.file_name().expect("named").to_string_lossy()));
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{}.{seq}.{}", std::process::id(), file.file_name().expect("named").to_string_lossy()));
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
     for pyc in compiled {
         f.write_all(&(pyc.len() as u64).to_le_bytes())?;
         f.write_all(pyc)?;

@@ -169,7 +169,6 @@ pub fn template_command(profile: &Profile, config: &Config, preload: &[String], 
     (argv, env)
 }
 
-/// Whether `profile`'s environment sits on a base other than the host's.
 /// The host interpreter that runs `profile`'s Python programs, bound at the same path: `[runtime]
 /// python` unless the profile's environment sits on a base (whose interpreter is inside its
 /// root, never run on the host).
@@ -177,6 +176,7 @@ pub(crate) fn host_python(config: &Config, profile: &Profile) -> Option<std::pat
     (!on_base(config, profile)).then(|| config.runtime.python.clone())
 }
 
+/// Whether `profile`'s environment sits on a base other than the host's.
 fn on_base(config: &Config, profile: &Profile) -> bool {
     profile.environment.as_ref().and_then(|e| config.environments.get(e)).and_then(crate::base::base_of).is_some()
 }

@@ -77,3 +77,28 @@ fn what_is_not_the_harness_bytecode_is_refused() {
     let why = std::fs::read_to_string(data.path().join("bytecode").join(&names[0])).unwrap();
     assert!(why.contains("is not the harness's bytecode"), "{why}");
 }
+
+#[test]
+fn a_compile_that_may_pass_next_time_is_not_remembered_as_failed() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    // An "interpreter" killed by a signal, as a Ctrl-C to its process group would.
+    let killed = dir.path().join("killed-python");
+    std::fs::write(&killed, "#!/bin/sh\nkill -9 $$\n").unwrap();
+    std::fs::set_permissions(&killed, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let e = compile(&killed).unwrap_err();
+    assert!(!e.lasting && e.why.contains("signal 9"), "{e:?}");
+    let data = tempfile::tempdir().unwrap();
+    assert!(!ready(data.path(), &killed));
+    assert!(harness(data.path(), &killed).is_none());
+    assert!(!data.path().join("bytecode").join("x").exists() && std::fs::read_dir(data.path().join("bytecode")).map_or(0, Iterator::count) == 0, "no note");
+    assert!(!ready(data.path(), &killed), "tried again by the next run");
+    // One that fails for good is noted, and then known without a compile.
+    let failing = dir.path().join("failing-python");
+    std::fs::write(&failing, "#!/bin/sh\necho broken >&2\nexit 3\n").unwrap();
+    std::fs::set_permissions(&failing, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let e = compile(&failing).unwrap_err();
+    assert!(e.lasting && e.why.contains("broken"), "{e:?}");
+    assert!(harness(data.path(), &failing).is_none());
+    assert!(ready(data.path(), &failing));
+}

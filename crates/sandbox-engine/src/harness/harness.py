@@ -60,7 +60,8 @@ def run(mode):
             pass
 
     try:
-        with open(PATH, encoding="utf-8") as f:
+        # A byte order mark is not source, as `python3 main.py` reads it.
+        with open(PATH, encoding="utf-8-sig") as f:
             source = f.read()
         code = compiled(source, PATH)
         name = "__main__" if mode == "script" else "main"
@@ -89,29 +90,37 @@ def compiled(source, path):
     builds every AST node type (CPython's `PyAST_Check`, ~0.5 ms on this machine kind), which a
     bare `python3 script.py` never pays. `exec` compiles the source as "<string>" (no AST
     types); a trace function takes the module's code as its frame starts, before its first
-    instruction runs; `_imp._fix_co_filename` (as importlib does for a cached module) names
-    `path` in it and in every code object it holds. A compile-time warning would name
+    instruction runs (only that frame's: code that runs meanwhile, a GC callback or a
+    finalizer, is not traced); `_imp._fix_co_filename` (as importlib does for a cached module)
+    names `path` in it and in every code object it holds. A compile-time warning would name
     "<string>": warnings are errors meanwhile (the compiler turns one into a SyntaxError), and
-    any SyntaxError compiles again with `compile()`, which warns and fails as it always did (as
-    does an interpreter whose `_warnings` has no `filters` list or `_filters_mutated`)."""
+    any SyntaxError compiles again with `compile()`, which warns and fails as it always did.
+    `compile()` serves outright where the trick would not be the same or not cheaper: a trace
+    function already set (a debugger's, a coverage tool's), warnings filters the `warnings`
+    module rebound, no `_warnings.filters` list or `_filters_mutated`, and Python 3.12 on (where
+    a trace function, set once, instruments every code object the process runs after it)."""
     import _imp
     import _warnings
 
     filters, mutated = getattr(_warnings, "filters", None), getattr(_warnings, "_filters_mutated", None)
-    if not isinstance(filters, list) or mutated is None:
+    rebound = getattr(sys.modules.get("warnings"), "filters", filters) is not filters
+    if sys.version_info >= (3, 12) or sys.gettrace() is not None or rebound or not isinstance(filters, list) or mutated is None:
         return compile(source, path, "exec", dont_inherit=True)
+    scope = {}
     taken = []
 
     def take(frame, event, arg):
-        taken.append(frame.f_code)
-        raise _Taken
+        if frame.f_globals is scope and not taken:
+            taken.append(frame.f_code)
+            raise _Taken
+        return None
 
     strict = ("error", None, Warning, None, 0)
     filters.insert(0, strict)
     mutated()
     sys.settrace(take)
     try:
-        exec(source, {})
+        exec(source, scope)
     except _Taken:
         pass
     except SyntaxError:

@@ -185,6 +185,24 @@ pub fn harness_bytecode(data: &std::path::Path) -> (std::path::PathBuf, Vec<Vec<
     (files[0].clone(), pycs)
 }
 
+/// Code that runs while the caller's code is compiled (here a GC callback that a sitecustomize
+/// registered) is neither taken for the caller's module nor run in its place, and a byte order
+/// mark starts the file as `python3 main.py` reads it.
+#[test]
+fn python_code_compiles_to_its_own_module_whatever_runs_meanwhile() {
+    let site = scratch_file("sitecustomize.py", b"import gc\nseen = []\ngc.callbacks.append(lambda phase, info: seen.append(phase))\n");
+    let mut code = String::from("\u{feff}import sitecustomize\nbefore = len(sitecustomize.seen)\n");
+    for i in 0..3000 {
+        code.push_str(&format!("def f{i}(a, b=({i}, 'x', [{i}])):\n    return (a, b, {{'k': [a]}})\n"));
+    }
+    code.push_str("print(__name__, __file__, f7.__code__.co_filename, before > 0)\n");
+    let (site, main) = (format!("sitecustomize.py={}", site.display()), scratch_file("main.py", code.as_bytes()));
+    // Cold in every mode: PYTHONPATH is read as the interpreter starts.
+    let out = sandbox(&["run", "--json", "--file", &site, "--env", "PYTHONPATH=/workspace", main.to_str().unwrap()]).output().unwrap();
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((r["status"].as_str(), r["stdout"].as_str()), (Some("ok"), Some("__main__ /code/main.py /code/main.py True\n")), "{r}");
+}
+
 /// A cold Python run starts from the harness's bytecode, compiled once by the host's interpreter
 /// and kept owner-only in the data directory; bytecode that is not this interpreter's (here its
 /// magic number altered) is passed over for the source, in both harnesses.
