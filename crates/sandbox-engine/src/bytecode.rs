@@ -54,8 +54,9 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// The harness's bytecode for host interpreter `python` (the path the sandbox runs, bound from
 /// the host at the same place), from this process's memory, else `data_dir`'s cache, else
 /// compiled now (and cached). `None` when it cannot be had (the interpreter is missing or fails,
-/// the output is not bytecode): the run then compiles the source, as before. A failure is
-/// logged once per interpreter and process. Blocks (a file read, or ~20 ms to compile).
+/// the output is not bytecode): the run then compiles the source, as before. A failure for good
+/// is logged once per interpreter and process, one that may pass next time each time it
+/// happens. Blocks (a file read, or ~20 ms to compile).
 pub(crate) fn harness(data_dir: &Path, python: &Path) -> Option<Compiled> {
     let (real, key) = key(python)?;
     if let Some(known) = lock(memo()).get(&key) {
@@ -135,25 +136,33 @@ struct Failure {
     lasting: bool,
 }
 
-/// `python` resolved, and the cache key of the harness's bytecode for it.
+/// `python` resolved, and the cache key of the harness's bytecode for it. Every execution asks
+/// (twice: [`ready`], then [`harness`]): the interpreter is looked at each time (an upgrade
+/// changes the key), the harness's ~21 kB of sources are hashed once per process.
 fn key(python: &Path) -> Option<(PathBuf, [u8; 32])> {
     use std::os::unix::fs::MetadataExt as _;
+    static SOURCES: OnceLock<[u8; 32]> = OnceLock::new();
+    let sources = SOURCES.get_or_init(|| {
+        let mut h = sha2::Sha256::new();
+        for (name, source) in crate::command::harness_files(sandbox_core::Language::Python) {
+            h.update(name.as_bytes());
+            h.update([0]);
+            h.update(source.as_bytes());
+            h.update([0]);
+        }
+        h.finalize().into()
+    });
     let real = std::fs::canonicalize(python).ok()?;
     let m = std::fs::metadata(&real).ok()?;
     let mut h = sha2::Sha256::new();
-    h.update(b"sandbox harness bytecode 1\0");
+    h.update(b"sandbox harness bytecode 2\0");
+    h.update(sources);
     h.update(real.as_os_str().as_encoded_bytes());
     for n in [m.dev(), m.ino(), m.size()] {
         h.update(n.to_le_bytes());
     }
     for n in [m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()] {
         h.update(n.to_le_bytes());
-    }
-    for (name, source) in crate::command::harness_files(sandbox_core::Language::Python) {
-        h.update(name.as_bytes());
-        h.update([0]);
-        h.update(source.as_bytes());
-        h.update([0]);
     }
     Some((real, h.finalize().into()))
 }

@@ -683,9 +683,11 @@ impl Engine {
             // Without pools or templates (`sandbox run`, cold), and with the harness's bytecode
             // known (else its compile may wait on an interpreter), nothing here waits on another
             // process: milliseconds, which `sandbox run`'s own thread spends without a hop.
-            let compiles = admitted.language == Language::Python
-                && command::host_python(&opts.config, &admitted.profile).is_some_and(|python| !bytecode::ready(&opts.data_dir, &python));
-            let short = pools.is_none() && templates.is_none() && !compiles;
+            let compiles = || {
+                admitted.language == Language::Python
+                    && command::host_python(&opts.config, &admitted.profile).is_some_and(|python| !bytecode::ready(&opts.data_dir, &python))
+            };
+            let short = pools.is_none() && templates.is_none() && !compiles();
             off_worker_unless_alone(short, move || {
                 if let Some((pools, mut m)) = pools.as_ref().and_then(|p| Some((p, p.checkout(&admitted)?))) {
                     match m.prepared_mut().fill_member(&opts, &admitted, &code) {

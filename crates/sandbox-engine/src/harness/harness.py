@@ -12,8 +12,8 @@ file holds only what a script run needs: the rest (errors, the function harness,
 in _sandbox_harness_lib.py, loaded only when a run needs it (a cold script run that succeeds
 saves its ~3 ms). A cold run on the host's interpreter starts this file from the bytecode the
 service compiled (`python -B -c BOOT MODE`, BOOT in command.rs; `code_of` loads the rest the
-same way), else runs it as the script. A warm template imports this file as a module and calls `run(mode)` in each
-forked child; a template or a pooled sandbox has loaded the rest, and imported what it uses,
+same way), else runs it as the script. A warm template imports this file as a module and
+calls `run(mode)` in each forked child; a template or a pooled sandbox has loaded the rest, and imported what it uses,
 while it waited, off the caller's clock.
 
 `pool` (a pre-started sandbox of a warm pool): imports the modules named in SANDBOX_PRELOAD,

@@ -176,7 +176,7 @@ fn python_code_is_compiled_as_its_file_with_its_warnings_and_futures() {
 pub fn harness_bytecode(data: &std::path::Path) -> (std::path::PathBuf, Vec<Vec<u8>>) {
     let files: Vec<_> = std::fs::read_dir(data.join("bytecode")).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(files.len(), 1, "one cache file: {files:?}");
-    let (mut bytes, mut pycs) = (std::fs::read(&files[0]).unwrap().as_slice().to_vec(), Vec::new());
+    let (mut bytes, mut pycs) = (std::fs::read(&files[0]).unwrap(), Vec::new());
     while !bytes.is_empty() {
         let len = usize::try_from(u64::from_le_bytes(bytes[..8].try_into().unwrap())).unwrap();
         pycs.push(bytes[8..8 + len].to_vec());
