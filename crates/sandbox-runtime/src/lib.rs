@@ -29,7 +29,7 @@ pub mod warm;
 
 pub use helper::{helper_main, HELPER_ARGV0};
 pub use rootfs::InotifyShare;
-pub use seccomp::programs as seccomp_programs;
+pub use seccomp::program as seccomp_program;
 pub use selftest::{selftest_main, SELFTEST_ARGV0};
 pub use sys::warm_ffi as warm_entry;
 pub use sys::{

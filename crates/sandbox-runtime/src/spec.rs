@@ -112,12 +112,12 @@ pub struct SpawnSpec {
     /// kernel offering less (0: a kernel without landlock may run it). The best ABI the kernel
     /// offers is enforced either way.
     pub landlock_min_abi: u32,
-    /// The program's seccomp filters as classic BPF programs, each a `struct sock_filter` array
-    /// (8 bytes an instruction), argument rules first: the engine's [`crate::seccomp_programs`]
-    /// (a template and its children load exactly the engine's, whatever build of the warm
-    /// library they run). Empty: the program's init loads its own build's.
+    /// The program's seccomp filter as one classic BPF program, a `struct sock_filter` array (8
+    /// bytes an instruction): the engine's [`crate::seccomp_program`] (a template and its
+    /// children load exactly the engine's, whatever build of the warm library they run). Empty:
+    /// the program's init loads its own build's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub seccomp_bpf: Vec<Vec<u8>>,
+    pub seccomp_bpf: Vec<u8>,
     /// Init (a cold start's, or a template's child, which is its sandbox's init) builds the
     /// sandbox, then waits for one byte on the program's stdin before it starts the program:
     /// the engine's go, sent once the execution's audit `begin` is durable, so that the set-up
@@ -134,7 +134,7 @@ fn default_program_uid() -> u32 {
 impl SpawnSpec {
     /// The spec a template's forked child is sent (`sandbox_runtime::warm`): only what it reads
     /// (the uid, hostname, /tmp size, working directory, rlimits, the landlock paths inside the
-    /// sandbox, the seccomp programs, `hold`, and how many cgroup files the engine passed as
+    /// sandbox, the seccomp program, `hold`, and how many cgroup files the engine passed as
     /// descriptors). No host path, host pid, execution id (the name of its host directory and
     /// cgroup), code or environment: the child is the program's own init and its program a fork
     /// of it, so whatever the child parsed stays readable in the program's heap (freed memory

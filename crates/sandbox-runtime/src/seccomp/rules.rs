@@ -1,6 +1,7 @@
 //! The filters' rules, built with libseccomp (see `mod.rs`): included by `build.rs`, which
-//! exports both filters as BPF programs at build time (embedded by `programs`), and by the unit
-//! tests, which check that those programs are what libseccomp builds from these rules.
+//! exports the filters as BPF programs at build time and merges them into the one program
+//! embedded by `program` (`merge.rs`), and by the unit tests, which check that this program is
+//! what libseccomp builds from these rules, merged, and that it decides as the filters would.
 //! This file may use only `libseccomp` and `libc` (a build script has no `crate`).
 
 use libseccomp::{ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, ScmpSyscall};
@@ -446,10 +447,25 @@ pub(crate) fn calls_filter() -> Result<ScmpFilterContext, libseccomp::error::Sec
             f.add_rule(ScmpAction::Errno(libc::EPERM), sc)?;
         }
     }
+    add_personalities(&mut f)?;
+    Ok(f)
+}
+
+/// `personality` allowed with the values in [`PERSONALITIES`], as in [`calls_filter`].
+fn add_personalities(f: &mut ScmpFilterContext) -> Result<(), libseccomp::error::SeccompError> {
     let personality = ScmpSyscall::from_name("personality")?;
     for value in PERSONALITIES {
         f.add_rule_conditional(ScmpAction::Allow, personality, &[ScmpArgCompare::new(0, ScmpCompareOp::Equal, value)])?;
     }
+    Ok(())
+}
+
+/// The calls filter's rules for the calls on which it reads arguments (`personality`), and
+/// nothing else: the merged program (`merge.rs`) jumps here for them instead of into the whole
+/// calls filter. Every other call gets the calls filter's default (ENOSYS), never used.
+pub(crate) fn calls_with_arguments_filter() -> Result<ScmpFilterContext, libseccomp::error::SeccompError> {
+    let mut f = new_filter(ScmpAction::Errno(libc::ENOSYS))?;
+    add_personalities(&mut f)?;
     Ok(f)
 }
 
@@ -464,12 +480,15 @@ pub(crate) fn arguments_filter() -> Result<ScmpFilterContext, libseccomp::error:
     // Socket families: only AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK. Everything else (packet,
     // vsock, which no network namespace isolates, AF_ALG, bluetooth, ...) fails with EAFNOSUPPORT.
     let refuse_family = ScmpAction::Errno(libc::EAFNOSUPPORT);
+    // Each value below the highest allowed one is refused by itself, everything above it at once
+    // (on the whole 64-bit register: junk in the high half is refused too).
+    let highest = ALLOWED_FAMILIES.iter().copied().max().unwrap_or(0);
     for syscall in ["socket", "socketpair"] {
         let sc = ScmpSyscall::from_name(syscall)?;
-        for domain in (0..=64u64).filter(|d| !ALLOWED_FAMILIES.contains(d)) {
+        for domain in (0..highest).filter(|d| !ALLOWED_FAMILIES.contains(d)) {
             f.add_rule_conditional(refuse_family, sc, &[ScmpArgCompare::new(0, ScmpCompareOp::Equal, domain)])?;
         }
-        f.add_rule_conditional(refuse_family, sc, &[ScmpArgCompare::new(0, ScmpCompareOp::Greater, 64)])?;
+        f.add_rule_conditional(refuse_family, sc, &[ScmpArgCompare::new(0, ScmpCompareOp::Greater, highest)])?;
     }
     // Netlink: NETLINK_ROUTE only (the protocol is socket's third argument).
     f.add_rule_conditional(

@@ -21,13 +21,144 @@ fn compile(filter: &Result<ScmpFilterContext, libseccomp::error::SeccompError>) 
     Ok(program)
 }
 
+/// The three libseccomp programs `build.rs` merges: the calls filter, the arguments filter and
+/// the calls filter's stand-in for the calls whose arguments it reads.
+fn exported() -> (Vec<merge::Insn>, Vec<merge::Insn>, Vec<merge::Insn>) {
+    let insns = |f| merge::decode(&compile(&f).unwrap()).unwrap();
+    (insns(calls_filter()), insns(arguments_filter()), insns(calls_with_arguments_filter()))
+}
+
 #[test]
-fn the_embedded_programs_are_what_this_hosts_libseccomp_builds_from_the_rules() {
+fn the_embedded_program_is_what_this_hosts_libseccomp_builds_from_the_rules_merged() {
     // build.rs exported them from the same rules.rs; a libseccomp upgrade since the last build
     // (another syscall table) fails here until this crate is rebuilt.
-    let [arguments, calls] = programs();
-    assert_eq!(compile(&arguments_filter()).unwrap(), arguments, "the arguments filter");
-    assert_eq!(compile(&calls_filter()).unwrap(), calls, "the calls filter");
+    let (calls, arguments, stand_in) = exported();
+    let merged = merge::merge(&calls, &arguments, Some(&stand_in)).unwrap();
+    assert_eq!(merge::encode(&merged), program());
+}
+
+/// Argument values worth trying against `programs`: every constant they compare with, its
+/// neighbours, in the low or the high half of a 64-bit argument, with junk in the other half,
+/// and a few edges.
+fn argument_values(programs: &[&[merge::Insn]]) -> Vec<u64> {
+    let mut values: BTreeSet<u64> = [0, 1, u64::MAX, u64::from(u32::MAX), 1 << 32, 0x8000_0000, 0xdead_beef_0000_0000].into();
+    for p in programs {
+        for i in p.iter().filter(|i| matches!(i.code, 0x15 | 0x25 | 0x35 | 0x54)) {
+            for k in [i.k.wrapping_sub(1), i.k, i.k.wrapping_add(1)] {
+                let k = u64::from(k);
+                values.extend([k, k << 32, k | (0x1234_5678 << 32), k | (u64::from(u32::MAX) << 32)]);
+            }
+        }
+    }
+    values.into_iter().collect()
+}
+
+#[test]
+fn the_merged_program_answers_as_both_filters_loaded_together_would() {
+    let (calls, arguments, stand_in) = exported();
+    let merged = merge::merge(&calls, &arguments, Some(&stand_in)).unwrap();
+    let arch = merge::native_arch(&calls).unwrap();
+    // What the kernel answers with the two loaded: arguments first, calls last (run first).
+    let expected = |d: &merge::Data| merge::combine(merge::run(&calls, d).unwrap().answer, merge::run(&arguments, d).unwrap().answer);
+    let check = |d: merge::Data| {
+        assert_eq!(merge::run(&merged, &d).unwrap().answer, expected(&d), "{d:?}");
+    };
+    // Call numbers: the native table and beyond, the x32 range, the edges of a 32-bit number.
+    let mut numbers: Vec<u32> = (0..=2048).collect();
+    numbers.extend((0x4000_0000..=0x4000_0000 + 1024).chain([0x3fff_ffff, 0x7fff_ffff, 0x8000_0000, u32::MAX - 1, u32::MAX]));
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut random = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    numbers.extend((0..20_000).map(|_| u32::try_from(random() >> 32).unwrap_or(0)));
+    let values = argument_values(&[&calls, &arguments, &stand_in]);
+    let mut reads_arguments = 0;
+    for &nr in &numbers {
+        for foreign in [0, 0x4000_0003, 0xc000_00b7, arch ^ 1] {
+            check(merge::Data { nr, arch: foreign, args: [0; 6] });
+        }
+        let base = merge::Data { nr, arch, args: [0; 6] };
+        check(base);
+        let reads = merge::run(&calls, &base).unwrap().read_args || merge::run(&arguments, &base).unwrap().read_args;
+        if reads {
+            // Every interesting value in every argument, alone and beside others.
+            reads_arguments += 1;
+            for (n, &v) in values.iter().enumerate() {
+                for pos in 0..6 {
+                    let mut args = [0; 6];
+                    args[pos] = v;
+                    check(merge::Data { nr, arch, args });
+                    args[(pos + 2) % 6] = values[(n * 7 + pos) % values.len()];
+                    check(merge::Data { nr, arch, args });
+                }
+            }
+        }
+        for _ in 0..if reads { 2_000 } else { 3 } {
+            check(merge::Data { nr, arch, args: std::array::from_fn(|_| random()) });
+        }
+    }
+    // clone, socket, socketpair, ioctl, setrlimit, prlimit64 and personality.
+    assert_eq!(reads_arguments, 7, "the calls whose arguments are read");
+}
+
+#[test]
+fn the_merged_program_is_one_short_program_the_kernel_would_take() {
+    let (calls, arguments, stand_in) = exported();
+    let merged = merge::decode(program()).unwrap();
+    // Every jump forward and inside, a ret last (the kernel's checks, bpf_check_classic).
+    for (at, i) in merged.iter().enumerate() {
+        let targets: Vec<usize> = match i.code {
+            0x05 => vec![at + 1 + i.k as usize],
+            0x15 | 0x25 | 0x35 => vec![at + 1 + usize::from(i.jt), at + 1 + usize::from(i.jf)],
+            _ => vec![],
+        };
+        assert!(targets.iter().all(|&t| t < merged.len()), "instruction {at} jumps out: {i:?}");
+    }
+    assert_eq!(merged.last().map(|i| i.code), Some(0x06));
+    // Shorter than the two it replaces together: the calls filter's one comparison per call
+    // is gone, the stand-in replaces it where arguments are read.
+    assert!(merged.len() <= arguments.len() + stand_in.len() + 120, "{} instructions", merged.len());
+    assert!(merged.len() * 2 < calls.len() + arguments.len(), "{} instructions for {} + {}", merged.len(), calls.len(), arguments.len());
+}
+
+#[test]
+fn sockets_of_the_allowed_families_only_whatever_the_high_half_holds() {
+    let merged = merge::decode(program()).unwrap();
+    let arch = merge::native_arch(&merged).unwrap();
+    for (call, nr) in [("socket", libc::SYS_socket), ("socketpair", libc::SYS_socketpair)] {
+        let nr = u32::try_from(nr).unwrap();
+        for family in (0..300u64).chain([u64::from(u32::MAX), 1 << 32, (1 << 32) | 1, (1 << 32) | 2, u64::MAX]) {
+            // A datagram socket, protocol 0 (a netlink one gets NETLINK_ROUTE).
+            let answer = merge::run(&merged, &merge::Data { nr, arch, args: [family, 2, 0, 0, 0, 0] }).unwrap().answer;
+            let allowed = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK].iter().any(|&f| u64::try_from(f) == Ok(family));
+            let expected = if allowed { merge::ALLOW } else { 0x0005_0000 | libc::EAFNOSUPPORT as u32 };
+            assert_eq!(answer, expected, "{call}({family:#x}, ...)");
+        }
+    }
+}
+
+#[test]
+fn a_merge_refuses_what_it_cannot_read_as_thresholds() {
+    let (calls, arguments, _) = exported();
+    let ld = |k| merge::Insn { code: 0x20, jt: 0, jf: 0, k };
+    let ret = |k| merge::Insn { code: 0x06, jt: 0, jf: 0, k };
+    let arch = merge::native_arch(&calls).unwrap();
+    // The call number masked, then compared: not a threshold comparison.
+    let masked = [
+        ld(4),
+        merge::Insn { code: 0x15, jt: 0, jf: 4, k: arch },
+        ld(0),
+        merge::Insn { code: 0x54, jt: 0, jf: 0, k: 1 },
+        merge::Insn { code: 0x15, jt: 0, jf: 1, k: 1 },
+        ret(merge::ALLOW),
+        ret(0),
+    ];
+    assert!(merge::merge(&masked, &arguments, None).unwrap_err().contains("masked"));
+    // Both read the arguments of the same call: no single program to jump to.
+    assert!(merge::merge(&arguments, &arguments, None).unwrap_err().contains("cannot be merged"));
 }
 
 #[test]
@@ -85,31 +216,21 @@ fn every_allowed_name_this_libseccomp_knows_is_a_native_call() {
 }
 
 #[test]
-fn both_filters_build() {
+fn the_filters_build() {
     calls_filter().expect("the calls filter builds");
     arguments_filter().expect("the arguments filter builds");
+    calls_with_arguments_filter().expect("the stand-in builds");
 }
 
 #[test]
-fn both_filters_build_into_whole_bpf_programs() {
-    let [arguments, calls] = programs();
-    for program in [arguments, calls] {
-        assert!(!program.is_empty() && program.len().is_multiple_of(8) && program.len() / 8 <= 4096, "{} bytes", program.len());
-    }
-    // The calls filter is the long one: every allowed name is a comparison.
-    assert!(calls.len() / 8 > ALLOWED.len() / 2, "{} instructions for {} allowed calls", calls.len() / 8, ALLOWED.len());
+fn a_program_that_is_not_whole_instructions_is_refused_before_anything_loads() {
+    let err = install_given(&program()[..program().len() - 3]).unwrap_err();
+    assert!(err.contains("Invalid argument"), "{err}");
 }
 
 #[test]
-fn a_spec_with_other_than_two_programs_is_refused_before_anything_loads() {
-    let one = programs()[0].to_vec();
-    let err = install_given(&[one]).unwrap_err();
-    assert!(err.contains("1 seccomp programs, not 2"), "{err}");
-}
-
-#[test]
-fn the_programs_the_engine_passes_survive_the_spawn_spec() {
-    let spec = crate::spec::SpawnSpec { seccomp_bpf: programs().iter().map(|p| p.to_vec()).collect(), ..Default::default() };
+fn the_program_the_engine_passes_survives_the_spawn_spec() {
+    let spec = crate::spec::SpawnSpec { seccomp_bpf: program().to_vec(), ..Default::default() };
     let back: crate::spec::SpawnSpec = serde_json::from_str(&serde_json::to_string(&spec).unwrap()).unwrap();
     assert_eq!(back.seccomp_bpf, spec.seccomp_bpf);
     let without: crate::spec::SpawnSpec = serde_json::from_str(&serde_json::to_string(&crate::spec::SpawnSpec::default()).unwrap()).unwrap();

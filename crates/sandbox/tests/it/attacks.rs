@@ -454,6 +454,37 @@ pub(crate) fn unlisted_syscalls_fail_with_enosys_on(profile: &str) {
     assert_eq!(lines, ["query 0 -", "linux 0 -"]);
 }
 
+/// The filter answers for the native 64-bit calls only: a call through another ABI, the x32 one
+/// (numbers from 0x40000000) or the i386 one (`int 0x80` from 64-bit code), ends the program by
+/// SIGSYS before the kernel runs it (SECCOMP_RET_KILL_PROCESS), so no rule can be dodged through a
+/// table the filter does not read. Anchor: on the host, as an unprivileged user, both calls
+/// return (x32's getpid with ENOSYS where the kernel lacks that ABI, i386's getpid with a pid);
+/// where this kernel has no i386 emulation either (the host's call crashes), that half is skipped.
+#[test]
+fn system_calls_through_another_abi_kill_the_program() {
+    let x32 = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\nprint('x32', flush=True)\n\
+               r = libc.syscall(ctypes.c_long(0x40000000 + 39))\nprint('returned', r == -1 and ctypes.get_errno() == 38 or r > 0)";
+    // mov eax, 20 (getpid in the i386 table); int 0x80; ret
+    let i386 = "import ctypes, mmap\nbuf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n\
+                buf.write(bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3]))\naddr = ctypes.addressof(ctypes.c_char.from_buffer(buf))\n\
+                print('i386', flush=True)\nprint('returned', ctypes.CFUNCTYPE(ctypes.c_int)(addr)() > 0)";
+    for (abi, code) in [("x32", x32), ("i386", i386)] {
+        let host = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "/usr/bin/python3", "-c", code])
+            .output()
+            .expect("setpriv runs");
+        let host_out = String::from_utf8_lossy(&host.stdout).into_owned();
+        if abi == "i386" && !host.status.success() {
+            eprintln!("this kernel runs no i386 calls (the host's call ended {:?}): the i386 half proves nothing here", host.status);
+            continue;
+        }
+        assert_eq!(host_out, format!("{abi}\nreturned True\n"), "the host's call returns: {host:?}");
+        let r = run("python-default", code, &[]);
+        assert_eq!(r.stdout(), format!("{abi}\n"), "{r:?}");
+        assert_eq!((r.json["signal"].as_i64(), r.json["signalName"].as_str()), (Some(31), Some("SIGSYS")), "{abi}: {r:?}");
+    }
+}
+
 /// Issue 12, finding 9: the calls a sandbox must never make fail with EPERM from the filter.
 /// Anchor: for these arguments the kernel itself, without any capability, answers differently
 /// (unshare(0) succeeds, setns(-1) is EBADF, an unknown keyctl is EOPNOTSUPP (Python's ENOTSUP), add_key(NULL) is
