@@ -11,11 +11,15 @@
 //!
 //! How: a filter's answer depends on the call number only through comparisons of it with
 //! constants (`jeq`, `jgt`, `jge`; anything else is refused here), so it is constant on each
-//! interval between those constants. Each interval's answer is read by running the program
-//! ([`run`]) on the interval's first number. Where a filter also reads the arguments, its answer
-//! is not a constant: the merged program jumps to a copy of that filter (or of a smaller one that
-//! answers the same for those calls, checked by the caller's tests), appended whole. This file
-//! may use only `std` (a build script includes it).
+//! interval between those constants: within one, every comparison of the number on the path
+//! taken comes out the same. Each interval's answer is read by running the program ([`run`]) on
+//! the interval's first number, until no run finds a new constant. The architecture is checked
+//! once, by libseccomp's prologue ([`prologue`]: any other architecture gets its one answer).
+//! Where a filter also reads the arguments or the instruction pointer, its answer is not a
+//! constant: the merged program jumps to a verbatim copy of that filter (or of a smaller one
+//! that answers the same for those calls: checked when merging, and by the tests), whose
+//! relative jumps are unchanged by the copy. This file may use only `std` (a build script
+//! includes it).
 
 /// One classic BPF instruction (`struct sock_filter`, linux/filter.h): 8 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,12 +95,13 @@ impl Data {
     }
 }
 
-/// A run of a filter: its answer, whether it read any argument, and the constants the call
-/// number was compared with on the way.
+/// A run of a filter: its answer, whether it read any argument or the instruction pointer (so
+/// that its answer may differ for other values of them), and the constants the call number was
+/// compared with on the way.
 #[derive(Debug, Default)]
 pub(crate) struct Run {
     pub(crate) answer: u32,
-    pub(crate) read_args: bool,
+    pub(crate) read_input: bool,
     nr_constants: Vec<u32>,
 }
 
@@ -113,7 +118,7 @@ pub(crate) fn run(program: &[Insn], data: &Data) -> Result<Run, String> {
             LD_W_ABS => {
                 a = data.word(i.k).ok_or_else(|| format!("a load at offset {} outside seccomp_data", i.k))?;
                 a_is_nr = i.k == NR;
-                out.read_args |= i.k >= ARGS;
+                out.read_input |= i.k > ARCH;
             }
             // A masked call number would not be a threshold comparison.
             ALU_AND_K if a_is_nr => return Err(format!("the call number is masked at {}", pc - 1)),
@@ -170,10 +175,11 @@ enum Answer {
 }
 
 /// `program`'s answer for call number `nr` on the native `arch` (arguments all zero; a read of
-/// an argument makes it [`Answer::Depends`]), with the constants `nr` was compared with.
+/// an argument or of the instruction pointer makes it [`Answer::Depends`]), with the constants
+/// `nr` was compared with.
 fn answer_at(program: &[Insn], arch: u32, nr: u32) -> Result<(Answer, Vec<u32>), String> {
     let r = run(program, &Data { nr, arch, args: [0; 6] })?;
-    Ok((if r.read_args { Answer::Depends } else { Answer::Constant(r.answer) }, r.nr_constants))
+    Ok((if r.read_input { Answer::Depends } else { Answer::Constant(r.answer) }, r.nr_constants))
 }
 
 /// Every answer a `ret` of `program` can give.
@@ -207,15 +213,45 @@ fn interval_starts(programs: &[&[Insn]], arch: u32) -> Result<Vec<u32>, String> 
     }
 }
 
-/// The architecture (`AUDIT_ARCH_*`) `program` checks for first: the constant of the `jeq` that
-/// follows its first load of `seccomp_data.arch` (libseccomp's prologue).
-/// Errors: no such check.
-pub(crate) fn native_arch(program: &[Insn]) -> Result<u32, String> {
-    program
-        .windows(2)
-        .find(|w| w[0].code == LD_W_ABS && w[0].k == ARCH)
-        .and_then(|w| (w[1].code == JMP_JEQ_K).then_some(w[1].k))
-        .ok_or_else(|| "the program does not begin by checking the architecture".to_owned())
+/// The architecture (`AUDIT_ARCH_*`) `program` admits, and its answer for every other one, read
+/// from libseccomp's prologue: `ld arch; jeq ARCH` whose false branch is a `ret`, and no other
+/// load of the architecture anywhere in the program (so that no other architecture can get any
+/// other answer).
+/// Errors: any other shape.
+pub(crate) fn prologue(program: &[Insn]) -> Result<(u32, u32), String> {
+    let shape = || format!("the program does not begin with libseccomp's architecture check: {:?}", program.get(..2));
+    let (load, check) = match program {
+        [load, check, ..] => (load, check),
+        _ => return Err(shape()),
+    };
+    if *load != (Insn { code: LD_W_ABS, jt: 0, jf: 0, k: ARCH }) || check.code != JMP_JEQ_K || check.jt != 0 {
+        return Err(shape());
+    }
+    let other = program.get(2 + usize::from(check.jf)).filter(|i| i.code == RET_K).ok_or_else(shape)?;
+    if program[1..].iter().any(|i| i.code == LD_W_ABS && i.k == ARCH) {
+        return Err("the program loads the architecture again past its prologue".into());
+    }
+    Ok((check.k, other.k))
+}
+
+/// Argument vectors that take a filter down each of its comparisons: zero, and every constant
+/// in `program` (and its neighbours) in either half of each argument, the others zero.
+fn probe_arguments(program: &[Insn]) -> Vec<[u64; 6]> {
+    let mut values = std::collections::BTreeSet::from([0u64, u64::MAX]);
+    for i in program.iter().filter(|i| matches!(i.code, JMP_JEQ_K | JMP_JGT_K | JMP_JGE_K | ALU_AND_K)) {
+        for k in [i.k.wrapping_sub(1), i.k, i.k.wrapping_add(1)].map(u64::from) {
+            values.extend([k, k << 32]);
+        }
+    }
+    let mut vectors = vec![[0; 6]];
+    for v in values {
+        for position in 0..6 {
+            let mut args = [0; 6];
+            args[position] = v;
+            vectors.push(args);
+        }
+    }
+    vectors
 }
 
 /// Merges `last` (the filter installed last, so run first) and `first` into one program that
@@ -223,28 +259,47 @@ pub(crate) fn native_arch(program: &[Insn]) -> Result<u32, String> {
 /// checks for ([`native_arch`]; `first` must check for the same one); both must give the same
 /// answer for any other architecture.
 /// `stand_in`, when given, is appended instead of `last` itself to answer the calls on which
-/// `last` reads its arguments (a smaller program the caller's tests prove answers the same for
-/// those calls); `first` is appended whole for the calls on which it reads them.
-/// Errors: a program [`run`] refuses; a call on which both read their arguments, or on which one
-/// does and the other's constant answer could not simply be kept or left out; a jump the merged
-/// layout cannot encode (over 255 instructions).
+/// `last` reads its arguments: a smaller program that must answer as `last` for those calls,
+/// which is checked here on [`probe_arguments`] of both (the caller's tests check more); `first`
+/// is appended whole for the calls on which it reads them. Appended programs are copied
+/// verbatim, their jumps being relative.
+/// Errors: a program [`run`] refuses or whose [`prologue`] differs; a call on which both read
+/// their arguments, or on which one does and the other's constant answer could not simply be
+/// kept or left out; a stand-in that answers otherwise; a jump the merged layout cannot encode
+/// (over 255 instructions).
 pub(crate) fn merge(last: &[Insn], first: &[Insn], stand_in: Option<&[Insn]>) -> Result<Vec<Insn>, String> {
-    let arch = native_arch(last)?;
-    if native_arch(first)? != arch {
+    let (arch, last_foreign) = prologue(last)?;
+    let (first_arch, first_foreign) = prologue(first)?;
+    if first_arch != arch {
         return Err("the two programs check for different architectures".into());
     }
-    // Any other architecture: one answer, the same from both (libseccomp's bad-arch action).
-    let foreign = |p: &[Insn]| answer_at(p, !arch, 0).map(|a| a.0);
-    let foreign_answer = match (foreign(last)?, foreign(first)?) {
-        (Answer::Constant(a), Answer::Constant(b)) => combine(a, b),
-        other => return Err(format!("an answer for a foreign architecture that reads arguments: {other:?}")),
+    // Any other architecture: the prologues' answers (libseccomp's bad-arch action).
+    let foreign_answer = combine(last_foreign, first_foreign);
+    let last_block = match stand_in {
+        Some(s) => {
+            if prologue(s)?.0 != arch {
+                return Err("the stand-in checks for another architecture".into());
+            }
+            s
+        }
+        None => last,
     };
-    let last_block = stand_in.unwrap_or(last);
     let mut ranges: Vec<(u32, Target)> = Vec::new();
     for nr in interval_starts(&[last, first], arch)? {
         let target = match (answer_at(last, arch, nr)?.0, answer_at(first, arch, nr)?.0) {
             (Answer::Constant(a), Answer::Constant(b)) => Target::Answer(combine(a, b)),
-            (Answer::Depends, Answer::Constant(b)) if b == ALLOW => Target::Program(0),
+            (Answer::Depends, Answer::Constant(b)) if b == ALLOW => {
+                if let Some(s) = stand_in {
+                    let probes = probe_arguments(last).into_iter().chain(probe_arguments(s));
+                    for args in probes {
+                        let d = Data { nr, arch, args };
+                        if run(last, &d)?.answer != run(s, &d)?.answer {
+                            return Err(format!("call {nr}: the stand-in answers otherwise for {args:x?}"));
+                        }
+                    }
+                }
+                Target::Program(0)
+            }
             (Answer::Constant(a), Answer::Depends) if a == ALLOW => Target::Program(1),
             // `first`'s answers never win over `last`'s constant one: it stands.
             (Answer::Constant(a), Answer::Depends) if answers(first).iter().all(|&b| combine(a, b) == a) => Target::Answer(a),

@@ -73,7 +73,7 @@ fn kernel_answer(installed: &[&[merge::Insn]], d: &merge::Data) -> u32 {
 fn the_merged_program_answers_as_both_filters_loaded_together_would() {
     let (calls, arguments, stand_in) = exported();
     let merged = merge::merge(&calls, &arguments, Some(&stand_in)).unwrap();
-    let arch = merge::native_arch(&calls).unwrap();
+    let arch = merge::prologue(&calls).unwrap().0;
     // What the kernel answers with the two loaded: arguments first, calls last (run first).
     let expected = |d: &merge::Data| kernel_answer(&[&arguments, &calls], d);
     let check = |d: merge::Data| {
@@ -98,7 +98,7 @@ fn the_merged_program_answers_as_both_filters_loaded_together_would() {
         }
         let base = merge::Data { nr, arch, args: [0; 6] };
         check(base);
-        let reads = merge::run(&calls, &base).unwrap().read_args || merge::run(&arguments, &base).unwrap().read_args;
+        let reads = merge::run(&calls, &base).unwrap().read_input || merge::run(&arguments, &base).unwrap().read_input;
         if reads {
             // Every interesting value in every argument, alone and beside others.
             reads_arguments += 1;
@@ -143,7 +143,7 @@ fn the_merged_program_is_one_short_program_the_kernel_would_take() {
 #[test]
 fn sockets_of_the_allowed_families_only_whatever_the_high_half_holds() {
     let merged = merge::decode(program()).unwrap();
-    let arch = merge::native_arch(&merged).unwrap();
+    let arch = merge::prologue(&exported().0).unwrap().0;
     for (call, nr) in [("socket", libc::SYS_socket), ("socketpair", libc::SYS_socketpair)] {
         let nr = u32::try_from(nr).unwrap();
         for family in (0..300u64).chain([u64::from(u32::MAX), 1 << 32, (1 << 32) | 1, (1 << 32) | 2, u64::MAX]) {
@@ -161,7 +161,7 @@ fn a_merge_refuses_what_it_cannot_read_as_thresholds() {
     let (calls, arguments, _) = exported();
     let ld = |k| merge::Insn { code: 0x20, jt: 0, jf: 0, k };
     let ret = |k| merge::Insn { code: 0x06, jt: 0, jf: 0, k };
-    let arch = merge::native_arch(&calls).unwrap();
+    let arch = merge::prologue(&calls).unwrap().0;
     // The call number masked, then compared: not a threshold comparison.
     let masked = [
         ld(4),
@@ -173,6 +173,32 @@ fn a_merge_refuses_what_it_cannot_read_as_thresholds() {
         ret(0),
     ];
     assert!(merge::merge(&masked, &arguments, None).unwrap_err().contains("masked"));
+    // A second look at the architecture, or a prologue whose other branch is not a ret: other
+    // architectures might get other answers than the prologue's.
+    let mut twice = masked.to_vec();
+    twice[2] = ld(4);
+    assert!(merge::merge(&twice, &arguments, None).unwrap_err().contains("architecture again"));
+    let mut no_ret = masked.to_vec();
+    no_ret[1].jf = 1;
+    assert!(merge::merge(&no_ret, &arguments, None).unwrap_err().contains("architecture check"));
+    // A filter that reads the instruction pointer (getpid refused unless it is 0) is not
+    // constant on getpid: the merged program keeps its read.
+    let by_ip = [
+        ld(4),
+        merge::Insn { code: 0x15, jt: 0, jf: 6, k: arch },
+        ld(0),
+        merge::Insn { code: 0x15, jt: 0, jf: 3, k: 39 },
+        ld(8),
+        merge::Insn { code: 0x15, jt: 1, jf: 0, k: 0 },
+        ret(0x0005_0001),
+        ret(merge::ALLOW),
+        ret(0x8000_0000),
+    ];
+    let merged = merge::merge(&by_ip, &arguments, None).unwrap();
+    assert!(merged.iter().any(|i| *i == ld(8)), "{merged:?}");
+    // A stand-in that does not answer as the filter it stands in for.
+    let wrong = [ld(4), merge::Insn { code: 0x15, jt: 0, jf: 1, k: arch }, ret(0x0005_0026), ret(0x8000_0000)];
+    assert!(merge::merge(&calls, &arguments, Some(&wrong)).unwrap_err().contains("stand-in answers otherwise"));
     // Both read the arguments of the same call: no single program to jump to.
     assert!(merge::merge(&arguments, &arguments, None).unwrap_err().contains("cannot be merged"));
 }
@@ -240,7 +266,11 @@ fn the_filters_build() {
 
 #[test]
 fn a_program_that_is_not_whole_instructions_is_refused_before_anything_loads() {
-    let err = install_given(&program()[..program().len() - 3]).unwrap_err();
+    // One whole instruction (ret ALLOW) and 3 bytes more: the kernel itself would load it (as
+    // one instruction) if the length were not checked first.
+    let mut given = merge::encode(&[merge::Insn { code: 0x06, jt: 0, jf: 0, k: merge::ALLOW }]);
+    given.extend_from_slice(&[0, 0, 0]);
+    let err = install_given(&given).unwrap_err();
     assert!(err.contains("Invalid argument"), "{err}");
 }
 
