@@ -39,8 +39,9 @@ DATA_DIR="$(mktemp -d /tmp/sandbox-bench.XXXXXX)"
 chmod 0755 "$DATA_DIR"
 # Every build runs from a copy made here, as an installed binary would: a file the linker just
 # wrote sits in the page cache in small pieces, and each exec of it faults more than an exec of a
-# copy (~0.4 ms per exec on this machine kind, and a run execs twice, the CLI and its helper), so
-# a fresh build measured beside an older, copied one looked ~0.8 ms slower than it was.
+# copy (~0.4 ms per exec on this machine kind; a run execs the CLI, whose helper is forked), so a
+# fresh build measured beside an older, copied one looked slower than it was. Every build's copy
+# is made the same way here; bench/cli_ab.py also drops and re-reads each copy's cached pages.
 BIN_DIR="$(mktemp -d /tmp/sandbox-bench-bin.XXXXXX)"
 chmod 0755 "$BIN_DIR"
 trap 'rm -rf "$DATA_DIR" "$BIN_DIR"' EXIT

@@ -367,7 +367,11 @@ impl Spare {
         Some((idle, refill))
     }
 
-    /// Stops keeping a helper and kills the waiting one (service shutdown, end of `sandbox run`).
+    /// Stops keeping a helper, and kills and reaps the waiting one (service shutdown, end of
+    /// `sandbox run`). Reaped here, not on a thread of its own as a dropped one is: `sandbox run`
+    /// ends its process right after (`std::process::exit`), which would leave the dead helper to
+    /// whoever inherits it, a zombie under a PID 1 that reaps no stranger. A waiting helper only
+    /// reads its control socket: it dies at once.
     pub(crate) fn stop(&self) {
         let idle = {
             let mut s = self.lock();
@@ -375,7 +379,9 @@ impl Spare {
             s.idle.take()
         };
         self.inner.wake.notify_all();
-        drop(idle);
+        if let Some(mut idle) = idle {
+            idle.helper.kill_and_wait();
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

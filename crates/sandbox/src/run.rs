@@ -148,6 +148,9 @@ pub const UNREACHABLE: u8 = 5;
 /// error, [`UNREACHABLE`] (5) when `--server` cannot be reached.
 /// `early`: the helper `main` forked ([`early_helper`]), used for a cold start without an
 /// allowlist network, else dropped (which kills it).
+/// A cold local run with a local (SQLite) audit log does not return once its result is written:
+/// it ends the process (`std::process::exit` with that code), so nothing a caller would do after
+/// it runs.
 pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<EarlySpare>) -> anyhow::Result<ExitCode> {
     let request = build_request(&args)?;
     if let Some(url) = &args.server {
@@ -267,12 +270,14 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
     }
     let code = finish_code(&result, &args)?;
     match interrupted.load(std::sync::atomic::Ordering::Relaxed) {
-        // A cold run's sandbox is gone and its record complete (both were awaited) and the
-        // result is written: the process ends here, without dropping the engine, the audit log's
-        // connection and the runtime's handles one by one, which ending it releases all the same
-        // (~0.1 ms of every `sandbox run`). A warm run returns, so that what `stop_warm` stopped
-        // is dropped as it always is.
-        0 if args.warm.is_none() => {
+        // A cold run's sandbox is gone and its record complete (both were awaited), an unused
+        // helper killed and reaped (`stop_warm`), and the result written: with a local log the
+        // process ends here, without dropping the engine, the log's connection and the runtime's
+        // handles one by one (~0.05-0.1 ms of a `sandbox run`); SQLite's files are left as a
+        // close leaves them (no checkpoint on close). A PostgreSQL log's connection is closed
+        // politely instead (a Terminate message, not an EOF the server logs), and a warm run
+        // returns, so that what `stop_warm` stopped is dropped as it always is.
+        0 if args.warm.is_none() && sandbox_core::record::Recorder::local(&*audit) => {
             let _ = std::io::stdout().flush();
             std::process::exit(i32::from(code))
         }
@@ -427,15 +432,17 @@ fn run_remote(url: &str, request: ExecutionRequest, args: &RunArgs) -> anyhow::R
     }
 }
 
-/// Writes the result out (its files to `--out-dir`, then the JSON or the report) and returns
-/// the command's exit status: the program's exit code, or the error code's
-/// ([`ErrorCode::exit_code`]) for a rejected run or an internal error.
-/// Errors: the files could not be written.
+/// Writes the result out (its files to `--out-dir`, each one that cannot be written said on
+/// stderr and skipped; then the JSON or the report) and returns the command's exit status: the
+/// program's exit code (128 + the signal that ended it), 1 when it has none (e.g. a TypeScript
+/// syntax error), or the error code's ([`ErrorCode::exit_code`]) for a rejected run or an
+/// internal error.
+/// Errors: the `--out-dir` directory cannot be created or opened (nothing else is written then).
 fn finish(result: &sandbox_core::ExecutionResult, args: &RunArgs) -> anyhow::Result<ExitCode> {
     finish_code(result, args).map(ExitCode::from)
 }
 
-/// [`finish`]'s exit status as a number (0-255).
+/// [`finish`], with the exit status as a number (0-255).
 fn finish_code(result: &sandbox_core::ExecutionResult, args: &RunArgs) -> anyhow::Result<u8> {
     let result = result.clone();
     if let Some(dir) = &args.out_dir {
