@@ -2,7 +2,8 @@
 //! decides exactly as the kernel decides with all of them loaded, and is shorter: a binary
 //! search over ranges of system call numbers with one answer each, instead of one comparison
 //! per listed call and one program per filter. Used by `build.rs` (which embeds the result) and
-//! by the unit tests, which check the equivalence on every call number and many arguments.
+//! by the unit tests, which check the equivalence on thousands of call numbers and on the
+//! arguments the rules compare (`tests.rs`).
 //!
 //! Why: the kernel converts, JIT-compiles and then runs a filter once per call number when it
 //! is loaded (`bpf_prepare_filter`, `seccomp_cache_prepare`), and every sandbox loads it before
@@ -256,8 +257,8 @@ fn probe_arguments(program: &[Insn]) -> Vec<[u64; 6]> {
 
 /// Merges `last` (the filter installed last, so run first) and `first` into one program that
 /// answers as the kernel does with both loaded ([`combine`]), for the architecture `last`
-/// checks for ([`native_arch`]; `first` must check for the same one); both must give the same
-/// answer for any other architecture.
+/// checks for in its [`prologue`] (`first` must check for the same one); any other architecture
+/// gets the prologues' answers, combined.
 /// `stand_in`, when given, is appended instead of `last` itself to answer the calls on which
 /// `last` reads its arguments: a smaller program that must answer as `last` for those calls,
 /// which is checked here on [`probe_arguments`] of both (the caller's tests check more); `first`
