@@ -615,9 +615,9 @@ impl Pools {
     /// member holds already.
     fn await_ready(mut member: Member, helper: Option<Option<i32>>, patience: Duration) -> Result<Member, String> {
         let for_helper = member.launch.as_ref().is_some_and(|l| !l.warm_child());
-        let line = crate::prepare::spec_line(&mut member.prepared_mut().spec, for_helper);
+        let frame = crate::prepare::spec_frame(&mut member.prepared_mut().spec, for_helper);
         let launch = member.launch.as_mut().expect("just made");
-        (&launch.ctl).write_all(&line).map_err(|e| format!("sending the spec: {e}"))?;
+        (&launch.ctl).write_all(&frame).map_err(|e| format!("sending the spec: {e}"))?;
         launch.ctl.set_read_timeout(Some(patience)).map_err(|e| e.to_string())?;
         let mut events = BufReader::new(launch.ctl.try_clone().map_err(|e| e.to_string())?);
         let mut init_pid = None;

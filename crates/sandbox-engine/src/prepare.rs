@@ -793,25 +793,22 @@ pub(crate) fn seccomp_bpf() -> Vec<u8> {
     sandbox_runtime::seccomp_program().to_vec()
 }
 
-/// `spec` as the line sent on a control socket. To our own binary started as the helper
-/// (`for_helper`), the seccomp program is left out: it embeds the same one, built with it
-/// (init then loads that), and its instructions as JSON numbers cost both sides time (~0.3 ms
-/// for the two programs of before). A template's child gets it: it runs the warm library,
-/// another build artifact.
+/// `spec` as the frame sent on a control socket ([`SpawnSpec::frame`]: a JSON line, then the
+/// root files' bytes). To our own binary started as the helper (`for_helper`), the seccomp
+/// program is left out: it embeds the same one, built with it (init then loads that), and its
+/// instructions as JSON numbers cost both sides time (~0.3 ms for the two programs of before).
+/// A template's child gets it: it runs the warm library, another build artifact.
 /// A template's child gets nothing else it does not read ([`SpawnSpec::for_warm_child`]: no
-/// host path), since its program is a fork of it.
-pub(crate) fn spec_line(spec: &mut SpawnSpec, for_helper: bool) -> Vec<u8> {
-    let mut line = if for_helper {
+/// host path, no root file), since its program is a fork of it.
+pub(crate) fn spec_frame(spec: &mut SpawnSpec, for_helper: bool) -> Vec<u8> {
+    if for_helper {
         let bpf = std::mem::take(&mut spec.seccomp_bpf);
-        let line = serde_json::to_vec(&*spec);
+        let frame = spec.frame();
         spec.seccomp_bpf = bpf;
-        line
+        frame
     } else {
-        serde_json::to_vec(&spec.for_warm_child())
+        spec.for_warm_child().frame()
     }
-    .expect("the spawn spec always serializes");
-    line.push(b'\n');
-    line
 }
 
 #[cfg(test)]
@@ -819,28 +816,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_spec_line_leaves_the_seccomp_program_to_our_own_helper_and_keeps_the_spec_whole() {
+    fn the_spec_frame_leaves_the_seccomp_program_to_our_own_helper_and_keeps_the_spec_whole() {
         let mut spec = SpawnSpec { hostname: "sandbox".into(), seccomp_bpf: seccomp_bpf(), ..Default::default() };
         assert!(!spec.seccomp_bpf.is_empty() && spec.seccomp_bpf.len().is_multiple_of(8));
-        let parse = |line: &[u8]| -> SpawnSpec {
-            assert_eq!(line.last(), Some(&b'\n'));
-            serde_json::from_slice(&line[..line.len() - 1]).unwrap()
-        };
-        // Our binary as the helper: no program on the wire (its init loads the embedded one).
-        let to_helper = parse(&spec_line(&mut spec, true));
+        let parse = |frame: &[u8]| SpawnSpec::from_frame(frame).unwrap();
+        // Our binary as the helper: no program on the wire (its init loads the embedded one);
+        // the root files' bytes follow the JSON as they are, text or not.
+        let pyc = vec![0xa7, 0x0d, 0x0d, 0x0a, 0, 0xff, b'\n', b'"'];
+        spec.root_files = vec![
+            RootFile { sandbox_path: "/code/main.py".into(), content: "print(\"h\u{e9}\")\n".into(), mode: 0o444 },
+            RootFile { sandbox_path: "/code/empty".into(), content: Vec::new(), mode: 0o444 },
+            RootFile { sandbox_path: "/code/_sandbox_harness.pyc".into(), content: pyc.clone(), mode: 0o444 },
+        ];
+        let frame = spec_frame(&mut spec, true);
+        let to_helper = parse(&frame);
         assert!(to_helper.seccomp_bpf.is_empty());
         assert_eq!(to_helper.hostname, "sandbox");
+        let files: Vec<_> = to_helper.root_files.iter().map(|f| (f.sandbox_path.as_str(), f.content.as_slice(), f.mode)).collect();
+        assert_eq!(
+            files,
+            [("/code/main.py", "print(\"h\u{e9}\")\n".as_bytes(), 0o444), ("/code/empty", &[][..], 0o444), ("/code/_sandbox_harness.pyc", &pyc[..], 0o444)]
+        );
+        assert!(frame.ends_with(&pyc), "the bytes follow the JSON as they are");
         assert_eq!(spec.seccomp_bpf, seccomp_bpf(), "the engine's copy keeps its program");
-        // A template's child: the program goes with the spec, no host path does.
+        // A template's child: the program goes with the spec, no host path or root file does.
         spec.workspace_dir = "/var/lib/sandbox/executions/x/workspace".into();
         spec.cgroup_join = vec!["/sys/fs/cgroup/pids/sandbox/x/tasks".into()];
         spec.mounts = vec![BindMount { host: "/srv/data".into(), sandbox_path: "/data".into(), read_only: true }];
-        let line = spec_line(&mut spec, false);
-        let to_child = parse(&line);
+        let frame = spec_frame(&mut spec, false);
+        let to_child = parse(&frame);
         assert_eq!(to_child.seccomp_bpf, seccomp_bpf());
-        assert_eq!((to_child.cgroup_join.len(), to_child.mounts[0].sandbox_path.as_str()), (1, "/data"));
-        let text = String::from_utf8(line).unwrap();
-        for host in ["/var/lib", "/sys/fs", "/srv"] {
+        assert_eq!((to_child.cgroup_join.len(), to_child.mounts[0].sandbox_path.as_str(), to_child.root_files.len()), (1, "/data", 0));
+        let text = String::from_utf8(frame).unwrap();
+        for host in ["/var/lib", "/sys/fs", "/srv", "/code"] {
             assert!(!text.contains(host), "{host} in {text}");
         }
     }

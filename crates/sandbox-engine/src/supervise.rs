@@ -334,8 +334,8 @@ async fn attempt(
         out.landlock_abi = *landlock_abi;
     } else {
         prepared.spec.hold = recorded.is_some();
-        let spec_line = crate::prepare::spec_line(&mut prepared.spec, true);
-        if let Err(e) = ctl_write.write_all(&spec_line).await {
+        let frame = crate::prepare::spec_frame(&mut prepared.spec, true);
+        if let Err(e) = ctl_write.write_all(&frame).await {
             bail!(SuperviseError::SendSpec(e));
         }
     }

@@ -718,9 +718,7 @@ fn spawn(
         e
     };
     let mut child = child;
-    let mut line = serde_json::to_vec(spec).expect("the spawn spec always serializes");
-    line.push(b'\n');
-    if let Err(e) = (&engine_ctl).write_all(&line) {
+    if let Err(e) = (&engine_ctl).write_all(&spec.frame()) {
         return Err(fail(&mut child, format!("sending the spec: {e}")));
     }
     let _ = engine_ctl.set_read_timeout(Some(READY_PATIENCE));

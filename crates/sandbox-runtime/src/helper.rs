@@ -3,7 +3,7 @@
 //! cgroup, clones init into the other new namespaces, writes init's uid/gid maps (host root may
 //! map any range; init itself could not), and waits for init.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 
@@ -67,9 +67,7 @@ pub fn helper_main() -> ! {
 
 fn run(ctl: &UnixStream, netns_ready: bool) -> Result<i32, StepError> {
     let namespaces = if netns_ready { NAMESPACES.difference(CloneFlags::CLONE_NEWNET) } else { NAMESPACES };
-    let mut line = String::new();
-    step("read_spec", BufReader::new(ctl).read_line(&mut line))?;
-    let spec: SpawnSpec = step("parse_spec", serde_json::from_str(&line))?;
+    let spec = SpawnSpec::read_frame(&mut BufReader::new(ctl))?;
     // Die with the engine: an orphaned helper would leave init running.
     step("pdeathsig", nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL))?;
     if engine_gone(&spec) {

@@ -1,6 +1,8 @@
-//! The helper's protocol: the [`SpawnSpec`] the engine writes as one JSON line to the helper's
-//! control socket (fd 3), and the [`Event`] JSON lines the helper and init write back.
+//! The helper's protocol: the [`SpawnSpec`] the engine writes to the helper's control socket
+//! (fd 3) as one frame ([`SpawnSpec::frame`]: a JSON line, then the root files' bytes), and the
+//! [`Event`] JSON lines the helper and init write back.
 
+use std::io::BufRead;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -191,38 +193,82 @@ impl SpawnSpec {
 pub struct RootFile {
     /// Absolute path inside the sandbox, e.g. `/etc/passwd`.
     pub sandbox_path: String,
-    /// Content, any bytes (in the spec's JSON a string when it is UTF-8, else
-    /// `{"base64": "..."}`, RFC 4648 standard alphabet: a harness's bytecode).
-    #[serde(with = "text_or_base64")]
+    /// Content, any bytes. The spec's JSON holds only its length in bytes (`"len"`); the bytes
+    /// follow the JSON line ([`SpawnSpec::frame`]), so that neither side escapes, encodes or
+    /// parses them (the code, the harness and its bytecode: ~40 kB of every cold start).
+    #[serde(rename = "len", with = "length_only")]
     pub content: Vec<u8>,
     /// Permission bits, e.g. `0o444`.
     pub mode: u32,
 }
 
-/// [`RootFile::content`] in JSON: text as a string (most files: /etc, code, harness), other
-/// bytes as `{"base64": "..."}`, so that neither pays for the other's encoding.
-mod text_or_base64 {
-    use base64::Engine as _;
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    #[derive(Serialize, Deserialize)]
-    #[serde(untagged)]
-    enum Content {
-        Text(String),
-        Binary { base64: String },
-    }
+/// [`RootFile::content`] in the spec's JSON: its length only; [`SpawnSpec::read_frame`] reads
+/// the bytes into the buffer the length made.
+mod length_only {
+    use serde::{Deserialize, Deserializer, Serializer};
 
     pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        match std::str::from_utf8(bytes) {
-            Ok(text) => s.serialize_str(text),
-            Err(_) => Content::Binary { base64: base64::engine::general_purpose::STANDARD.encode(bytes) }.serialize(s),
-        }
+        s.serialize_u64(bytes.len() as u64)
     }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        match Content::deserialize(d)? {
-            Content::Text(text) => Ok(text.into_bytes()),
-            Content::Binary { base64 } => base64::engine::general_purpose::STANDARD.decode(base64).map_err(serde::de::Error::custom),
+        let len = u64::deserialize(d)?;
+        match usize::try_from(len) {
+            Ok(len) if len <= super::ROOT_FILES_MAX_BYTES => Ok(vec![0; len]),
+            _ => Err(serde::de::Error::custom(format!("a root file of {len} bytes (at most {} in all)", super::ROOT_FILES_MAX_BYTES))),
+        }
+    }
+}
+
+/// The most bytes a spec's root files may hold in all (1 GiB): far above anything the engine
+/// sends (a profile's code and input limits are megabytes), so that a corrupt length fails
+/// [`SpawnSpec::read_frame`] instead of allocating.
+pub const ROOT_FILES_MAX_BYTES: usize = 1 << 30;
+
+impl SpawnSpec {
+    /// This spec as the engine writes it to a helper or a warm child: its JSON (root files'
+    /// contents as their lengths) and a newline, then every root file's bytes, in order.
+    /// Read back by [`SpawnSpec::read_frame`].
+    pub fn frame(&self) -> Vec<u8> {
+        let mut frame = serde_json::to_vec(self).expect("the spawn spec always serializes");
+        frame.push(b'\n');
+        let held: usize = self.root_files.iter().map(|f| f.content.len()).sum();
+        frame.reserve(held);
+        for f in &self.root_files {
+            frame.extend_from_slice(&f.content);
+        }
+        frame
+    }
+
+    /// Reads one [`SpawnSpec::frame`] from `r`: nothing after it is read.
+    /// Errors: step `read_spec` (the line or the bytes could not be read, or ended early) or
+    /// `parse_spec` (not a spec's JSON, or root files past [`ROOT_FILES_MAX_BYTES`]).
+    pub(crate) fn read_frame(r: &mut impl BufRead) -> Result<Self, crate::step::StepError> {
+        use crate::step::{step, StepError};
+        let mut line = Vec::new();
+        step("read_spec", r.read_until(b'\n', &mut line))?;
+        if line.pop() != Some(b'\n') {
+            return Err(StepError::new("read_spec", "the control socket closed before the spec's line ended"));
+        }
+        let mut spec: Self = step("parse_spec", serde_json::from_slice(&line))?;
+        let held = spec.root_files.iter().try_fold(0usize, |all, f| all.checked_add(f.content.len()).filter(|&n| n <= ROOT_FILES_MAX_BYTES));
+        if held.is_none() {
+            return Err(StepError::new("parse_spec", format!("root files past {ROOT_FILES_MAX_BYTES} bytes in all")));
+        }
+        for f in &mut spec.root_files {
+            step("read_spec", r.read_exact(&mut f.content).map_err(|e| format!("{}: {e}", f.sandbox_path)))?;
+        }
+        Ok(spec)
+    }
+
+    /// The spec `frame` holds, all of it ([`SpawnSpec::read_frame`]).
+    /// Errors: what `read_frame` says (`step: message`), or bytes left after the frame.
+    pub fn from_frame(frame: &[u8]) -> Result<Self, String> {
+        let mut r = frame;
+        let spec = Self::read_frame(&mut r).map_err(|e| e.to_string())?;
+        match r.len() {
+            0 => Ok(spec),
+            n => Err(format!("{n} bytes after the spec's frame")),
         }
     }
 }
@@ -286,3 +332,6 @@ pub enum Event {
         killed_at_teardown: u32,
     },
 }
+
+#[cfg(test)]
+mod tests;

@@ -27,7 +27,7 @@
 //! namespace, the cgroup, the uid, the workspace and the protocol on the control socket are
 //! the execution's own, exactly as on the cold path.
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::os::unix::net::UnixStream;
 
 use nix::sched::CloneFlags;
@@ -73,9 +73,7 @@ fn child(ctl: &UnixStream) -> Result<(), StepError> {
         ));
     }
     // The engine sends the spec once this process is in the execution's cgroup.
-    let mut line = String::new();
-    step("read_spec", BufReader::new(ctl).read_line(&mut line))?;
-    let spec: SpawnSpec = step("parse_spec", serde_json::from_str(&line))?;
+    let spec = SpawnSpec::read_frame(&mut BufReader::new(ctl))?;
     // Into the execution's cgroup before anything else: "0" moves this (single-threaded)
     // process, through the files the engine opened (its credentials are the ones checked).
     for i in 0..spec.cgroup_join.len() {
