@@ -222,7 +222,8 @@ mod length_only {
 
 /// The most bytes a spec's root files may hold in all (1 GiB): far above anything the engine
 /// sends (a profile's code and input limits are megabytes), so that a corrupt length fails
-/// [`SpawnSpec::read_frame`] instead of allocating.
+/// [`SpawnSpec::read_frame`] before any byte is read (a file's length past it, before its
+/// buffer is allocated).
 pub const ROOT_FILES_MAX_BYTES: usize = 1 << 30;
 
 impl SpawnSpec {
