@@ -221,15 +221,15 @@ mod length_only {
 }
 
 /// The most bytes a spec's root files may hold in all (1 GiB): far above anything the engine
-/// sends (a profile's code and input limits are megabytes), so that a corrupt length fails
-/// [`SpawnSpec::read_frame`] before any byte is read (a file's length past it, before its
-/// buffer is allocated).
+/// sends (a profile's code and input limits are megabytes), so that a corrupt length fails the
+/// frame's reading (the helper's, or [`SpawnSpec::from_frame`]) before any of the files' bytes
+/// is read (a file's length past it, before its buffer is allocated).
 pub const ROOT_FILES_MAX_BYTES: usize = 1 << 30;
 
 impl SpawnSpec {
     /// This spec as the engine writes it to a helper or a warm child: its JSON (root files'
     /// contents as their lengths) and a newline, then every root file's bytes, in order.
-    /// Read back by [`SpawnSpec::read_frame`].
+    /// Read back by the helper or a warm child (`read_frame`), or by [`SpawnSpec::from_frame`].
     pub fn frame(&self) -> Vec<u8> {
         let mut frame = serde_json::to_vec(self).expect("the spawn spec always serializes");
         frame.push(b'\n');
@@ -262,8 +262,9 @@ impl SpawnSpec {
         Ok(spec)
     }
 
-    /// The spec `frame` holds, all of it ([`SpawnSpec::read_frame`]).
-    /// Errors: what `read_frame` says (`step: message`), or bytes left after the frame.
+    /// The spec `frame` holds, all of it, read as the helper reads its control socket.
+    /// Errors: `read_spec: …` (the line or the bytes end early), `parse_spec: …` (not a spec's
+    /// JSON, or root files past [`ROOT_FILES_MAX_BYTES`]), or bytes left after the frame.
     pub fn from_frame(frame: &[u8]) -> Result<Self, String> {
         let mut r = frame;
         let spec = Self::read_frame(&mut r).map_err(|e| e.to_string())?;
