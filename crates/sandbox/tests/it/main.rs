@@ -444,6 +444,30 @@ pub fn slack(bound: Duration) -> Duration {
     bound * factor
 }
 
+/// Sends SIGSTOP to each of `pids` and returns once every thread of each is stopped (`T` in
+/// `/proc/PID/task/TID/stat`) or gone. kill(2) returns once the signal is queued; a thread stops
+/// when it next runs, which on a busy machine (this kind's kernel packs runnable tasks onto one
+/// vCPU) can come after the test's next step: a pooled program that read its go byte in that gap
+/// had started, as far as the engine could tell, and its execution rightly did not run again.
+/// Panics after 30 s.
+pub fn stop_and_wait(pids: &[i32]) {
+    for pid in pids {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::Signal::SIGSTOP);
+    }
+    let stopped = |pid: i32| {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return true };
+        tasks.filter_map(Result::ok).all(|t| {
+            // The state follows the command's closing parenthesis; a task gone meanwhile counts as stopped.
+            std::fs::read_to_string(t.path().join("stat")).map_or(true, |st| st.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['T', 't', 'Z', 'X'])))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pids.iter().all(|p| stopped(*p)) {
+        assert!(Instant::now() < deadline, "not every thread of {pids:?} stopped within 30 s");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// Host pids below `root` whose command line contains `needle`.
 pub fn processes_below(root: u32, needle: &str) -> Vec<i32> {
     let mut out = Vec::new();

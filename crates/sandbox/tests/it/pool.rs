@@ -239,12 +239,11 @@ fn a_pooled_sandbox_that_dies_before_its_go_runs_the_execution_cold() {
     let s = pool_server();
     // Stopped, the pooled programs are alive at checkout but cannot read their go byte; killed
     // while an execution waits on one, they die between checkout and go (as when a member is
-    // killed, or its template ends, at that moment).
+    // killed, or its template ends, at that moment). Stopped, not just signalled: one that runs
+    // once more after the signal can read its go byte (it then has started, and is not rerun).
     let waiting = processes_below(s.pid(), "_sandbox_harness.mjs\0pool");
     assert!(waiting.len() >= 2, "the pooled sandboxes' programs: {waiting:?}");
-    for pid in &waiting {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::Signal::SIGSTOP).unwrap();
-    }
+    stop_and_wait(&waiting);
     let r = req("ts-pool", r#"import { writeFileSync } from "node:fs"; writeFileSync("/workspace/once.txt", "x"); console.log("ran", 6 * 7);"#);
     let out = std::thread::scope(|scope| {
         let run = scope.spawn(|| exec(&s, &r));

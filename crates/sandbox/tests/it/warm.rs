@@ -937,7 +937,8 @@ fn a_child_forked_ahead_that_dies_before_its_go_leaves_the_execution_to_run_cold
     // what runs below them: not a template's page probe (a child in the template's own
     // namespaces), which a template still starting waits for (the one failure this test had,
     // an execution that ended without reporting an exit, came with such a probe stopped and
-    // killed).
+    // killed). The stop is waited for: a child that had not yet stopped when the execution
+    // came read its go byte, and its execution ended without an exit, rightly not run again.
     let ns = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
     let stopped: Vec<i32> = template_children_below(s.pid())
         .into_iter()
@@ -950,7 +951,7 @@ fn a_child_forked_ahead_that_dies_before_its_go_leaves_the_execution_to_run_cold
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), sig);
         }
     };
-    signal(nix::sys::signal::Signal::SIGSTOP);
+    stop_and_wait(&stopped);
     let r = req(profile, "import pandas\nprint('ran', pandas.DataFrame({'a': [6]}).a.sum() * 7)");
     let out = std::thread::scope(|scope| {
         let run = scope.spawn(|| exec(&s, &r));
