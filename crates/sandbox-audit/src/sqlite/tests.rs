@@ -520,3 +520,44 @@ fn a_postgres_append_takes_three_round_trips() {
     drop(s);
     drop(scratch);
 }
+
+/// Runs `f` on a thread of its own whose `syscall` fails with EIO (a seccomp filter on that
+/// thread only: its no_new_privs and filter do not reach the test's other threads).
+fn with_failing_syscall<T: Send>(syscall: &str, f: impl FnOnce() -> T + Send) -> T {
+    use libseccomp::{ScmpAction, ScmpFilterContext, ScmpSyscall};
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let mut filter = ScmpFilterContext::new(ScmpAction::Allow).unwrap();
+                filter.add_rule(ScmpAction::Errno(libc::EIO), ScmpSyscall::from_name(syscall).unwrap()).unwrap();
+                filter.load().unwrap();
+                f()
+            })
+            .join()
+            .unwrap()
+    })
+}
+
+/// Every sync of the SQLite log (the WAL at each commit, the database at a checkpoint, the head
+/// file) is an fdatasync(2): the bundled SQLite is built with HAVE_FDATASYNC
+/// (`.cargo/config.toml`), else it calls fsync(2), which also writes the inode whenever its
+/// mtime moved, one more synchronous write per append. And the appends are still synced: with
+/// fdatasync failing, an append fails.
+#[test]
+fn commits_sync_with_fdatasync_never_fsync() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.db");
+    let appended = with_failing_syscall("fsync", || -> Result<usize, crate::AuditError> {
+        let mut s = crate::SqliteStore::open(&path)?;
+        // Past WAL_PAGES, so that checkpoints and a WAL restart are among the syncs.
+        for i in 0..40 {
+            let id = format!("e{i}");
+            s.append(&event(&id, EventKind::Begin, "running"))?;
+            s.append(&event(&id, EventKind::Finish, "ok"))?;
+        }
+        Ok(80)
+    });
+    assert_eq!(appended.map_err(|e| e.to_string()), Ok(80), "an append called fsync(2)");
+    let failed = with_failing_syscall("fdatasync", || crate::SqliteStore::open(&path).and_then(|mut s| s.append(&event("x", EventKind::Begin, "running"))));
+    assert!(failed.is_err(), "an append that could not sync succeeded: {failed:?}");
+}

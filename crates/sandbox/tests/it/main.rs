@@ -458,7 +458,8 @@ pub fn stop_and_wait(pids: &[i32]) {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return true };
         tasks.filter_map(Result::ok).all(|t| {
             // The state follows the command's closing parenthesis; a task gone meanwhile counts as stopped.
-            std::fs::read_to_string(t.path().join("stat")).map_or(true, |st| st.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['T', 't', 'Z', 'X'])))
+            std::fs::read_to_string(t.path().join("stat"))
+                .map_or(true, |st| st.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['T', 't', 'Z', 'X'])))
         })
     };
     let deadline = Instant::now() + Duration::from_secs(30);
