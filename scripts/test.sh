@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, then runs every test: the Rust workspace (unit tests,
-# and integration tests that create real namespaces and cgroups: run as root), the cgroup v2
-# guest stage (scripts/v2-guest/ci.sh), the container image stage (deploy/image/test.sh), the
-# fuzz targets briefly (scripts/fuzz.sh), a short soak (bench/soak.sh), the TypeScript and Python
-# SDKs against a real `sandbox serve`, the MCP server through the official Python MCP SDK, the
-# multi-node test and the Helm chart's validation on paper (deploy/helm/validate.sh); after the
-# Rust suites, that they left nothing on the host (scripts/host-leftovers.sh). Ends with one
-# summary line.
+# and integration tests that create real namespaces and cgroups: run as root), the warm modes' and
+# the static musl build's stages, the cgroup v2 guest stage (scripts/v2-guest/ci.sh), the
+# container image stage (deploy/image/test.sh), the fuzz targets briefly (scripts/fuzz.sh), a
+# short soak (bench/soak.sh), the TypeScript and Python SDKs against a real `sandbox serve`, the
+# MCP server through the official Python MCP SDK, the multi-node test and the Helm chart's
+# validation on paper (deploy/helm/validate.sh); after the Rust suites, that they left nothing on
+# the host (scripts/host-leftovers.sh). Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -40,6 +40,20 @@ SANDBOX_TEST_WARM=pool cargo test -p sandbox --test it -- attacks:: limits:: tim
 # And with every Python execution in a child its template forked and sandboxed before the
 # request (`sandbox run --warm=prefork`; python-analysis's own warm start under `sandbox serve`).
 SANDBOX_TEST_WARM=prefork cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: 2>&1 | tee -a "$log" || status=1
+# The static musl build (README "A static build"): the same code over another C library, so the
+# attack, limit, timeout, file, harness, real-world-case and network suites run against it too,
+# cold and with every Python execution in a child forked ahead (the warm path that lifts a child's
+# scheduling policy, which musl's sched_setscheduler() refused), the warm library (a glibc
+# cdylib: the templates' Python loads it) beside the binary; and the runtime's and engine's unit
+# tests but the seccomp ones (which run the host's libseccomp, a glibc library).
+bash scripts/install-musl.sh
+cargo build -p sandbox-warm
+mkdir -p target/x86_64-unknown-linux-musl/debug
+cp target/debug/libsandbox_warm.so target/x86_64-unknown-linux-musl/debug/
+musl=(--target x86_64-unknown-linux-musl)
+cargo test "${musl[@]}" -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: network:: 2>&1 | tee -a "$log" || status=1
+SANDBOX_TEST_WARM=prefork cargo test "${musl[@]}" -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: 2>&1 | tee -a "$log" || status=1
+cargo test "${musl[@]}" -p sandbox-runtime -p sandbox-engine --lib -- --skip seccomp:: 2>&1 | tee -a "$log" || status=1
 bash scripts/host-leftovers.sh check "$leftovers" 2>&1 | tee -a "$log" || status=1
 # Fuzzing (issue 12, item 11): every fuzz target of fuzz/ for 25 s from its recorded corpus.
 bash scripts/fuzz.sh 25 2>&1 | tee -a "$log" || status=1

@@ -814,14 +814,20 @@ fn text(bytes: Vec<u8>) -> (String, Option<String>) {
     }
 }
 
-/// The name of signal `n`: `SIGKILL`, ...; a real-time signal as `SIGRTMIN` or `SIGRTMIN+k`
-/// (glibc's first real-time signal, `SIGRTMIN()`, is 34 on Linux; `kill -l` lists them so).
-/// `None` for a number that is no signal.
+/// The first real-time signal as the sandboxed runtimes (glibc builds of Python and Node) and
+/// `kill -l` number them: glibc's `SIGRTMIN()`, 34 on Linux (the kernel's 32 and 33 are its
+/// threads'). A constant, not this binary's `SIGRTMIN()`: musl's is 35, and a static musl build
+/// named a program's `SIGRTMIN+2` `SIGRTMIN+1`.
+const RTMIN: i32 = 34;
+
+/// The name of signal `n`: `SIGKILL`, ...; a real-time signal as `SIGRTMIN` or `SIGRTMIN+k`,
+/// counted from [`RTMIN`] up to the kernel's last signal (64, `SIGRTMAX`). `None` for a number
+/// that is no signal.
 fn signal_name(n: i32) -> Option<String> {
     if let Ok(s) = Signal::try_from(n) {
         return Some(s.as_str().to_owned());
     }
-    let (min, max) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+    let (min, max) = (RTMIN, 64);
     match n - min {
         0 => Some("SIGRTMIN".to_owned()),
         k if k > 0 && n <= max => Some(format!("SIGRTMIN+{k}")),

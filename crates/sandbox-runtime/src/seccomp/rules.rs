@@ -498,7 +498,10 @@ pub(crate) fn arguments_filter() -> Result<ScmpFilterContext, libseccomp::error:
     )?;
     // TIOCSTI pushes input into a terminal another process reads.
     let ioctl = ScmpSyscall::from_name("ioctl")?;
-    f.add_rule_conditional(eperm, ioctl, &[ScmpArgCompare::new(1, ScmpCompareOp::MaskedEqual(LOW32), libc::TIOCSTI)])?;
+    // An unsigned long in glibc's libc crate, an int in musl's (a static build's unit tests).
+    #[allow(clippy::unnecessary_cast, clippy::cast_sign_loss)]
+    let tiocsti = libc::TIOCSTI as u64;
+    f.add_rule_conditional(eperm, ioctl, &[ScmpArgCompare::new(1, ScmpCompareOp::MaskedEqual(LOW32), tiocsti)])?;
     // RLIMIT_CORE stays 1: for a piped core_pattern the kernel ignores every other value, so a
     // program that could lower it to 0 would have its crash handed to the host's handler.
     let core = libc::RLIMIT_CORE as u64;

@@ -272,7 +272,7 @@ pub fn loopback_up() -> io::Result<()> {
         *dst = libc::c_char::from_ne_bytes([*src]);
     }
     // SAFETY: SIOCGIFFLAGS reads into the ifreq we own, which outlives the call.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), sioc(libc::SIOCGIFFLAGS), &mut req) } < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: ifru_flags is the member SIOCGIFFLAGS filled in.
@@ -280,10 +280,18 @@ pub fn loopback_up() -> io::Result<()> {
         req.ifr_ifru.ifru_flags |= libc::c_short::try_from(libc::IFF_UP).expect("IFF_UP fits a short");
     }
     // SAFETY: SIOCSIFFLAGS reads the ifreq we own.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), sioc(libc::SIOCSIFFLAGS), &req) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// A socket ioctl's request number (`SIOC*`, an `unsigned long` in the libc crate) as ioctl(2)'s
+/// request parameter, which is `unsigned long` in glibc and `int` in musl (`libc::Ioctl`); every
+/// `SIOC*` number fits either.
+#[allow(clippy::cast_possible_truncation, clippy::unnecessary_cast)]
+pub(crate) const fn sioc(request: libc::c_ulong) -> libc::Ioctl {
+    request as libc::Ioctl
 }
 
 /// The landlock ABI version the kernel offers (0 when landlock is absent or disabled).
@@ -362,17 +370,35 @@ pub fn dup_above(fd: std::os::fd::BorrowedFd<'_>, min: std::os::fd::RawFd) -> io
 /// lifts it right before the go byte of the execution that took the child.
 /// Errors: the kernel's errno (ESRCH when no such thread exists).
 pub fn sched_normal(tid: i32) -> io::Result<()> {
-    // SAFETY: plain integer argument.
-    let policy = unsafe { libc::sched_getscheduler(tid) };
-    if policy < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let policy = sched_policy(tid)?;
     if policy & !libc::SCHED_RESET_ON_FORK != libc::SCHED_IDLE {
         return Ok(());
     }
-    let param = libc::sched_param { sched_priority: 0 };
+    sched_set(tid, libc::SCHED_OTHER)
+}
+
+/// Thread `tid`'s scheduling policy, `sched_getscheduler(2)` as the system call itself: musl's
+/// `sched_getscheduler` and `sched_setscheduler` only fail with ENOSYS (POSIX gives them a
+/// process's policy, which Linux does not have), and in a static musl build the child forked
+/// ahead was never lifted, so no execution ever took one.
+/// Errors: the kernel's errno.
+pub(crate) fn sched_policy(tid: i32) -> io::Result<i32> {
+    // SAFETY: the system call takes a plain integer argument.
+    let policy = unsafe { libc::syscall(libc::SYS_sched_getscheduler, libc::c_long::from(tid)) };
+    if policy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    i32::try_from(policy).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// Sets thread `tid`'s policy to `policy` at priority 0, `sched_setscheduler(2)` as the system
+/// call itself (see [`sched_policy`]).
+/// Errors: the kernel's errno.
+pub(crate) fn sched_set(tid: i32, policy: i32) -> io::Result<()> {
+    // SAFETY: sched_param is plain old data; all-zero is priority 0 (musl's has more fields).
+    let param: libc::sched_param = unsafe { std::mem::zeroed() };
     // SAFETY: a thread id, a policy constant and a pointer to a live sched_param.
-    if unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) } != 0 {
+    if unsafe { libc::syscall(libc::SYS_sched_setscheduler, libc::c_long::from(tid), libc::c_long::from(policy), &raw const param) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
@@ -742,16 +768,13 @@ mod tests {
     /// `sched_normal` lifts `SCHED_IDLE` and leaves every other policy as it is.
     #[test]
     fn sched_normal_lifts_only_sched_idle() {
-        // SAFETY: plain integer argument.
-        let policy_of = |pid: i32| unsafe { libc::sched_getscheduler(pid) };
         for (set, want) in [(libc::SCHED_IDLE, libc::SCHED_OTHER), (libc::SCHED_BATCH, libc::SCHED_BATCH), (libc::SCHED_OTHER, libc::SCHED_OTHER)] {
             let mut child = std::process::Command::new("sleep").arg("10").spawn().expect("sleep runs");
             let pid = i32::try_from(child.id()).unwrap();
-            let param = libc::sched_param { sched_priority: 0 };
-            // SAFETY: a live child's pid, a policy constant and a pointer to a live sched_param.
-            assert_eq!(unsafe { libc::sched_setscheduler(pid, set, &param) }, 0, "{}", std::io::Error::last_os_error());
+            super::sched_set(pid, set).expect("set");
+            assert_eq!(super::sched_policy(pid).unwrap(), set, "policy {set} set");
             super::sched_normal(pid).expect("lifted");
-            assert_eq!(policy_of(pid), want, "policy {set}");
+            assert_eq!(super::sched_policy(pid).unwrap(), want, "policy {set}");
             let _ = child.kill();
             let _ = child.wait();
         }

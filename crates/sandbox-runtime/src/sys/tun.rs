@@ -107,11 +107,11 @@ pub fn if_up_ipv4(name: &str, addr: Ipv4Addr, prefix: u8) -> io::Result<()> {
     let mut req = ifreq(name)?;
     req.ifr_ifru.ifru_addr = sockaddr_v4(addr);
     // SAFETY: SIOCSIFADDR reads the ifreq we own.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFADDR, &req) })?;
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), crate::sys::sioc(libc::SIOCSIFADDR), &req) })?;
     let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
     req.ifr_ifru.ifru_netmask = sockaddr_v4(Ipv4Addr::from(mask));
     // SAFETY: SIOCSIFNETMASK reads the ifreq we own.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFNETMASK, &req) })?;
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), crate::sys::sioc(libc::SIOCSIFNETMASK), &req) })?;
     link_up(&sock, name)
 }
 
@@ -122,19 +122,19 @@ pub fn if_set_mtu(name: &str, mtu: u16) -> io::Result<()> {
     let mut req = ifreq(name)?;
     req.ifr_ifru.ifru_mtu = libc::c_int::from(mtu);
     // SAFETY: SIOCSIFMTU reads the ifreq we own.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFMTU, &req) })
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), crate::sys::sioc(libc::SIOCSIFMTU), &req) })
 }
 
 fn link_up(sock: &OwnedFd, name: &str) -> io::Result<()> {
     let mut req = ifreq(name)?;
     // SAFETY: SIOCGIFFLAGS writes into the ifreq we own.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) })?;
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), crate::sys::sioc(libc::SIOCGIFFLAGS), &mut req) })?;
     // SAFETY: ifru_flags is the member SIOCGIFFLAGS filled in.
     unsafe {
         req.ifr_ifru.ifru_flags |= libc::c_short::try_from(libc::IFF_UP).expect("IFF_UP fits a short");
     }
     // SAFETY: SIOCSIFFLAGS reads the ifreq we own.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) })
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), crate::sys::sioc(libc::SIOCSIFFLAGS), &req) })
 }
 
 /// Adds the IPv4 default route `0.0.0.0/0 dev name` (no gateway: a TUN device has no link layer).
@@ -158,7 +158,7 @@ pub fn route_default_ipv4(name: &str) -> io::Result<()> {
         rt_irtt: 0,
     };
     // SAFETY: SIOCADDRT reads the rtentry we own; rt_dev points into `dev`, alive until after the call.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCADDRT, &rt) })
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), crate::sys::sioc(libc::SIOCADDRT), &rt) })
 }
 
 /// Gives interface `name` the IPv6 address `addr`/`prefix` and adds the IPv6 default route
@@ -170,7 +170,7 @@ pub fn if_ipv6_default(name: &str, addr: Ipv6Addr, prefix: u8) -> io::Result<()>
     let index = libc::c_int::try_from(index).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
     let req = libc::in6_ifreq { ifr6_addr: libc::in6_addr { s6_addr: addr.octets() }, ifr6_prefixlen: prefix.into(), ifr6_ifindex: index };
     // SAFETY: SIOCSIFADDR on an AF_INET6 socket reads the in6_ifreq we own.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFADDR, &req) })?;
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), crate::sys::sioc(libc::SIOCSIFADDR), &req) })?;
     let any = libc::in6_addr { s6_addr: [0; 16] };
     let rt = In6RtMsg {
         rtmsg_dst: any,
@@ -185,7 +185,7 @@ pub fn if_ipv6_default(name: &str, addr: Ipv6Addr, prefix: u8) -> io::Result<()>
         rtmsg_ifindex: index,
     };
     // SAFETY: SIOCADDRT on an AF_INET6 socket reads the in6_rtmsg we own.
-    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCADDRT, &rt) })
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), crate::sys::sioc(libc::SIOCADDRT), &rt) })
 }
 
 /// Sends `fd` over `sock` with one byte of data (SCM_RIGHTS).
