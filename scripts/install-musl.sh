@@ -10,6 +10,10 @@ if ! dpkg -s musl-tools >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq musl-tools
 fi
+if ! command -v rustup >/dev/null 2>&1; then
+  echo "install-musl.sh: the musl target is added with rustup, which is not installed (https://rustup.rs)" >&2
+  exit 1
+fi
 if ! rustup target list --installed | grep -qx x86_64-unknown-linux-musl; then
   rustup target add x86_64-unknown-linux-musl
 fi
