@@ -30,16 +30,17 @@ leftovers="$(mktemp)"
 trap 'rm -f "$log" "$leftovers"; bash scripts/test-postgres.sh stop "$pgdir"' EXIT
 bash scripts/host-leftovers.sh snapshot "$leftovers"
 cargo test --workspace 2>&1 | tee "$log" || status=1
-# The attack, limit, timeout, file, harness and real-world-case tests, and the Debian base's, again, every Python
-# execution forked from a warm template (`sandbox run --warm`): same expected outcomes.
-SANDBOX_TEST_WARM=1 cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: bases:: oci::oci_base_ 2>&1 | tee -a "$log" || status=1
+# The attack, limit, timeout, file, harness and real-world-case tests, the bases', the OCI images',
+# the environments', the examples' and the basics, again, every Python execution forked from a warm
+# template (`sandbox run --warm`): same expected outcomes, the same root seen.
+SANDBOX_TEST_WARM=1 cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: bases:: oci:: environments:: examples:: basics:: 2>&1 | tee -a "$log" || status=1
 # The same suites with every execution in a pre-started pooled sandbox (`sandbox run --warm=pool`;
 # python-default's own warm mode under `sandbox serve`, and TypeScript's), and the allowlist
 # network suite with each sandbox's TUN device made before its request.
 SANDBOX_TEST_WARM=pool cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: network:: 2>&1 | tee -a "$log" || status=1
 # And with every Python execution in a child its template forked and sandboxed before the
 # request (`sandbox run --warm=prefork`; python-analysis's own warm start under `sandbox serve`).
-SANDBOX_TEST_WARM=prefork cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: 2>&1 | tee -a "$log" || status=1
+SANDBOX_TEST_WARM=prefork cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: bases:: oci:: environments:: 2>&1 | tee -a "$log" || status=1
 # The static musl build (README "A static build"): the same code over another C library, so the
 # attack, limit, timeout, file, harness, real-world-case and network suites run against it too,
 # cold and with every Python execution in a child forked ahead (the warm path that lifts a child's

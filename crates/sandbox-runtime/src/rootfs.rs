@@ -226,9 +226,9 @@ pub(crate) fn mount_proc(proc_dir: &Path, sysctls: &[(&str, String)]) -> Result<
 /// The mounts of a template's forked child, in the new mount namespace it just unshared (a copy
 /// of the template's: the read-only root with the environment): its own execution's workspace
 /// at /workspace, code at /code, /etc/passwd and /etc/group (detached copies of the engine's
-/// mounts, on the descriptors [`WARM_TREES`] names), fresh /tmp and /dev/shm, and the
-/// warm-start library's mount detached. /proc is mounted later, by the child's pid 1 (it must be
-/// inside the new pid namespace).
+/// mounts, on the descriptors [`WARM_TREES`] names), fresh /tmp and /dev/shm (the template's
+/// /tmp leaves with the warm-start library's mount on it, [`WARM_LIB_DIR`]). /proc is mounted
+/// later, by the child's pid 1 (it must be inside the new pid namespace).
 pub(crate) fn warm_child(spec: &SpawnSpec) -> Result<(), StepError> {
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     step("make_private", Path::new("/"), mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>))?;
@@ -247,9 +247,12 @@ pub(crate) fn warm_child(spec: &SpawnSpec) -> Result<(), StepError> {
         step("tmp", Path::new(tmp), umount2(tmp, MntFlags::MNT_DETACH))?;
         step("tmp", Path::new(tmp), mount(Some("tmpfs"), tmp, Some("tmpfs"), flags, Some(size.as_str())))?;
     }
-    // The warm-start library's directory leaves this mount namespace (a mount of the template's
-    // own user namespace, so not locked: it detaches).
-    step("hide", Path::new(WARM_LIB_DIR), umount2(WARM_LIB_DIR, MntFlags::MNT_DETACH))?;
+    // The warm-start library's mount was on the template's /tmp, detached above with it (mounts
+    // of the template's own user namespace, so not locked): neither it nor its mount point is left.
+    // Checked: a child that could still reach the library fails rather than runs.
+    if Path::new(WARM_LIB_DIR).symlink_metadata().is_ok() {
+        return Err(StepError::new("hide", format!("{WARM_LIB_DIR}: still present after the template's /tmp was detached")));
+    }
     step("chdir", Path::new(&spec.cwd), nix::unistd::chdir(spec.cwd.as_str()))?;
     Ok(())
 }

@@ -32,8 +32,11 @@ pub const UID_SLOTS: u32 = 4096;
 /// code directory, and the synthesized /etc/passwd and /etc/group naming the execution's uid.
 pub const WARM_TREES: [(i32, &str); 4] = [(5, "/workspace"), (6, "/code"), (7, "/etc/passwd"), (8, "/etc/group")];
 
-/// Where a template's sandbox sees the warm-start library (`libsandbox_warm.so`).
-pub const WARM_LIB_DIR: &str = "/.sandbox/lib";
+/// Where a template's sandbox sees the warm-start library (`libsandbox_warm.so`): a read-only
+/// bind on the template's own /tmp, so that it leaves with that /tmp when a forked child
+/// replaces it ([`crate::rootfs`]'s `warm_child`), mount point and all: a child's root lists
+/// exactly what a cold execution's does.
+pub const WARM_LIB_DIR: &str = "/tmp/.sandbox-warm-lib";
 
 /// Everything the helper needs to build and enter one container. All paths are host paths
 /// unless named `sandbox_*`.
