@@ -34,10 +34,11 @@ cargo test --workspace 2>&1 | tee "$log" || status=1
 # the environments', the examples' and the basics, again, every Python execution forked from a warm
 # template (`sandbox run --warm`): same expected outcomes, the same root seen.
 SANDBOX_TEST_WARM=1 cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: bases:: oci:: environments:: examples:: basics:: 2>&1 | tee -a "$log" || status=1
-# The same suites with every execution in a pre-started pooled sandbox (`sandbox run --warm=pool`;
-# python-default's own warm mode under `sandbox serve`, and TypeScript's), and the allowlist
-# network suite with each sandbox's TUN device made before its request.
-SANDBOX_TEST_WARM=pool cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: network:: 2>&1 | tee -a "$log" || status=1
+# The same suites, the bases', images' and environments' among them, with every execution in a
+# pre-started pooled sandbox (`sandbox run --warm=pool`; python-default's own warm mode under
+# `sandbox serve`, and TypeScript's), and the allowlist network suite with each sandbox's TUN
+# device made before its request.
+SANDBOX_TEST_WARM=pool cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: network:: bases:: oci:: environments:: 2>&1 | tee -a "$log" || status=1
 # And with every Python execution in a child its template forked and sandboxed before the
 # request (`sandbox run --warm=prefork`; python-analysis's own warm start under `sandbox serve`).
 SANDBOX_TEST_WARM=prefork cargo test -p sandbox --test it -- attacks:: limits:: timeouts:: files:: harness:: cases:: bases:: oci:: environments:: 2>&1 | tee -a "$log" || status=1
