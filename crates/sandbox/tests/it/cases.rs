@@ -445,8 +445,19 @@ fn c04_fork_bomb(c: &Case) {
     exited(&other, 0);
     stdout_is(&other, "alive\n");
     within(&other, Duration::from_secs(10));
-    timed_out(&bomb, c);
+    if crate::warm_mode() && bomb.status() == "memory_limit" {
+        // A warm start's processes are forks of a template's interpreter, each holding ~3x a
+        // cold one's private memory (RssAnon 7.6 MB against 2.7 in py-small) that it copies
+        // as it writes to it: 64 spinning forks of that can reach the 256 MiB cap before the 5 s
+        // timeout on a loaded machine (peaks of 125-256 MiB seen, a cold bomb's 90-120). Either
+        // limit ends the bomb; which one trips first is the only difference.
+        flags(&bomb, false, true);
+        within(&bomb, c.timeout + GRACE + SLACK);
+    } else {
+        timed_out(&bomb, c);
+    }
     ensure!(&bomb, bomb.json["resourceUsage"]["peakMemoryBytes"].as_u64().unwrap_or(0) <= 256 << 20, "memory above the cap");
+    ensure!(&bomb, bomb.json["killedAtTeardown"].as_u64().unwrap_or(0) <= 64, "more processes than the pids cap");
 }
 
 /// A copy of `c` with other limits (for runs beside a case).
