@@ -407,3 +407,14 @@ fn typescript_runs_on_the_node_line_its_profile_names() {
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("runtime_unavailable") && stderr.contains("node-19/bin/node") && stderr.contains("scripts/install-node.sh 19"), "{stderr}");
 }
+
+/// `sandbox` starts without libgcc_s.so.1 (`crates/sandbox/build.rs` links the unwinder in
+/// statically): that library's constructor probes the CPU with `cpuid`, a VM exit each on a
+/// virtual machine, at every start, i.e. every `sandbox run`.
+#[test]
+fn the_cli_starts_without_libgcc_s() {
+    let out = Command::new("ldd").arg(bin()).output().expect("ldd (Debian's libc-bin)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("libgcc_s"), "sandbox loads libgcc_s.so.1 again:\n{text}");
+    assert!(text.contains("libc.so") || text.contains("statically linked") || text.contains("not a dynamic"), "{text}");
+}
