@@ -17,6 +17,9 @@ fi
 cargo fmt --check
 cargo build --workspace --all-targets
 cargo clippy --workspace --all-targets -- -D warnings
+# The API docs build without a broken or private intra-doc link (public items' docs link only
+# what a reader of those docs can open).
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 log="$(mktemp)"
 pgdir="$(mktemp -d /tmp/sandbox-test-pg.XXXXXX)"
 chmod 0755 "$pgdir"

@@ -76,7 +76,7 @@ impl AuditLog {
     /// Names this process's node `node_id` (it owns the leases of the executions begun here) and,
     /// when the store holds leases (PostgreSQL), starts the thread that renews them every
     /// `lease_ttl_ms / 3` and reaps every node's expired leases (marking their executions
-    /// `interrupted`). `lease_ttl_ms` is raised to [`LEASE_TTL_MIN_MS`] if below. The thread ends
+    /// `interrupted`). `lease_ttl_ms` is raised to `LEASE_TTL_MIN_MS` if below. The thread ends
     /// when the log is dropped.
     #[must_use]
     pub fn with_node(mut self, node_id: impl Into<String>, lease_ttl_ms: u64) -> Self {
@@ -94,7 +94,7 @@ impl AuditLog {
         self
     }
 
-    /// This node's id ([`LOCAL_NODE`] unless [`AuditLog::with_node`] named it).
+    /// This node's id (`LOCAL_NODE` unless [`AuditLog::with_node`] named it).
     pub fn node_id(&self) -> &str {
         &self.node_id
     }

@@ -266,7 +266,7 @@ impl SqliteStore {
     }
 
     /// `begin` events with neither `finish` nor `interrupted`: executions that are running, or
-    /// whose service died. Oldest first. Reads the open executions ([`UNFINISHED`]), not the
+    /// whose service died. Oldest first. Reads the open executions (`UNFINISHED`), not the
     /// whole log.
     /// Errors: [`AuditError::Db`].
     pub fn unfinished(&self) -> Result<Vec<StoredEvent>, AuditError> {

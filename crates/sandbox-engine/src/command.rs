@@ -92,7 +92,7 @@ pub const INPUT_FILE: &str = "/code/input.json";
 /// thread-pool sizes (`OMP_NUM_THREADS`,
 /// `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`, `NUMEXPR_NUM_THREADS`) set to the profile's CPUs
 /// rounded up, then the profile's `env`, then the request's.
-/// The interpreter is [`python_of`].
+/// The interpreter is `python_of`.
 pub fn program_command(a: &Admitted, config: &Config) -> (Vec<String>, Vec<(String, String)>) {
     let rt = &config.runtime;
     let harness = format!("{CODE_DIR}/{}", harness_source(a.language).0);

@@ -2,11 +2,11 @@
 //! (the built-in TypeScript profiles: Node cannot fork safely, so it cannot have a template).
 //!
 //! A pooled sandbox (a *member*) is a cold execution's sandbox made before its request:
-//! [`Prepared::new_member`] makes its directory, uid, workspace tmpfs and cgroup with the
+//! `Prepared::new_member` makes its directory, uid, workspace tmpfs and cgroup with the
 //! profile's limits; the helper builds its namespaces, root, landlock and seccomp exactly as for
 //! a cold run, and execs the harness in `pool` mode, which imports the environment's `preload`
 //! modules, says ready (one byte on the side channel) and blocks reading one byte on its
-//! stdin. An execution takes a member ([`Pools::checkout`]), writes its inputs into the
+//! stdin. An execution takes a member (`Pools::checkout`), writes its inputs into the
 //! workspace, its code and `_sandbox_run.json` (harness mode, the request's environment) into
 //! the member's `code/` tmpfs (read-only at `/code` inside), and sends a newline (go) followed
 //! by the request's stdin.
@@ -14,7 +14,7 @@
 //! gone: nothing of one execution can reach another, because no sandbox serves twice.
 //!
 //! A `template` profile with a `pool_size` keeps a pool too, of children forked from its
-//! template ahead of their requests ([`Prepared::new_template_member`], the template's `fork
+//! template ahead of their requests (`Prepared::new_template_member`, the template's `fork
 //! ahead`): each enters its sandbox as an execution's child does, says ready, and copies the
 //! template's pages it shares under `SCHED_IDLE` while it waits; the engine writes the
 //! execution's files into its `warm/code/` and lifts that policy right before its go
@@ -24,7 +24,7 @@
 //! most one per `pool_refill_interval_ms` (the rate cap: a burst that empties the pool runs
 //! cold rather than compete with refills for the CPU), replaces members older than
 //! `max_age_ms` or found dead, and backs off after a failed start. A member taken while
-//! another stays ready is replaced once its execution has ended ([`Refill`]), at most
+//! another stays ready is replaced once its execution has ended (`Refill`), at most
 //! [`REFILL_DEFER_MAX`] after its checkout: a member's start (a helper exec'd, namespaces,
 //! an interpreter importing its modules) took the CPU the execution that had just taken one
 //! needed. A checkout that empties the pool starts its replacement at once. An empty pool
@@ -56,7 +56,7 @@ const READY_PATIENCE: Duration = Duration::from_secs(60);
 /// How long a pool of template children waits before it looks again for a ready template.
 const TEMPLATE_PATIENCE: Duration = Duration::from_millis(100);
 
-/// The longest the replacement of a member waits for the execution that took it ([`Refill`]):
+/// The longest the replacement of a member waits for the execution that took it (`Refill`):
 /// a long execution does not keep its pool short for its whole run.
 pub const REFILL_DEFER_MAX: Duration = Duration::from_secs(1);
 

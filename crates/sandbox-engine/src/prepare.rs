@@ -739,7 +739,7 @@ pub(crate) fn write_owner(dir: &Path) -> Result<(), PrepareError> {
     fs::rename(&owner_tmp, &owner).map_err(io_err("rename", &owner))
 }
 
-/// "<pid> <start time>" of this process ([`Owner`]), the content of an execution's `owner` file.
+/// `"<pid> <start time>"` of this process ([`Owner`]), the content of an execution's `owner` file.
 pub(crate) fn owner_line() -> String {
     format!("{}\n", Owner::current())
 }

@@ -452,7 +452,7 @@ impl Drop for Spare {
 pub struct EarlySpare(Spare);
 
 impl EarlySpare {
-    /// Starts one helper of the binary `helper` on a thread of its own (see [`Spare::keep`]);
+    /// Starts one helper of the binary `helper` on a thread of its own (see `Spare::keep`);
     /// returns at once. The binary must be the engine's [`crate::EngineOptions::helper`].
     pub fn start(helper: PathBuf) -> Self {
         let spare = Spare::new(helper);

@@ -64,10 +64,10 @@ pub struct ListProfilesArgs {}
 
 /// `structuredContent` of `sandbox_execute_code`: the HTTP API's result object
 /// (`POST /v1/executions`, [`ExecutionResult`]'s schema), except that output files carry a
-/// resource `uri` instead of their bytes ([`FileOut`]; the bytes are image or embedded-resource
+/// resource `uri` instead of their bytes (`FileOut`; the bytes are image or embedded-resource
 /// content blocks of the same result when they fit, else read with `resources/read`), that
 /// `stdoutBase64`/`stderrBase64` are left out, and that stdout/stderr past 256 KiB / 128 KiB are
-/// cut here ([`Omitted`]; the whole stream is the resource `sandbox://executions/{executionId}/stdout`
+/// cut here (`Omitted`; the whole stream is the resource `sandbox://executions/{executionId}/stdout`
 /// or `.../stderr`), likewise `returnData` past 128 KiB (`.../return-data`). The whole result
 /// stays under 900 KiB.
 pub fn execute_output_schema() -> Arc<JsonObject> {

@@ -2,11 +2,11 @@
 //! parses hostile bytes as host root and needs nothing of the execution lifecycle: it is handed
 //! a channel, an allowlist and an upstream, and returns a report). The sandbox's init sends the descriptor of a TUN device
 //! (its only route out, see `sandbox_runtime::tun`); for the execution's lifetime the engine
-//! reads every packet the sandbox sends and decides ([`packet::classify`]):
+//! reads every packet the sandbox sends and decides (`packet::classify`):
 //!
-//! - UDP to the gateway's port 53: the sandbox's DNS ([`dns`]), which answers only allowed names;
+//! - UDP to the gateway's port 53: the sandbox's DNS (`dns`), which answers only allowed names;
 //! - TCP to an allowed address and port: into a userspace TCP stack with bounded buffers
-//!   ([`tcp`], smoltcp), whose connections are copied to host-side `TcpStream`s, counting bytes
+//!   (`tcp`, smoltcp), whose connections are copied to host-side `TcpStream`s, counting bytes
 //!   each way (TLS passes untouched);
 //! - anything else: refused at once (TCP RST, ICMP unreachable) and reported.
 //!

@@ -159,7 +159,7 @@ fn template_sysctls(spec: &SpawnSpec) -> Vec<(&'static str, String)> {
         .collect()
 }
 
-/// What each warm execution gets of the host's inotify limits ([`template_sysctls`]): the
+/// What each warm execution gets of the host's inotify limits (`template_sysctls`): the
 /// host's per-user `fs.inotify.max_user_instances` and `max_user_watches` divided by the
 /// templates' children at most plus one. A limit the host's /proc does not give is `None`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -145,7 +145,7 @@ fn spawn(helper: &Path, plan: &Plan) -> Vec<Step> {
     steps
 }
 
-/// Entry point of the self-test process (argv[0] = [`SELFTEST_ARGV0`], argv[1] = the plan).
+/// Entry point of the self-test process (`argv[0]` = [`SELFTEST_ARGV0`], `argv[1]` = the plan).
 /// Prints one [`Step`] per line on stdout and exits 0 when every step worked.
 pub fn selftest_main() -> ! {
     let plan: Plan = std::env::args().nth(1).and_then(|a| serde_json::from_str(&a).ok()).unwrap_or_default();

@@ -34,7 +34,7 @@ pub const WARM_TREES: [(i32, &str); 4] = [(5, "/workspace"), (6, "/code"), (7, "
 
 /// Where a template's sandbox sees the warm-start library (`libsandbox_warm.so`): a read-only
 /// bind on the template's own /tmp, so that it leaves with that /tmp when a forked child
-/// replaces it ([`crate::rootfs`]'s `warm_child`), mount point and all: a child's root lists
+/// replaces it (`crate::rootfs`'s `warm_child`), mount point and all: a child's root lists
 /// exactly what a cold execution's does.
 pub const WARM_LIB_DIR: &str = "/tmp/.sandbox-warm-lib";
 

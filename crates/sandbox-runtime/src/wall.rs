@@ -28,7 +28,7 @@ pub const ABI_FEATURES: [(u32, &str); 9] = [
     (10, "quiet (unlogged) denials"),
 ];
 
-/// The landlock ABI [`restrict`] enforces on this kernel: the kernel's, capped at
+/// The landlock ABI `restrict` enforces on this kernel: the kernel's, capped at
 /// [`ABI_NEWEST`]; 0 when landlock is absent or disabled.
 pub fn enforceable_abi() -> u32 {
     crate::sys::landlock_abi().min(ABI_NEWEST)

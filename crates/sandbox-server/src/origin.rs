@@ -46,7 +46,7 @@ pub struct Refused {
 impl HostPolicy {
     /// Checks the request's `Host` (or, without one, the URI's authority, as HTTP/2 sends it)
     /// and `Origin`.
-    /// Errors: [`Refused`] with [`ErrorCode::HostNotAllowed`] for a missing, malformed or
+    /// Errors: `Refused` with [`ErrorCode::HostNotAllowed`] for a missing, malformed or
     /// unlisted host, [`ErrorCode::OriginNotAllowed`] for a malformed or unlisted origin.
     pub fn check(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), Refused> {
         let host = match headers.get(header::HOST) {

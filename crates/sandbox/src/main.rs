@@ -20,6 +20,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 /// Runs untrusted Python and TypeScript in isolated Linux containers under named profiles.
+// Doc comments here are `--help` text (clap shows them as written): `[runtime]` names a
+// configuration table, not an intra-doc link.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Parser, Debug)]
 #[command(name = "sandbox", version, about)]
 struct Cli {

@@ -4,12 +4,12 @@
 use std::fmt;
 use std::io::{self, Write as _};
 
-/// `println!` for the CLI's output; see [`write`].
+/// `println!` for the CLI's output; see [`write()`].
 macro_rules! outln {
     ($($arg:tt)*) => { $crate::out::write(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
-/// `print!` for the CLI's output; see [`write`].
+/// `print!` for the CLI's output; see [`write()`].
 macro_rules! out {
     ($($arg:tt)*) => { $crate::out::write(format_args!($($arg)*)) };
 }

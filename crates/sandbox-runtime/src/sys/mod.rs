@@ -445,7 +445,7 @@ pub fn signals_default() -> io::Result<()> {
 /// `/proc/self/stat`). The child puts each `(fd, number)` of `fds` at that number (stdio, the
 /// control socket, the side channel: where an exec'd helper gets them), closes every other
 /// descriptor above them (an exec would have closed the close-on-exec ones), empties its signal
-/// mask, overwrites the arguments and environment it inherited ([`retitle`]: `/proc/PID/cmdline`
+/// mask, overwrites the arguments and environment it inherited (`retitle`: `/proc/PID/cmdline`
 /// reads `sandbox-init` as an exec'd helper's does, and nothing of the caller's environment
 /// stays in its memory or in that of the init it clones), and runs the helper; it exits 127 if
 /// any of that fails. The parent's copies of `fds` are for it to close.
@@ -566,7 +566,7 @@ pub fn exit_now(code: i32) -> ! {
 
 /// A detached copy of the mount at `path` (`open_tree(2)` with `OPEN_TREE_CLONE`, Linux 5.2):
 /// the same filesystem, reachable through the returned descriptor only, until another mount
-/// namespace attaches it with [`move_mount_to`]. How the engine hands a warm child its own
+/// namespace attaches it with `move_mount_to`. How the engine hands a warm child its own
 /// workspace and code without the template ever seeing the host's directories.
 /// Errors: the kernel's errno (EPERM without CAP_SYS_ADMIN over the mount namespace).
 pub fn open_tree_clone(path: &std::path::Path) -> io::Result<OwnedFd> {

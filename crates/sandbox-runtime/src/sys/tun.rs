@@ -196,7 +196,7 @@ pub fn send_fd(sock: &UnixStream, fd: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Receives one descriptor sent by [`send_fd`], blocking. `Ok(None)` at EOF (the sender closed
+/// Receives one descriptor sent by `send_fd`, blocking. `Ok(None)` at EOF (the sender closed
 /// its end without sending). The descriptor is close-on-exec.
 /// Errors: the kernel's errno.
 pub fn recv_fd(sock: &UnixStream) -> io::Result<Option<OwnedFd>> {
