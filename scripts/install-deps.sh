@@ -11,7 +11,8 @@ need=()
 # umoci: sandbox-oci's tests build an OCI image layout with it.
 # mmdebstrap and debian-archive-keyring: environments on a debian base (python-3.13-analysis).
 # e2fsprogs: an audit test puts a data directory on an ext4 image to cut its power.
-for pkg in libseccomp-dev pkg-config python3 iproute2 openssl umoci mmdebstrap debian-archive-keyring e2fsprogs; do
+# strace: an audit test traces a run's syncs.
+for pkg in libseccomp-dev pkg-config python3 iproute2 openssl umoci mmdebstrap debian-archive-keyring e2fsprogs strace; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ "${#need[@]}" -gt 0 ]; then

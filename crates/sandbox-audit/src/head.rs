@@ -112,7 +112,8 @@ impl HeadFile {
     /// durable already), except a write that makes the file longer (the first two of a data
     /// directory, or the first on an earlier format's file), which is synced: a file system
     /// with delayed allocation commits a new file's size before its data, so a power loss
-    /// could leave a head of zeros or none. The caller holds the [`HeadLock`].
+    /// could leave a head of zeros or none; the first also syncs the directory, for the file's
+    /// entry. The caller holds the [`HeadLock`].
     /// Errors: [`AuditError::Head`] naming the file (also for a mark longer than a slot, which
     /// service-made execution ids never give).
     pub fn write(&self, _lock: &HeadLock, mark: &HeadMark) -> Result<(), AuditError> {
@@ -135,6 +136,12 @@ impl HeadFile {
         f.write_all_at(&line, slot * SLOT as u64).map_err(io)?;
         if (slot + 1) * SLOT as u64 > n as u64 {
             f.sync_data().map_err(io)?;
+            // An empty file is new (or was): its directory entry too, once per data directory
+            // (SQLite's own directory syncs, which did it in passing, are off: `SqliteStore::open`).
+            if n == 0 {
+                let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+                std::fs::File::open(dir).and_then(|d| d.sync_data()).map_err(io)?;
+            }
         }
         Ok(())
     }

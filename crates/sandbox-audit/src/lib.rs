@@ -44,8 +44,9 @@ pub enum AuditError {
     /// The head file holds something other than a head mark.
     #[error("audit head file {0} is not a head mark")]
     HeadCorrupt(std::path::PathBuf, #[source] serde_json::Error),
-    /// The data directory could not be created.
-    #[error("cannot create the audit log's directory {0}")]
+    /// The data directory could not be created, or synced after the log's files were created
+    /// in it.
+    #[error("cannot create or sync the audit log's directory {0}")]
     Io(std::path::PathBuf, #[source] std::io::Error),
     /// The SQLite file could not be made readable by its owner only (mode 0600).
     #[error("cannot make the audit log {0} private (mode 0600)")]

@@ -13,6 +13,44 @@ use crate::{event_hash, AuditError, AuditRecord, EventKind, ListFilter, NewEvent
 /// (`PRAGMA wal_autocheckpoint`; SQLite's default is 1000): a `sandbox run` appends ~8 pages.
 const WAL_PAGES: i64 = 64;
 
+/// The WAL of the database at `path`: `<path>-wal`, SQLite's name for it.
+fn wal_path(path: &Path) -> std::path::PathBuf {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    wal.into()
+}
+
+/// The (device, inode) of the file at `path`, `None` when there is none.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Makes the WAL's directory entry durable when this open may have created it: the bundled
+/// SQLite is built without its own directory syncs (`SQLITE_DISABLE_DIRSYNC`,
+/// `.cargo/config.toml`), which sync the directory at every connection's first WAL sync: one
+/// more disk flush in every `sandbox run` (a connection of its own), for an entry that is on
+/// the disk already but in a log's first open. Synced here: a WAL that was not there before
+/// the open, or another file now (a closer deleted it meanwhile), or an empty one (created by a
+/// process that died before its own sync here: no commit has written to it since, as every
+/// open syncs before its first commit; or emptied by a `TRUNCATE` checkpoint: a harmless
+/// extra sync). Without the entry on the disk, a power loss would lose the WAL and every
+/// commit it held, synced or not: fsync(2) asks for the directory's sync ("an explicit fsync() on
+/// a file descriptor for the directory is also needed"); ext4 (with a journal,
+/// or without one: `ext4_sync_parent`), XFS and btrfs also persist a new file's entry at the
+/// file's own fsync. The directory's sync also makes the database file's own creation durable
+/// (the same open).
+/// Errors: [`AuditError::Io`] (the directory could not be opened or synced).
+fn sync_dir_if_new(wal: &Path, before: Option<(u64, u64)>) -> Result<(), AuditError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let kept = std::fs::symlink_metadata(wal).is_ok_and(|m| m.len() > 0 && before == Some((m.dev(), m.ino())));
+    if kept {
+        return Ok(());
+    }
+    let dir = wal.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::File::open(dir).and_then(|d| d.sync_data()).map_err(|e| AuditError::Io(dir.to_owned(), e))
+}
+
 /// Migrations, applied in order; `PRAGMA user_version` counts those applied.
 const MIGRATIONS: &[&str] = &[
     r"
@@ -102,6 +140,8 @@ impl SqliteStore {
     /// anchored in `<path>.head` (e.g. `audit.db.head`), locked through `<path>.head.lock`.
     /// Errors: [`AuditError::Db`].
     pub fn open(path: &Path) -> Result<Self, AuditError> {
+        let wal = wal_path(path);
+        let wal_before = file_id(&wal);
         let conn = Connection::open(path).map_err(db("open"))?;
         // The log holds every caller's code and output: owner only (its -wal and -shm files
         // take the database file's permissions).
@@ -134,6 +174,9 @@ impl SqliteStore {
         // still durable in the WAL before it returns (`synchronous = FULL`).
         conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(db("no_ckpt_on_close"))?;
         conn.pragma_update(None, "wal_autocheckpoint", WAL_PAGES).map_err(db("wal_autocheckpoint"))?;
+        // The connection has the WAL open now (the journal mode's read opened or created it), and
+        // holds it: no other connection's close deletes it while this one is open.
+        sync_dir_if_new(&wal, wal_before)?;
         let mut head = path.as_os_str().to_owned();
         head.push(".head");
         let mut store = Self { conn, head: HeadFile::new(head.into()) };

@@ -779,3 +779,42 @@ fn a_power_loss_after_a_fresh_logs_first_run_leaves_a_usable_head() {
     let out = cli(&data, &["audit", "verify"]);
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("head event 4 present"), "{out:?}");
 }
+
+/// Each `sandbox run` opens the log on a connection of its own, and SQLite syncs the directory
+/// at a connection's first WAL sync: one more disk flush per run (0.25 ms to milliseconds,
+/// beside the `begin`'s own) for an entry on the disk since the log's first run. The bundled
+/// SQLite is built without those syncs (`.cargo/config.toml`); the log's open syncs the
+/// directory itself when the WAL is new, before any commit. Traced (`strace -y`): the first
+/// run in a new data directory syncs it before its first commit's sync, a later run syncs only
+/// the log's files.
+#[test]
+fn a_run_on_an_existing_log_syncs_no_directory() {
+    let data = data_dir();
+    let traced = |name: &str| -> Vec<String> {
+        let trace = env().dir.join(format!("{}.{name}.strace", data.file_name().unwrap().to_string_lossy()));
+        let out = Command::new("strace")
+            .args(["-f", "-qq", "-y", "-e", "trace=fsync,fdatasync,syncfs,sync_file_range", "-o"])
+            .arg(&trace)
+            .arg(bin())
+            .arg("--config")
+            .arg(&env().config)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["run", "-c", "print(1)"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let lines = std::fs::read_to_string(&trace).unwrap().lines().filter(|l| l.contains("sync")).map(str::to_owned).collect();
+        std::fs::remove_file(&trace).unwrap();
+        lines
+    };
+    let the_directory = format!("<{}>)", data.display());
+    let first = traced("first");
+    let dir_synced = first.iter().position(|l| l.contains(&the_directory));
+    let wal_synced = first.iter().position(|l| l.contains("/audit.db-wal>"));
+    assert!(dir_synced.is_some() && dir_synced < wal_synced, "the first run made the log: its directory is synced before the first commit\n{first:#?}");
+    let second = traced("second");
+    assert!(second.iter().any(|l| l.contains("/audit.db-wal>")), "the commits are synced\n{second:#?}");
+    let others: Vec<&String> = second.iter().filter(|l| !["/audit.db-wal>", "/audit.db>", "/audit.db.head>"].iter().any(|f| l.contains(f))).collect();
+    assert!(others.is_empty(), "a later run syncs only the log's files: {others:#?}");
+}
