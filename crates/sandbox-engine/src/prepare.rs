@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sys::signal::Signal;
-use nix::unistd::{chown, Gid, Uid};
+use nix::unistd::{Gid, Uid};
 use sandbox_core::profile::ENV_MOUNT;
 use sandbox_core::wire::{OutputFile, SkippedFile};
 use sandbox_core::{Admitted, Language};
@@ -61,6 +61,18 @@ pub enum PrepareError {
     /// A cgroup operation failed.
     #[error(transparent)]
     Cgroup(#[from] cgroup::CgroupError),
+}
+
+/// `openat2(dir, name, flags | O_NOFOLLOW | O_CLOEXEC, mode)` resolved with `RESOLVE_BENEATH |
+/// RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV`: never a symlink (the last component included:
+/// `ELOOP`), never out of `dir` (`EXDEV`), never onto another mount.
+fn beneath(dir: &impl std::os::fd::AsFd, name: &str, flags: nix::fcntl::OFlag, mode: u32) -> io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .mode(nix::sys::stat::Mode::from_bits_truncate(mode))
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_XDEV);
+    Ok(nix::fcntl::openat2(dir.as_fd(), name, how)?)
 }
 
 pub(crate) fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> PrepareError + 'a {
@@ -391,27 +403,53 @@ impl Prepared {
         Ok(code)
     }
 
+    /// Writes the request's input files under the workspace: parent directories the sandbox
+    /// user's (so the program may add files beside inputs), files the sandbox user's `0644`, or
+    /// root's `0444` with `inputs_read_only`. Every name is resolved from a directory's
+    /// descriptor with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV)`, every
+    /// file created with `O_EXCL`, and owners and modes set on descriptors: a pooled or
+    /// template-forked member's workspace was writable by code in its sandbox (its
+    /// environment's preloaded modules) before this execution came, and a symlink, file or
+    /// rename planted there must not turn this write as host root into one outside the
+    /// workspace's tmpfs. Such a member fails here (`ELOOP`, `EEXIST`, `EXDEV`) and the
+    /// execution starts cold (`warm::a_warm_members_planted_links_never_take_an_input_outside`).
+    /// Errors: [`PrepareError::Io`] naming the path.
     fn write_inputs(&mut self, a: &Admitted, uid_base: u32) -> Result<(), PrepareError> {
         use sha2::Digest;
+        use std::io::Write as _;
         let user = Uid::from_raw(uid_base + self.uid.uid());
         let group = Gid::from_raw(uid_base + SANDBOX_UID);
         let (root_uid, root_gid) = (Uid::from_raw(uid_base), Gid::from_raw(uid_base));
+        if a.files.is_empty() {
+            return Ok(());
+        }
+        let workspace: std::os::fd::OwnedFd = fs::File::open(&self.workspace).map_err(io_err("open", &self.workspace))?.into();
         for f in &a.files {
-            let path = f.path.components().fold(self.workspace.clone(), |p, c| p.join(c));
-            // Parent directories belong to the sandbox user, so the program may add files beside inputs.
-            let mut dir = self.workspace.clone();
             let comps: Vec<&str> = f.path.components().collect();
-            for c in &comps[..comps.len() - 1] {
-                dir.push(c);
-                if !dir.exists() {
-                    fs::DirBuilder::new().mode(0o755).create(&dir).map_err(io_err("create", &dir))?;
-                    chown(&dir, Some(user), Some(group)).map_err(|e| PrepareError::Io { op: "chown", path: dir.clone(), source: e.into() })?;
+            let Some((name, parents)) = comps.split_last() else { continue };
+            let mut at = self.workspace.clone();
+            let mut dir: Option<std::os::fd::OwnedFd> = None;
+            for c in parents {
+                at.push(c);
+                let parent = dir.as_ref().unwrap_or(&workspace);
+                let created = match nix::sys::stat::mkdirat(parent, *c, nix::sys::stat::Mode::from_bits_truncate(0o755)) {
+                    Ok(()) => true,
+                    Err(nix::errno::Errno::EEXIST) => false,
+                    Err(e) => return Err(io_err("create", &at)(e.into())),
+                };
+                let next = beneath(parent, c, nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_RDONLY, 0).map_err(io_err("open", &at))?;
+                if created {
+                    nix::unistd::fchown(&next, Some(user), Some(group)).map_err(|e| io_err("chown", &at)(e.into()))?;
                 }
+                dir = Some(next);
             }
-            fs::write(&path, &f.bytes).map_err(io_err("write", &path))?;
+            at.push(name);
+            let flags = nix::fcntl::OFlag::O_WRONLY | nix::fcntl::OFlag::O_CREAT | nix::fcntl::OFlag::O_EXCL;
+            let file = beneath(dir.as_ref().unwrap_or(&workspace), name, flags, 0o600).map_err(io_err("create", &at))?;
             let (owner, mode) = if a.profile.filesystem.inputs_read_only { ((root_uid, root_gid), 0o444) } else { ((user, group), 0o644) };
-            chown(&path, Some(owner.0), Some(owner.1)).map_err(|e| PrepareError::Io { op: "chown", path: path.clone(), source: e.into() })?;
-            fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(io_err("chmod", &path))?;
+            nix::unistd::fchown(&file, Some(owner.0), Some(owner.1)).map_err(|e| io_err("chown", &at)(e.into()))?;
+            nix::sys::stat::fchmod(&file, nix::sys::stat::Mode::from_bits_truncate(mode)).map_err(|e| io_err("chmod", &at)(e.into()))?;
+            fs::File::from(file).write_all(&f.bytes).map_err(io_err("write", &at))?;
             self.inputs.push((f.path.as_str().to_owned(), sha2::Sha256::digest(&f.bytes).into()));
         }
         Ok(())

@@ -1062,3 +1062,76 @@ template_memory_max_bytes = 104857600
     let out = warm(&s, &req("py-analysis-tight", "import pandas as pd\nprint(pd.DataFrame({'a': [1, 2, 3]})['a'].sum())"));
     assert_eq!((out.status.as_str(), out.stdout.as_str()), ("ok", "6\n"), "{out:?}");
 }
+
+/// A warm member's workspace is writable by code in its sandbox before its execution comes: a
+/// pooled sandbox's environment modules run as it starts, a template's preloaded modules in
+/// every child from its entry to its go. Such code (a malicious package, played here by a
+/// `sitecustomize.py` that plants symlinks to host paths in `/workspace`, at its import and at
+/// every `os.write`) must not make the engine, writing the request's input files as host root,
+/// write, chown or chmod anything outside the workspace: the member is refused (its planted
+/// names are taken) and the execution runs cold, with its inputs as sent. In each warm mode:
+/// a pooled sandbox, a child forked at the request, a child forked ahead.
+#[test]
+fn a_warm_members_planted_links_never_take_an_input_outside() {
+    use std::os::unix::fs::MetadataExt as _;
+    let host = tempfile::Builder::new().prefix("planted-").tempdir_in(&env().dir).unwrap().keep();
+    std::fs::set_permissions(&host, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (pwned, victim, private) = (host.join("pwned.txt"), host.join("victim.txt"), host.join("private"));
+    std::fs::write(&victim, "secret").unwrap();
+    std::fs::set_permissions(&victim, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let package = host.join("package");
+    std::fs::create_dir(&package).unwrap();
+    std::fs::set_permissions(&package, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let plant = format!(
+        r#"import os
+def _plant():
+    if os.getuid() == 0 or not os.access("/workspace", os.W_OK):
+        return
+    for name, target in (("data.csv", {pwned:?}), ("victim.txt", {victim:?}), ("sub", {private:?})):
+        try:
+            os.symlink(target, "/workspace/" + name)
+        except OSError:
+            pass
+_plant()
+_write = os.write
+def _write_planting(fd, data):
+    _plant()
+    return _write(fd, data)
+os.write = _write_planting
+"#,
+        pwned = pwned.display().to_string(),
+        victim = victim.display().to_string(),
+        private = private.display().to_string()
+    );
+    std::fs::write(package.join("sitecustomize.py"), plant).unwrap();
+    std::fs::set_permissions(package.join("sitecustomize.py"), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let profile = |name: &str, mode: &str, pool_size: u32| {
+        format!(
+            "[profiles.{name}]\nlanguage = \"python\"\nenv = {{ PYTHONPATH = \"/opt/planted\" }}\n[[profiles.{name}.filesystem.mounts]]\nhost = \"{}\"\nsandbox = \"/opt/planted\"\n[profiles.{name}.warm]\nmode = \"{mode}\"\npool_size = {pool_size}\n",
+            package.display()
+        )
+    };
+    let s = Server::start(&[profile("py-planted-pool", "pool", 1), profile("py-planted-fork", "template", 0), profile("py-planted-ahead", "template", 1)].concat());
+    wait_warm(&s, "py-planted-fork");
+    let code = "import os\nfor n in ('data.csv', 'victim.txt', 'sub/cron'):\n    p = '/workspace/' + n\n    print(n, os.path.islink(p), open(p).read())";
+    for profile in ["py-planted-pool", "py-planted-fork", "py-planted-ahead"] {
+        if profile != "py-planted-fork" {
+            wait_pool(&s, profile);
+        }
+        let mut r = req(profile, code);
+        for (name, text) in [("data.csv", "a,b\n1,2"), ("victim.txt", "overwritten"), ("sub/cron", "* * * * * root id")] {
+            r.files.insert(name.into(), sandbox_core::wire::FileContent::Text(text.into()));
+        }
+        let out = exec(&s, &r);
+        assert_eq!(out.status.as_str(), "ok", "{profile}: {out:?}");
+        assert_eq!(out.stdout, "data.csv False a,b\n1,2\nvictim.txt False overwritten\nsub/cron False * * * * * root id\n", "{profile}: the inputs as sent");
+        assert!(!out.timing.warm, "{profile}: a member whose workspace held planted names took the execution: {out:?}");
+        assert!(!pwned.exists(), "{profile}: an input was written through a planted link to the host");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret", "{profile}: a host file was overwritten through a planted link");
+        let meta = std::fs::metadata(&victim).unwrap();
+        assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600), "{profile}: a host file was chowned or chmodded through a planted link");
+        assert_eq!(std::fs::read_dir(&private).unwrap().count(), 0, "{profile}: an input was written into a host directory through a planted link");
+    }
+}
