@@ -11,6 +11,17 @@ pub(super) fn set_limits(memory: &Path, cpu: &Path, pids: &Path, l: Limits) -> R
     if memory.join("memory.memsw.limit_in_bytes").exists() {
         write(&memory.join("memory.memsw.limit_in_bytes"), &bytes)?;
     }
+    // TCP buffers: v1 charges them to a counter of their own, unlimited (and off) until a limit is
+    // written, so a program's unread sockets could fill the host's tcp_mem (its pressure level,
+    // then its hard maximum, for every TCP user of the host) past its memory limit. A quarter of
+    // the memory limit: the two together stay within 1.25 times it (v2 charges socket memory to
+    // memory.max itself); sends past it wait, as under the host's own TCP memory pressure.
+    // Absent on a kernel without v1's kernel-memory accounting.
+    let tcp = memory.join("memory.kmem.tcp.limit_in_bytes");
+    match write(&tcp, &tcp_limit_bytes(l.memory_max_bytes).to_string()) {
+        Err(CgroupError::Write { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+        other => other?,
+    }
     if memory.join("memory.swappiness").exists() {
         write(&memory.join("memory.swappiness"), "0")?;
     }
@@ -18,6 +29,12 @@ pub(super) fn set_limits(memory: &Path, cpu: &Path, pids: &Path, l: Limits) -> R
     write(&cpu.join("cpu.cfs_quota_us"), &cpu_quota_us(l.cpu_max).to_string())?;
     write(&pids.join("pids.max"), &l.pids_max.to_string())?;
     Ok(())
+}
+
+/// The TCP buffer limit of an execution whose memory limit is `memory_max_bytes`, on cgroup v1:
+/// a quarter of it, in whole pages (the kernel counts pages; at least one).
+pub(super) fn tcp_limit_bytes(memory_max_bytes: u64) -> u64 {
+    (memory_max_bytes / 4 / 4096).max(1) * 4096
 }
 
 /// `dirs` holds the memory, cpu, cpuacct and pids directories (co-mounted ones once), found by their files.

@@ -8,8 +8,8 @@ use libseccomp::{ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilter
 
 /// System calls the program may make: Docker's default profile (moby/profiles
 /// `seccomp/default.json`), native 64-bit names only, without what a sandboxed Python or Node
-/// program never needs: clock adjustment, `fanotify_mark`, `name_to_handle_at`, `memfd_secret`,
-/// `remap_file_pages`, and calls newer than this review (`listmount`, `statmount`, `mseal`,
+/// program never needs: clock adjustment, Linux AIO (refused in [`DENIED`]), `fanotify_mark`,
+/// `name_to_handle_at`, `memfd_secret`, `remap_file_pages`, and calls newer than this review (`listmount`, `statmount`, `mseal`,
 /// `lsm_*`, the `*xattrat` family, `open_tree_attr`, `file_getattr`/`file_setattr`), which stay
 /// refused until they are reviewed and listed here. `personality` is allowed only with the values
 /// in [`PERSONALITIES`]. A name this libseccomp does not know is not allowed (ENOSYS).
@@ -136,13 +136,6 @@ pub(crate) const ALLOWED: &[&str] = &[
     "pipe",
     "pipe2",
     "ioctl",
-    // Linux AIO (not io_uring)
-    "io_setup",
-    "io_destroy",
-    "io_submit",
-    "io_cancel",
-    "io_getevents",
-    "io_pgetevents",
     // memory
     "brk",
     "mmap",
@@ -351,6 +344,15 @@ pub(crate) const DENIED: &[&str] = &[
     "io_uring_setup",
     "io_uring_enter",
     "io_uring_register",
+    // Linux AIO: every io_setup takes its events from one host-wide pool (fs.aio-max-nr, 65536
+    // by default) that one program could empty for the host (databases, QEMU) and every other
+    // sandbox until its end. Neither CPython nor Node (libuv) uses it.
+    "io_setup",
+    "io_destroy",
+    "io_submit",
+    "io_cancel",
+    "io_getevents",
+    "io_pgetevents",
     "keyctl",
     "add_key",
     "request_key",
@@ -411,6 +413,13 @@ const ALLOWED_FAMILIES: [u64; 4] = [libc::AF_UNIX as u64, libc::AF_INET as u64, 
 /// of its own namespace; `if_nameindex`, `getifaddrs`). Others (audit, uevents, sock_diag,
 /// generic, ...) fail with EPROTONOSUPPORT.
 const NETLINK_ROUTE: u64 = libc::NETLINK_ROUTE as u64;
+
+/// `mmap`'s flag for a mapping of the host's reserved huge pages (linux/mman.h).
+const MAP_HUGETLB: u64 = 0x4_0000;
+/// `memfd_create`'s flag for a file of the host's reserved huge pages (linux/memfd.h).
+const MFD_HUGETLB: u64 = 0x4;
+/// `shmget`'s flag for a segment of the host's reserved huge pages (linux/shm.h, `04000`).
+const SHM_HUGETLB: u64 = 0o4000;
 
 /// Low 32 bits: the kernel reads `int`/`unsigned int` arguments from them alone, so a comparison
 /// on the whole register could be dodged with junk in the high half.
@@ -502,6 +511,12 @@ pub(crate) fn arguments_filter() -> Result<ScmpFilterContext, libseccomp::error:
     #[allow(clippy::unnecessary_cast, clippy::cast_sign_loss)]
     let tiocsti = libc::TIOCSTI as u64;
     f.add_rule_conditional(eperm, ioctl, &[ScmpArgCompare::new(1, ScmpCompareOp::MaskedEqual(LOW32), tiocsti)])?;
+    // Huge pages (MAP_HUGETLB, MFD_HUGETLB, SHM_HUGETLB) come from the host's reserved pool
+    // (vm.nr_hugepages), which the memory cgroup does not charge: a program could take them all
+    // from the host, past its memory limit. Transparent huge pages stay (charged as any page).
+    f.add_rule_conditional(eperm, ScmpSyscall::from_name("mmap")?, &[ScmpArgCompare::new(3, ScmpCompareOp::MaskedEqual(MAP_HUGETLB), MAP_HUGETLB)])?;
+    f.add_rule_conditional(eperm, ScmpSyscall::from_name("memfd_create")?, &[ScmpArgCompare::new(1, ScmpCompareOp::MaskedEqual(MFD_HUGETLB), MFD_HUGETLB)])?;
+    f.add_rule_conditional(eperm, ScmpSyscall::from_name("shmget")?, &[ScmpArgCompare::new(2, ScmpCompareOp::MaskedEqual(SHM_HUGETLB), SHM_HUGETLB)])?;
     // RLIMIT_CORE stays 1: for a piped core_pattern the kernel ignores every other value, so a
     // program that could lower it to 0 would have its crash handed to the host's handler.
     let core = libc::RLIMIT_CORE as u64;

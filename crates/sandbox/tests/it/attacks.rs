@@ -993,3 +993,48 @@ fn a_program_cannot_alter_the_harness_bytecode_a_later_run_loads() {
     use sha2::Digest as _;
     assert_eq!(r["stdout"].as_str(), Some(format!("{}\n", hex::encode(sha2::Sha256::digest(&pycs[0]))).as_str()), "{r}");
 }
+
+/// Host-wide pools that no memory cgroup charges are refused by the seccomp filter with EPERM:
+/// Linux AIO (one `io_setup` could take all of the host's `fs.aio-max-nr` events, failing every
+/// other AIO user on the host until the run ends) and the host's reserved huge pages (taken past
+/// the memory limit). Each refusal is EPERM, the filter's: without it, `io_setup` and the
+/// `memfd_create` succeed and the huge page allocations fail with ENOMEM on a host with none
+/// reserved (or succeed where some are).
+#[test]
+fn aio_and_reserved_huge_pages_are_refused() {
+    let code = "import ctypes, errno, mmap, os\nlibc = ctypes.CDLL(None, use_errno=True)\n\
+                def err(r):\n    return 'ok' if r != -1 else errno.errorcode[ctypes.get_errno()]\n\
+                ctx = ctypes.c_ulong(0)\nprint('io_setup', err(libc.syscall(206, 1, ctypes.byref(ctx))))\n\
+                try:\n    mmap.mmap(-1, 2 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40000); print('mmap ok')\n\
+                except OSError as e:\n    print('mmap', errno.errorcode[e.errno])\n\
+                try:\n    os.memfd_create('h', os.MFD_HUGETLB); print('memfd_create ok')\n\
+                except OSError as e:\n    print('memfd_create', errno.errorcode[e.errno])";
+    let lines = attempt(code);
+    // (`shmget` with SHM_HUGETLB is refused too, but the kernel already refuses it without
+    // CAP_IPC_LOCK outside `vm.hugetlb_shm_group`: no test here could tell the filter's EPERM.)
+    assert_eq!(lines, ["io_setup EPERM", "mmap EPERM", "memfd_create EPERM"]);
+}
+
+/// A program's unread TCP buffers stay within its memory limit's bound on cgroup v1, which
+/// charges them to a counter of their own, unlimited until a limit is written: loopback pairs
+/// filled without reading queued ~800 MiB in a 512 MiB run before the execution's
+/// `memory.kmem.tcp.limit_in_bytes` (a quarter of the memory limit), enough for a few runs to
+/// push the host's TCP memory past its pressure level. (v2 charges socket memory to
+/// `memory.max`.) The program stops at 200 MiB queued; it now stalls near 64 MiB (the run's
+/// memory limit is 256 MiB).
+#[test]
+fn unread_tcp_buffers_stay_within_the_memory_limits_bound() {
+    let code = "import socket\nls = socket.socket(); ls.bind(('127.0.0.1', 0)); ls.listen(200)\n\
+                pairs, total, chunk = [], 0, b'x' * (1 << 20)\n\
+                while total < (200 << 20) and len(pairs) < 150:\n    c = socket.socket()\n    \
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 30)\n    c.connect(ls.getsockname()); s, _ = ls.accept()\n    \
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)\n    c.setblocking(False)\n    \
+                while True:\n        try:\n            total += c.send(chunk)\n        except BlockingIOError:\n            break\n    \
+                pairs.append((c, s))\nprint(total >> 20)";
+    let r = run("py-small", code, &[]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    let queued_mib: u64 = r.stdout().trim().parse().unwrap_or_else(|_| panic!("{r:?}"));
+    if expected_cgroup_version() == "v1" {
+        assert!(queued_mib <= 64 + 8, "{queued_mib} MiB of TCP buffers queued past a quarter of the 256 MiB memory limit: {r:?}");
+    }
+}

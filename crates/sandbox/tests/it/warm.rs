@@ -1113,7 +1113,8 @@ os.write = _write_planting
             package.display()
         )
     };
-    let s = Server::start(&[profile("py-planted-pool", "pool", 1), profile("py-planted-fork", "template", 0), profile("py-planted-ahead", "template", 1)].concat());
+    let s =
+        Server::start(&[profile("py-planted-pool", "pool", 1), profile("py-planted-fork", "template", 0), profile("py-planted-ahead", "template", 1)].concat());
     wait_warm(&s, "py-planted-fork");
     let code = "import os\nfor n in ('data.csv', 'victim.txt', 'sub/cron'):\n    p = '/workspace/' + n\n    print(n, os.path.islink(p), open(p).read())";
     for profile in ["py-planted-pool", "py-planted-fork", "py-planted-ahead"] {
