@@ -16,7 +16,8 @@ pub(super) fn set_limits(memory: &Path, cpu: &Path, pids: &Path, l: Limits) -> R
     // then its hard maximum, for every TCP user of the host) past its memory limit. A quarter of
     // the memory limit: the two together stay within 1.25 times it (v2 charges socket memory to
     // memory.max itself); sends past it wait, as under the host's own TCP memory pressure.
-    // Absent on a kernel without v1's kernel-memory accounting.
+    // Absent on a kernel without v1's kernel-memory accounting; Linux 6.x logs once that it is
+    // deprecated (as v1 is): nothing else on v1 bounds these buffers.
     let tcp = memory.join("memory.kmem.tcp.limit_in_bytes");
     match write(&tcp, &tcp_limit_bytes(l.memory_max_bytes).to_string()) {
         Err(CgroupError::Write { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
