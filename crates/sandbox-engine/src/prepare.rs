@@ -624,10 +624,13 @@ impl<T: Send + 'static> Drop for DropOffWorker<T> {
 /// The most a pooled sandbox's `code/` tmpfs holds for a function's input (JSON), in bytes.
 const MEMBER_INPUT_MAX_BYTES: u64 = 64 << 20;
 
-/// Writes `bytes` to a new file at `path`, mode 0444.
+/// Writes `bytes` to a new file at `path`, mode 0444: created `O_EXCL` (never through a symlink
+/// or into a file that is there already) and its mode set on the descriptor (whatever the umask).
 fn write_ro(path: &Path, bytes: &[u8]) -> Result<(), PrepareError> {
-    fs::write(path, bytes).map_err(io_err("write", path))?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o444)).map_err(io_err("chmod", path))
+    use std::io::Write as _;
+    let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(io_err("create", path))?;
+    f.write_all(bytes).map_err(io_err("write", path))?;
+    f.set_permissions(fs::Permissions::from_mode(0o444)).map_err(io_err("chmod", path))
 }
 
 fn ignore_not_found(e: io::Error) -> io::Result<()> {
