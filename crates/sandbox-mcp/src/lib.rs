@@ -78,12 +78,14 @@ impl McpServer {
     }
 
     /// Serves one client over stdin/stdout until it closes stdin; every call is `principal`'s.
-    /// A line (one JSON-RPC message) may be up to `max_message_bytes`.
+    /// A line (one JSON-RPC message) may be up to `max_message_bytes`. `input_closed` is told
+    /// when stdin ends, at once (this returns only once the calls in flight have been
+    /// answered, or after rmcp's drain timeout, 5 s): the caller ends them there.
     /// Errors: the transport failed or the client never completed a first exchange.
-    pub async fn serve_stdio(mut self, principal: Principal, max_message_bytes: usize) -> Result<(), std::io::Error> {
+    pub async fn serve_stdio(mut self, principal: Principal, max_message_bytes: usize, input_closed: Arc<tokio::sync::Notify>) -> Result<(), std::io::Error> {
         self.local = Some(principal);
-        let transport =
-            rmcp::transport::async_rw::AsyncRwTransport::new_server(tokio::io::stdin(), tokio::io::stdout()).with_max_line_length(max_message_bytes);
+        let stdin = NotifyingEof { inner: tokio::io::stdin(), closed: Some(input_closed) };
+        let transport = rmcp::transport::async_rw::AsyncRwTransport::new_server(stdin, tokio::io::stdout()).with_max_line_length(max_message_bytes);
         let running = self.serve(transport).await.map_err(std::io::Error::other)?;
         running.waiting().await.map_err(std::io::Error::other)?;
         Ok(())
@@ -493,3 +495,29 @@ pub fn http_service(server: McpServer, opts: &HttpOptions) -> StreamableHttpServ
 
 #[cfg(test)]
 mod tests;
+
+/// A reader that tells `closed` (once) when `inner` reaches its end: the stdio server's stdin,
+/// whose end is the client's request to shut down (MCP's stdio transport: "the client SHOULD
+/// initiate shutdown by first closing the input stream"), which rmcp only sees after the calls
+/// in flight have ended.
+struct NotifyingEof<R> {
+    inner: R,
+    closed: Option<Arc<tokio::sync::Notify>>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for NotifyingEof<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let (before, room) = (buf.filled().len(), buf.remaining());
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, std::task::Poll::Ready(Ok(()))) && room > 0 && buf.filled().len() == before {
+            if let Some(closed) = self.closed.take() {
+                closed.notify_one();
+            }
+        }
+        polled
+    }
+}

@@ -15,9 +15,9 @@ const ABORTED_EXECUTIONS_WAIT: Duration = Duration::from_secs(5);
 
 /// Serves one MCP client on stdin/stdout until it closes stdin, or until SIGTERM or SIGINT.
 /// Executions are recorded as `mcp:cli:<user>/<client>@<version>` and get the slots and queue
-/// `sandbox serve` would have. A signal ends the running executions at once (killed, torn down,
-/// recorded and answered as `internal_error`: an MCP client that sends SIGTERM wants the server
-/// gone, so there is no grace period), then stops the warm templates and pools, leaving no
+/// `sandbox serve` would have. Either ends the running executions at once (killed, torn down,
+/// recorded and answered as `internal_error`: a client that closes stdin (MCP's stdio shutdown)
+/// or sends SIGTERM wants the server gone, so there is no grace period), then stops the warm templates and pools, leaving no
 /// process, cgroup, mount or directory of them; the exit code is 0, as `sandbox serve`'s.
 /// Errors: the audit log cannot be opened, or the transport failed.
 pub fn stdio(config: Config, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
@@ -38,11 +38,24 @@ pub fn stdio(config: Config, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
     let service = Arc::new(Service::for_config(engine.clone(), Arc::new(NoHooks)));
     let server = McpServer::new(service.clone());
     let principal = Caller::local(crate::audit::cli_caller());
+    let input_closed = Arc::new(tokio::sync::Notify::new());
     let stop = rt.block_on(async {
-        let serving = server.serve_stdio(principal, max_message_bytes);
+        let serving = server.serve_stdio(principal, max_message_bytes, input_closed.clone());
         tokio::pin!(serving);
         let sig = tokio::select! {
             served = &mut serving => return Stop::Closed(served),
+            () = input_closed.notified() => {
+                // The client closed stdin: its shutdown. The running executions end at once and
+                // are recorded; rmcp writes their answers (stdout may still be read) as it
+                // drains the calls in flight, then stops.
+                tracing::info!("stdin closed: ending the running executions");
+                engine.abort_all();
+                let served = tokio::select! {
+                    served = &mut serving => served,
+                    _ = crate::run::interruption(&mut signals) => Ok(()),
+                };
+                return Stop::Closed(served);
+            }
             sig = crate::run::interruption(&mut signals) => sig,
         };
         tracing::info!(signal = sig, "shutting down: ending the running executions");
@@ -64,8 +77,8 @@ pub fn stdio(config: Config, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
         }
     });
     match stop {
-        // Executions still running (the client closed stdin mid-call) are dropped with the
-        // runtime and tear their sandboxes down.
+        // Executions ended at stdin's close were answered; any still running (a transport
+        // failure, a second signal) are dropped with the runtime and tear their sandboxes down.
         Stop::Closed(_) => drop(rt),
         // Nothing of an execution is left. The runtime is not waited for: its blocking thread
         // still reads stdin, which the client may keep open.

@@ -122,7 +122,7 @@ fn a_result_kept_by_one_node_is_read_through_another() {
 /// `sandbox mcp` on stdin/stdout, its answers and notifications read line by line.
 struct StdioMcp {
     child: std::process::Child,
-    stdin: std::process::ChildStdin,
+    stdin: Option<std::process::ChildStdin>,
     lines: std::sync::mpsc::Receiver<serde_json::Value>,
     data: std::path::PathBuf,
 }
@@ -158,7 +158,7 @@ impl StdioMcp {
                 }
             }
         });
-        let mut mcp = Self { child, stdin, lines, data };
+        let mut mcp = Self { child, stdin: Some(stdin), lines, data };
         mcp.send(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}}}));
         let answer = mcp.answer(1);
@@ -169,7 +169,8 @@ impl StdioMcp {
 
     fn send(&mut self, message: &serde_json::Value) {
         use std::io::Write as _;
-        writeln!(self.stdin, "{message}").and_then(|()| self.stdin.flush()).unwrap();
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        writeln!(stdin, "{message}").and_then(|()| stdin.flush()).unwrap();
     }
 
     /// The next message that satisfies `want`, within 120 s (others are skipped).
@@ -278,4 +279,38 @@ fn sigterm_of_stdio_mcp_leaves_nothing_of_its_executions_templates_and_pools() {
     assert!(left.is_empty(), "left in the executions directory: {left:?}");
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mountinfo.contains(mcp.data.to_str().unwrap()), "a mount under {} is left", mcp.data.display());
+}
+
+/// Closing stdin is an MCP stdio client's shutdown (the transport's spec: the client closes the
+/// server's input stream first): the running execution ends at once, is answered
+/// (`internal_error`) and recorded so, and the server exits 0. Before, rmcp waited its 5 s for
+/// the call to end by itself, exited without answering it, and the record stayed `running`
+/// until a later start marked it `interrupted`.
+#[test]
+fn closing_stdin_of_stdio_mcp_ends_its_running_execution_answered_and_recorded() {
+    let mut mcp = StdioMcp::start();
+    mcp.call(
+        2,
+        serde_json::json!({"code": "import time\nprint('started', flush=True)\ntime.sleep(60)", "language": "python", "profile": "py-small"}),
+        serde_json::json!({"progressToken": "sleeper"}),
+    );
+    mcp.next(|v| v["method"] == "notifications/progress" && v["params"]["message"].as_str().is_some_and(|m| !m.contains("; 0 bytes of output")));
+    drop(mcp.stdin.take());
+    let answer = mcp.answer(2);
+    assert_eq!(answer["result"]["structuredContent"]["status"], "internal_error", "{answer}");
+    let id = answer["result"]["structuredContent"]["executionId"].as_str().unwrap().to_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = mcp.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "sandbox mcp did not exit after its stdin closed");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let out = std::process::Command::new(super::bin()).arg("--data-dir").arg(&mcp.data).args(["audit", "show", &id]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let record: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(record["status"], "internal_error", "{record}");
+    super::assert_gone_from(&mcp.data, &id);
 }
