@@ -630,6 +630,24 @@ impl ConfigError {
     }
 }
 
+/// Lays `over` on `base`: tables merged key by key, recursively; any other value (arrays
+/// included) replaces `base`'s.
+fn merge_toml(base: &mut toml::Value, over: toml::Value) {
+    match (base, over) {
+        (toml::Value::Table(base), toml::Value::Table(over)) => {
+            for (key, value) in over {
+                match base.get_mut(&key) {
+                    Some(b) => merge_toml(b, value),
+                    None => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (base, over) => *base = over,
+    }
+}
+
 /// Where the field at dotted `path` (as [`ConfigError::field`] spells it, e.g.
 /// `profiles.p.network.hosts.warehouse.internal` or `profiles.p.network.allow[1]`) is written
 /// in a parsed document: the span of its key, or of its array item. Keys may themselves contain
@@ -715,11 +733,38 @@ impl Config {
     /// [`Config::layered`]); names (a profile's `environment`) may refer to either.
     /// Errors: [`ConfigError`] naming `file` and the field.
     pub fn parse_layered(self, text: &str, file: &str) -> Result<Self, ConfigError> {
-        let user = Self::read(text, file)?;
+        let user = self.read_over(text, file)?;
         user.validate(file).map_err(|e| e.at_line_in(text))?;
         let config = self.layered(user);
         config.validate_references(file).map_err(|e| e.at_line_in(text))?;
         Ok(config)
+    }
+
+    /// [`Config::read`] of a file laid over `self`: a `[profiles.NAME]` table naming one of
+    /// `self`'s profiles is merged into it key by key (tables recursively, any other value,
+    /// arrays included, replaced: the merge of Helm's values files or figment's), so
+    /// `[profiles.python-default.warm]` with `pool_size = 5` alone changes that one setting and
+    /// keeps the rest of the built-in profile. Other profiles, and environments, are read as
+    /// written (an environment of a built-in name replaces it whole: its pins and lock go
+    /// together). Errors: [`ConfigError`] naming the field, with its line where the file has it.
+    fn read_over(&self, text: &str, file: &str) -> Result<Self, ConfigError> {
+        let err = |field: String, message: String| ConfigError { file: file.to_owned(), field, message };
+        let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| err("<syntax>".into(), e.message().to_owned() + &line_of(text, e.span())))?;
+        let mut merged = false;
+        if let Some(toml::Value::Table(profiles)) = doc.get_mut("profiles") {
+            for (name, over) in profiles.iter_mut() {
+                let Some(base) = self.profiles.get(name) else { continue };
+                let mut base = toml::Value::try_from(base).map_err(|e| err(format!("profiles.{name}"), e.to_string()))?;
+                merge_toml(&mut base, std::mem::replace(over, toml::Value::Boolean(false)));
+                *over = base;
+                merged = true;
+            }
+        }
+        if !merged {
+            // The file's own spans name the line of any error.
+            return Self::read(text, file);
+        }
+        serde_path_to_error::deserialize(toml::Value::Table(doc)).map_err(|e| err(e.path().to_string(), e.inner().to_string()).at_line_in(text))
     }
 
     /// TOML to a [`Config`], errors naming the field; no validation.
@@ -761,7 +806,8 @@ impl Config {
     }
 
     /// The built-in configuration with `other`'s runtime settings and profiles laid over it
-    /// (a profile of the same name replaces the built-in one).
+    /// (a profile of the same name replaces the built-in one; [`Config::parse_layered`] has
+    /// merged a file's table into it first).
     pub fn layered(mut self, other: Config) -> Self {
         self.runtime = other.runtime;
         self.service = other.service;

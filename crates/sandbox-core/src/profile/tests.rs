@@ -70,6 +70,35 @@ fn good_config_layers_over_builtin() {
     assert!(small.filesystem.mounts[0].read_only, "mounts are read-only unless said otherwise");
 }
 
+/// A file's table of a built-in profile's name is merged into it key by key: one setting
+/// changed, the rest of the profile kept (found by a new-user trial: the README's "set `mode =
+/// "template"`" for `python-3.13-analysis` was refused for a missing `language`, and with it the
+/// profile was silently replaced by one without its environment and limits).
+#[test]
+fn a_built_in_profiles_table_in_a_file_changes_only_what_it_sets() {
+    let builtin = Config::builtin();
+    let text = "[profiles.\"python-3.13-analysis\".warm]\nmode = \"template\"\n\
+                [profiles.python-default.warm]\npool_size = 5\n\
+                [profiles.python-default.limits]\ntimeout_ms = 20000\n\
+                [profiles.python-default.env]\nMY_VAR = \"1\"\n";
+    let c = Config::builtin().parse_layered(text, "x.toml").expect("a partial table of a built-in profile is accepted");
+    let (before, after) = (&builtin.profiles["python-3.13-analysis"], &c.profiles["python-3.13-analysis"]);
+    assert_eq!(after.warm.mode, WarmMode::Template);
+    assert_eq!(Profile { warm: before.warm.clone(), ..after.clone() }, *before, "only the warm mode changed");
+    let (before, after) = (&builtin.profiles["python-default"], &c.profiles["python-default"]);
+    assert_eq!((after.warm.pool_size, after.warm.mode, after.limits.timeout_ms), (5, before.warm.mode, 20000));
+    assert_eq!(after.limits.memory_max_bytes, before.limits.memory_max_bytes);
+    assert_eq!(after.env.get("MY_VAR").map(String::as_str), Some("1"));
+    assert_eq!(after.description, before.description);
+    // A value of the wrong type in such a table is named with its line in the file.
+    let e = Config::builtin().parse_layered("\n[profiles.python-default.limits]\ntimeout_ms = \"soon\"\n", "x.toml").unwrap_err();
+    assert_eq!(e.field, "profiles.python-default.limits.timeout_ms");
+    assert!(e.message.contains("(line 3)"), "{e}");
+    // An unknown key is refused as in any profile.
+    let e = Config::builtin().parse_layered("[profiles.python-default.warm]\npool = 5\n", "x.toml").unwrap_err();
+    assert_eq!(e.field, "profiles.python-default.warm.pool", "{e}");
+}
+
 #[track_caller]
 fn check_landlock_min_abi(value: &str, want_err: Option<&str>) {
     let text = format!("[profiles.p]\nlanguage = \"python\"\nlandlock_min_abi = {value}\n");
