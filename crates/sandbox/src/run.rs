@@ -14,7 +14,8 @@ use sandbox_engine::{Caller, Chunk, EarlySpare, NoHooks, Service, StreamKind};
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum WarmStart {
     /// The language's own way: a Python profile forks from a template, a TypeScript one takes a
-    /// pooled sandbox.
+    /// pooled sandbox. Also `template`, the `[warm] mode` and `timing.warmStart` name.
+    #[value(alias = "template")]
     Fork,
     /// A Python profile runs in a child forked from its template before the execution (as the
     /// service's pools of template children do); a TypeScript one takes a pooled sandbox.
@@ -83,7 +84,7 @@ pub struct RunArgs {
     /// waits until it is ready, runs, and stops it. Slower than a cold run for one execution;
     /// for checking the warm paths. An allowlist-network profile, which no template serves,
     /// takes a pooled sandbox whichever way is asked.
-    #[arg(long, value_enum, num_args = 0..=1, require_equals = true, default_missing_value = "fork", value_name = "HOW")]
+    #[arg(long, value_enum, num_args = 0..=1, require_equals = true, default_missing_value = "fork", value_name = "HOW", conflicts_with = "server")]
     warm: Option<WarmStart>,
     /// Run on a `sandbox serve` at this URL (e.g. http://127.0.0.1:8080) instead of locally.
     /// Exits 5 when the service cannot be reached.

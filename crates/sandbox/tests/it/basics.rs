@@ -418,3 +418,17 @@ fn the_cli_starts_without_libgcc_s() {
     assert!(!text.contains("libgcc_s"), "sandbox loads libgcc_s.so.1 again:\n{text}");
     assert!(text.contains("libc.so") || text.contains("statically linked") || text.contains("not a dynamic"), "{text}");
 }
+
+/// `--warm=template` names what the config's `[warm] mode` and the result's `timing.warmStart`
+/// call it (the same as `--warm=fork`), and `--warm` with `--server` is refused rather than
+/// ignored (the service decides how its executions start).
+#[test]
+fn warm_template_is_a_name_of_warm_fork_and_warm_is_refused_with_server() {
+    let out = sandbox(&["run", "--json", "--warm=template", "-c", "print(1)"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((r["timing"]["warm"].as_bool(), r["timing"]["warmStart"].as_str()), (Some(true), Some("template")), "{r}");
+    let out = sandbox(&["run", "--warm", "--server", "http://127.0.0.1:9", "-c", "print(1)"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with '--server"), "{out:?}");
+}
