@@ -739,7 +739,8 @@ fn spawn(
     let _ = engine_chan.set_read_timeout(Some(READY_PATIENCE));
     let mut ready = [0u8; 6];
     if let Err(e) = (&engine_chan).read_exact(&mut ready) {
-        return Err(fail(&mut child, format!("the template did not get ready (preloading {:?}): {e}", profile.environment)));
+        let preloading = profile.environment.as_deref().map_or_else(|| "no environment".to_owned(), |env| format!("environment {env:?}"));
+        return Err(fail(&mut child, format!("the template did not get ready ({preloading}; its log lines say why): {e}")));
     }
     if &ready != b"ready\n" {
         // The rest of the line says why (`err <reason>`: see template.py).

@@ -40,12 +40,19 @@ CHANNEL = 4
 OWN_PID_NAMESPACE = -1
 
 
-def preload():
+def preload(channel):
     import importlib
 
     names = [m for m in os.environ.pop("SANDBOX_PRELOAD", "").split(",") if m]
     for name in names:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except BaseException as e:  # noqa: BLE001 - the engine is told which module and why
+            # The environment's `preload` names a module it cannot import: the template cannot
+            # serve (its profile runs cold), and the engine says which module and why.
+            why = f"preloading {name!r}: {type(e).__name__}: {e}".replace("\n", " ")[:400]
+            channel.sendall(b"err " + why.encode("utf-8", "replace") + b"\n")
+            os._exit(1)
     try:
         warm_up()
     except Exception as e:  # noqa: BLE001 - a warm-up that fails costs speed, not correctness
@@ -465,7 +472,7 @@ def main():
     # The rest of the harness (errors, the function harness, the warm exit, what sets a
     # child's /proc/self/environ) is every child's.
     harness.lib().environ_setter()
-    preload()
+    preload(channel)
     BLAS_SETTERS.extend(blas_setters())
     INHERITED.update(sys.modules)
     gc.collect()

@@ -1136,3 +1136,32 @@ os.write = _write_planting
         assert_eq!(std::fs::read_dir(&private).unwrap().count(), 0, "{profile}: an input was written into a host directory through a planted link");
     }
 }
+
+/// An environment whose `preload` names a module it cannot import gets a template that cannot
+/// serve, and the error names the module and why (a new-user trial saw "the template did not get
+/// ready (preloading Some(\"e\")): failed to fill whole buffer", the cause only in a log).
+#[test]
+fn a_preload_that_cannot_be_imported_is_named_with_its_error() {
+    let dir = tempfile::Builder::new().prefix("preload-").tempdir_in(&env().dir).unwrap().keep();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = dir.join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}[environments.bad-preload]\npython = []\npreload = [\"json\", \"nonexistent_mod_xyz\"]\n\
+             [profiles.bad-preload]\nlanguage = \"python\"\nenvironment = \"bad-preload\"\n[profiles.bad-preload.warm]\nmode = \"template\"\n",
+            runtime_toml()
+        ),
+    )
+    .unwrap();
+    let cli = |args: &[&str]| Command::new(bin()).arg("--config").arg(&config).arg("--data-dir").arg(dir.join("data")).args(args).output().unwrap();
+    let out = cli(&["env", "install", "bad-preload"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = cli(&["run", "--warm", "-p", "bad-preload", "-c", "print(1)"]);
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("preloading 'nonexistent_mod_xyz': ModuleNotFoundError: No module named 'nonexistent_mod_xyz'"), "{stderr}");
+    // Cold, the profile runs.
+    let out = cli(&["run", "-p", "bad-preload", "-c", "print(1)"]);
+    assert_eq!((out.status.success(), String::from_utf8_lossy(&out.stdout).as_ref()), (true, "1\n"), "{out:?}");
+}
