@@ -92,6 +92,16 @@ pub struct PoolStatus {
     pub memory_bytes: u64,
     /// Why the last start failed, if it did (cleared by a successful start).
     pub error: Option<String>,
+    /// Executions that took one of its members, since start.
+    pub hits: u64,
+    /// Executions of its profile that found no member to take (or one that could not take
+    /// them), since start: they forked from the template at their start (a template's pool) or
+    /// started cold.
+    pub misses: u64,
+    /// Members started, since start.
+    pub started: u64,
+    /// Members destroyed unused (too old, found dead, shutdown), since start.
+    pub discarded: u64,
 }
 
 /// The pools of every pool profile.
@@ -125,6 +135,17 @@ struct Pool {
     deferred: HashMap<u64, Instant>,
     /// The filler is starting a member of this pool now.
     starting: bool,
+    /// This pool's share of [`PoolCounters`].
+    tally: Tally,
+}
+
+/// One pool's counts since start, as [`PoolCounters`] counts them for all.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    hits: u64,
+    misses: u64,
+    started: u64,
+    discarded: u64,
 }
 
 impl Pool {
@@ -295,6 +316,7 @@ impl Pools {
                     error: None,
                     deferred: HashMap::new(),
                     starting: false,
+                    tally: Tally::default(),
                 },
             );
         }
@@ -360,12 +382,15 @@ impl Pools {
                     return Some(m);
                 }
                 self.counters.discarded.fetch_add(1, Ordering::Relaxed);
+                self.tally(&a.profile_name, |t| t.discarded += 1);
                 drop(m);
             }
         })();
         if self.serves(&a.profile_name) {
             let counter = if found.is_some() { &self.counters.hits } else { &self.counters.misses };
             counter.fetch_add(1, Ordering::Relaxed);
+            let hit = found.is_some();
+            self.tally(&a.profile_name, |t| if hit { t.hits += 1 } else { t.misses += 1 });
             self.wake.notify_all();
         }
         found
@@ -381,6 +406,11 @@ impl Pools {
             self.counters.misses.fetch_add(1, Ordering::Relaxed);
         }
         self.counters.discarded.fetch_add(1, Ordering::Relaxed);
+        self.tally(profile, |t| {
+            t.hits = t.hits.saturating_sub(1);
+            t.misses += 1;
+            t.discarded += 1;
+        });
     }
 
     /// Blocks until `profile`'s pool holds a ready member or `patience` passes (for
@@ -418,10 +448,21 @@ impl Pools {
                 starting: p.starting,
                 memory_bytes: p.ready.iter().filter_map(|m| m.prepared.as_ref()?.cgroup.as_ref()?.usage().ok()).map(|u| u.peak_memory_bytes).sum(),
                 error: p.error.clone(),
+                hits: p.tally.hits,
+                misses: p.tally.misses,
+                started: p.tally.started,
+                discarded: p.tally.discarded,
             })
             .collect();
         out.sort_by(|a, b| a.profile.cmp(&b.profile));
         out
+    }
+
+    /// Counts in `profile`'s pool's [`Tally`] (none for a profile without a pool).
+    fn tally(&self, profile: &str, count: impl FnOnce(&mut Tally)) {
+        if let Some(p) = self.state.lock().expect("pools lock").get_mut(profile) {
+            count(&mut p.tally);
+        }
     }
 
     /// Stops filling and destroys every waiting member (nothing of them is left: processes,
@@ -432,7 +473,16 @@ impl Pools {
         if let Some(h) = self.filler.lock().expect("pool filler lock").take() {
             let _ = h.join();
         }
-        let members: Vec<Member> = self.state.lock().expect("pools lock").values_mut().flat_map(|p| p.ready.drain(..)).collect();
+        let members: Vec<Member> = self
+            .state
+            .lock()
+            .expect("pools lock")
+            .values_mut()
+            .flat_map(|p| {
+                p.tally.discarded += p.ready.len() as u64;
+                p.ready.drain(..)
+            })
+            .collect();
         self.counters.discarded.fetch_add(members.len() as u64, Ordering::Relaxed);
         drop(members);
     }
@@ -503,6 +553,7 @@ impl Pools {
                 match made {
                     Ok(m) => {
                         self.counters.started.fetch_add(1, Ordering::Relaxed);
+                        pool.tally.started += 1;
                         pool.failures = 0;
                         pool.retry_at = None;
                         pool.error = None;
@@ -547,6 +598,7 @@ impl Pools {
                 let max_age = self.opts.config.profiles.get(name).map_or(Duration::MAX, |p| Duration::from_millis(p.warm.max_age_ms));
                 let installation = installations.get(name);
                 let mut keep = VecDeque::new();
+                let before = pool.ready.len();
                 for mut m in pool.ready.drain(..) {
                     if !m.alive() {
                         pool.failures += 1;
@@ -562,6 +614,7 @@ impl Pools {
                         keep.push_back(m);
                     }
                 }
+                pool.tally.discarded += (before - keep.len()) as u64;
                 pool.ready = keep;
             }
             out

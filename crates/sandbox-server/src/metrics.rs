@@ -71,10 +71,10 @@ pub struct Metrics {
     pool_ready: Family<ProfileLabels, Gauge>,
     pool_starting: Family<ProfileLabels, Gauge>,
     pool_size: Family<ProfileLabels, Gauge>,
-    pool_hits: Gauge,
-    pool_misses: Gauge,
-    pool_started: Gauge,
-    pool_discarded: Gauge,
+    pool_hits: Family<ProfileLabels, Gauge>,
+    pool_misses: Family<ProfileLabels, Gauge>,
+    pool_started: Family<ProfileLabels, Gauge>,
+    pool_discarded: Family<ProfileLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -121,19 +121,24 @@ impl Default for Metrics {
         registry.register("warm_template_forks", "Forks served by the profile's current template", template_forks.clone());
         registry.register("warm_template_peak_memory_bytes", "Peak memory of the profile's template cgroup", template_peak_memory.clone());
         let (pool_ready, pool_size) = (Family::<ProfileLabels, Gauge>::default(), Family::<ProfileLabels, Gauge>::default());
-        let (pool_hits, pool_misses, pool_started, pool_discarded) = (Gauge::default(), Gauge::default(), Gauge::default(), Gauge::default());
+        let family = Family::<ProfileLabels, Gauge>::default;
+        let (pool_hits, pool_misses, pool_started, pool_discarded) = (family(), family(), family(), family());
         registry.register("warm_pool_ready", "Pre-started sandboxes waiting in the profile's pool (its depth)", pool_ready.clone());
         let pool_starting = Family::<ProfileLabels, Gauge>::default();
         registry.register("warm_pool_starting", "1 while a sandbox of the profile's pool is being started", pool_starting.clone());
         registry.register("warm_pool_size", "The profile's configured pool size", pool_size.clone());
-        registry.register("warm_pool_hits", "Executions that ran in a pooled sandbox, since start", pool_hits.clone());
+        registry.register("warm_pool_hits", "Executions that ran in a sandbox of the profile's pool, since start", pool_hits.clone());
         registry.register(
             "warm_pool_misses",
-            "Executions of pool profiles that started cold (empty pool, or a request it cannot serve), since start",
+            "Executions of the profile that found its pool empty (or a member that could not take them), since start: they forked from the template at their start (a template's pool of children forked ahead) or started cold (warm_cold_fallbacks)",
             pool_misses.clone(),
         );
-        registry.register("warm_pool_started", "Pooled sandboxes started, since start", pool_started.clone());
-        registry.register("warm_pool_discarded", "Pooled sandboxes destroyed unused (too old, dead, shutdown), since start", pool_discarded.clone());
+        registry.register("warm_pool_started", "Sandboxes of the profile's pool started, since start", pool_started.clone());
+        registry.register(
+            "warm_pool_discarded",
+            "Sandboxes of the profile's pool destroyed unused (too old, dead, shutdown), since start",
+            pool_discarded.clone(),
+        );
         Self {
             registry,
             executions,
@@ -199,14 +204,13 @@ impl Metrics {
             }
         }
         if let Some(p) = pools {
-            use std::sync::atomic::Ordering::Relaxed;
             let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-            self.pool_hits.set(n(p.counters.hits.load(Relaxed)));
-            self.pool_misses.set(n(p.counters.misses.load(Relaxed)));
-            self.pool_started.set(n(p.counters.started.load(Relaxed)));
-            self.pool_discarded.set(n(p.counters.discarded.load(Relaxed)));
             for st in p.status() {
                 let l = ProfileLabels { profile: st.profile.clone() };
+                self.pool_hits.get_or_create(&l).set(n(st.hits));
+                self.pool_misses.get_or_create(&l).set(n(st.misses));
+                self.pool_started.get_or_create(&l).set(n(st.started));
+                self.pool_discarded.get_or_create(&l).set(n(st.discarded));
                 self.pool_ready.get_or_create(&l).set(i64::from(st.ready));
                 self.pool_starting.get_or_create(&l).set(i64::from(st.starting));
                 self.pool_size.get_or_create(&l).set(i64::from(st.size));

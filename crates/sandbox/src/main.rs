@@ -319,6 +319,10 @@ fn warm_self_test(
                     starting: false,
                     memory_bytes: 0,
                     error: Some(e.clone()),
+                    hits: 0,
+                    misses: 0,
+                    started: 0,
+                    discarded: 0,
                 })
                 .collect();
             (templates, pools)

@@ -58,6 +58,14 @@ fn gauge(s: &Server, name: &str, profile: &str) -> i64 {
     m.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |v| v.trim().parse().unwrap())
 }
 
+/// The sum of metric `name` over its profiles in the exposition `m` (0 when it has none).
+fn summed(m: &str, name: &str) -> i64 {
+    m.lines()
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' ')))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+        .sum()
+}
+
 /// Waits until `profile`'s pool holds `n` ready sandboxes.
 fn wait_pool(s: &Server, profile: &str, n: i64) {
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -208,9 +216,13 @@ fn a_burst_past_the_pool_runs_cold_and_the_pool_never_overfills() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let m = metrics(&s);
-    let total = |name: &str| m.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).unwrap().trim().parse::<i64>().unwrap();
+    let total = |name: &str| summed(&m, name);
     assert_eq!(total("sandbox_warm_pool_hits") + total("sandbox_warm_pool_misses"), n, "{m}");
     assert_eq!(total("sandbox_warm_pool_hits"), warm, "{m}");
+    // Counted per pool: all of it this profile's.
+    let hits = m.lines().find_map(|l| l.strip_prefix("sandbox_warm_pool_hits{profile=\"ts-pool\"} ")).map(|v| v.trim().parse::<i64>().unwrap());
+    let misses = m.lines().find_map(|l| l.strip_prefix("sandbox_warm_pool_misses{profile=\"ts-pool\"} ")).map(|v| v.trim().parse::<i64>().unwrap());
+    assert_eq!((hits, misses), (Some(warm), Some(cold)), "{m}");
 }
 
 #[test]
@@ -258,7 +270,7 @@ fn a_pooled_sandbox_that_dies_before_its_go_runs_the_execution_cold() {
     assert!(!out.timing.warm && out.timing.warm_start.is_none(), "it ran cold: {out:?}");
     assert_eq!(out.exit_code, Some(0), "{out:?}");
     let m = metrics(&s);
-    let total = |name: &str| m.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).unwrap().trim().parse::<i64>().unwrap();
+    let total = |name: &str| summed(&m, name);
     assert_eq!((total("sandbox_warm_pool_hits"), total("sandbox_warm_pool_misses")), (0, 1), "counted as a miss, not a hit: {m}");
     assert!(total("sandbox_warm_pool_discarded") >= 1, "{m}");
     // The audit log has the one execution, finished ok, once.
@@ -291,7 +303,7 @@ fn a_refill_waits_for_the_execution_when_the_pool_has_another_ready() {
     let s = pool_server();
     let total = |name: &str| {
         let m = metrics(&s);
-        m.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).map_or(0, |v| v.trim().parse::<i64>().unwrap())
+        summed(&m, name)
     };
     let state = || (gauge(&s, "sandbox_warm_pool_ready", "ts-pool"), gauge(&s, "sandbox_warm_pool_starting", "ts-pool"));
     assert_eq!(state(), (2, 0));
@@ -373,10 +385,7 @@ fn a_burst_refills_the_pool_at_most_once_per_refill_interval() {
         assert!(Instant::now() < deadline, "the pools never filled: {m}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let started = || {
-        let m = metrics(&s);
-        m.lines().find_map(|l| l.strip_prefix("sandbox_warm_pool_started ")).unwrap_or_else(|| panic!("{m}")).trim().parse::<i64>().unwrap()
-    };
+    let started = || gauge(&s, "sandbox_warm_pool_started", "py-pool-capped");
     let before = started();
     let burst_at = Instant::now();
     let r = ExecutionRequest { profile: "py-pool-capped".into(), language: Some("python".into()), code: "print('ok')".into(), ..Default::default() };
