@@ -942,17 +942,15 @@ impl Config {
                         "templates serve profiles with network = \"none\"; an allowlist profile can keep a pool (mode = \"pool\")".into(),
                     ));
                 }
-                check_range(p.warm.max_forks, 1, 1 << 40, "").map_err(|m| err(at("warm.max_forks"), m))?;
-                check_range(p.warm.max_age_ms, 1_000, 30 * 86_400_000, "ms").map_err(|m| err(at("warm.max_age_ms"), m))?;
-                check_range(p.warm.template_memory_max_bytes, 16 << 20, 1 << 40, "bytes").map_err(|m| err(at("warm.template_memory_max_bytes"), m))?;
-                check_range(p.warm.pool_size.into(), 0, 64, "").map_err(|m| err(at("warm.pool_size"), m))?;
-                check_range(p.warm.pool_refill_interval_ms, 0, 60_000, "ms").map_err(|m| err(at("warm.pool_refill_interval_ms"), m))?;
             }
-            if p.warm.mode == WarmMode::Pool {
-                check_range(p.warm.pool_size.into(), 1, 64, "").map_err(|m| err(at("warm.pool_size"), m))?;
-                check_range(p.warm.pool_refill_interval_ms, 0, 60_000, "ms").map_err(|m| err(at("warm.pool_refill_interval_ms"), m))?;
-                check_range(p.warm.max_age_ms, 1_000, 30 * 86_400_000, "ms").map_err(|m| err(at("warm.max_age_ms"), m))?;
-            }
+            // Every warm setting is checked whatever the mode (one turned on later, or by
+            // `sandbox run --warm`, uses them as written).
+            check_range(p.warm.max_forks, 1, 1 << 40, "").map_err(|m| err(at("warm.max_forks"), m))?;
+            check_range(p.warm.max_age_ms, 1_000, 30 * 86_400_000, "ms").map_err(|m| err(at("warm.max_age_ms"), m))?;
+            check_range(p.warm.template_memory_max_bytes, 16 << 20, 1 << 40, "bytes").map_err(|m| err(at("warm.template_memory_max_bytes"), m))?;
+            let least_pool = u64::from(p.warm.mode == WarmMode::Pool);
+            check_range(p.warm.pool_size.into(), least_pool, 64, "").map_err(|m| err(at("warm.pool_size"), m))?;
+            check_range(p.warm.pool_refill_interval_ms, 0, 60_000, "ms").map_err(|m| err(at("warm.pool_refill_interval_ms"), m))?;
             check_range(p.landlock_min_abi.into(), 0, LANDLOCK_ABI_MAX.into(), "(the newest landlock ABI known)")
                 .map_err(|m| err(at("landlock_min_abi"), m))?;
         }

@@ -270,3 +270,25 @@ fn oci_environments_are_validated_field_by_field() {
     check(&oci("source = \"/srv/i\"\nsha = \"x\"\n"), "environments.img.oci.sha", "unknown field");
     check(&env("oci", "npm = [\"zod@3.25.76\"]\n[environments.img.oci]\nsource = \"/srv/i\"\n"), "environments.img.npm", "a oci base has no Node.js");
 }
+
+/// Warm settings are checked whatever the mode: `mode = "off"` with `pool_size = 1000` or
+/// `max_forks = 0` is refused (a new-user trial saw both accepted and printed by `profiles show`),
+/// as they would be once the mode is turned on or `sandbox run --warm` uses them.
+#[test]
+fn warm_settings_are_checked_whatever_the_mode() {
+    for (setting, field) in
+        [("pool_size = 1000", "warm.pool_size"), ("max_forks = 0", "warm.max_forks"), ("template_memory_max_bytes = 1", "warm.template_memory_max_bytes")]
+    {
+        for mode in ["off", "pool", "template"] {
+            let text = format!("[profiles.p]\nlanguage = \"python\"\n[profiles.p.warm]\nmode = \"{mode}\"\n{setting}\n");
+            let e = Config::parse(&text, "x.toml").expect_err(&text);
+            assert_eq!(e.field, format!("profiles.p.{field}"), "{text}: {e}");
+        }
+    }
+    // A pool needs a member; a template's pool may be empty (children forked at the start).
+    let e = Config::parse("[profiles.p]\nlanguage = \"python\"\n[profiles.p.warm]\nmode = \"pool\"\npool_size = 0\n", "x.toml").unwrap_err();
+    assert_eq!(e.field, "profiles.p.warm.pool_size");
+    Config::parse("[profiles.p]\nlanguage = \"python\"\n[profiles.p.warm]\nmode = \"template\"\npool_size = 0\n", "x.toml")
+        .expect("a template without children ahead");
+    Config::parse("[profiles.p]\nlanguage = \"python\"\n[profiles.p.warm]\nmode = \"off\"\npool_size = 0\n", "x.toml").expect("off with no pool");
+}
