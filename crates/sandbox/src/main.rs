@@ -261,6 +261,11 @@ fn dispatch(cli: Cli, early: Option<sandbox_engine::EarlySpare>) -> anyhow::Resu
             }
             let mut fields = Vec::new();
             units::leaves("", &serde_json::to_value(p)?, &mut fields);
+            // What a warm start imports comes with the profile's environment: shown beside it.
+            if let Some(env) = p.environment.as_deref().and_then(|e| config.environments.get(e)) {
+                let at = fields.iter().position(|(k, _)| k == "environment").map_or(fields.len(), |i| i + 1);
+                fields.insert(at, ("environment.preload".into(), serde_json::json!(env.preload.join(", "))));
+            }
             let width = fields.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
             outln!("profile {name}");
             for (key, value) in &fields {

@@ -119,6 +119,10 @@ fn profiles_list_and_show() {
     assert_eq!(field("warm.mode"), "pool");
     assert_eq!(field("warm.pool_size"), "3");
     assert_eq!(field("warm.pool_refill_interval_ms"), "50 ms (50ms)");
+    // A profile with an environment shows what its warm start imports.
+    let out = sandbox(&["profiles", "show", "python-analysis"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l.trim_start().starts_with("environment.preload") && l.contains("numpy, pandas")), "{text}");
     // --toml is a config file's table.
     let out = sandbox(&["profiles", "show", "--toml", "python-default"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
