@@ -98,7 +98,11 @@ async fn answer(query: &[u8], policy: &Policy, report: &Reporter, resolver: &Res
     };
     reply.add_query(question.clone());
     let name = question.name().to_ascii().trim_end_matches('.').to_ascii_lowercase();
-    if !policy.name_allowed(&name) {
+    // Rules match the name's labels, so a label must be one a host name has (letters, digits,
+    // `-`, `_`): one holding a dot renders escaped ("a\.b.test"), and that text ends like a
+    // name below `b.test` while the name itself is one level above it (an attack review).
+    let plain = question.name().iter().all(|l| !l.is_empty() && l.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_'));
+    if !plain || !policy.name_allowed(&name) {
         report.blocked(BlockedAttempt {
             host: Some(name),
             address: GATEWAY_IPV4.to_string(),
@@ -131,7 +135,7 @@ async fn answer(query: &[u8], policy: &Policy, report: &Reporter, resolver: &Res
     }
     for ip in addrs {
         if let IpAddr::V4(v4) = ip {
-            if !policy.hand_out(&name, ip) {
+            if !policy.hand_out(&name, ip, trusted) {
                 report.blocked(BlockedAttempt {
                     host: Some(name.clone()),
                     address: ip.to_string(),

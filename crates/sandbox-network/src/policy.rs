@@ -114,16 +114,26 @@ impl Policy {
     }
 
     /// Records that the sandbox is told `ip` for `name`: connections to it on the ports of
-    /// `name`'s rules are allowed from now on. Refused (`false`) for a new address once
-    /// [`HANDED_OUT_MAX`] are out; each address keeps each port range once.
-    pub(crate) fn hand_out(&self, name: &str, ip: IpAddr) -> bool {
+    /// `name`'s rules are allowed from now on. An internal address that is not `trusted` (it
+    /// came from a DNS answer, not the profile's `hosts`, and [`Policy::screen`] kept it because
+    /// an IP/CIDR rule reaches it) opens only the ports that both a rule of `name` and a rule
+    /// reaching it allow: a DNS answer for an allowed name (under a wildcard, say) must not open
+    /// the host or a private network on ports its address rule never allowed (DNS rebinding,
+    /// found by an attack review). Refused (`false`) for a new address once [`HANDED_OUT_MAX`]
+    /// are out; each address keeps each port range once.
+    pub(crate) fn hand_out(&self, name: &str, ip: IpAddr, trusted: bool) -> bool {
         let mut map = self.handed_out.lock().expect("policy lock");
         let ip = canonical(ip);
         if !map.contains_key(&ip) && map.len() >= HANDED_OUT_MAX {
             return false;
         }
+        let mut ranges: Vec<RangeInclusive<u16>> = self.rules.iter().filter(|r| r.matches_name(name)).map(|r| r.ports.clone()).collect();
+        if !trusted && self.internal(ip) {
+            let reaching: Vec<&RangeInclusive<u16>> = self.rules.iter().filter(|r| self.reaches(r, ip)).map(|r| &r.ports).collect();
+            ranges =
+                ranges.iter().flat_map(|n| reaching.iter().map(move |r| *n.start().max(r.start())..=*n.end().min(r.end()))).filter(|r| !r.is_empty()).collect();
+        }
         let entry = map.entry(ip).or_default();
-        let ranges: Vec<RangeInclusive<u16>> = self.rules.iter().filter(|r| r.matches_name(name)).map(|r| r.ports.clone()).collect();
         for r in &ranges {
             if !entry.ports.contains(r) {
                 entry.ports.push(r.clone());
@@ -160,8 +170,12 @@ impl Policy {
 /// rebinding) or a wide rule. IPv4: this network 0/8, RFC 1918, shared 100.64/10, loopback,
 /// link-local 169.254/16 (the cloud metadata address), IETF protocol assignments 192.0.0/24,
 /// documentation (TEST-NET-1..3), benchmarking 198.18/15, multicast and reserved 224/3 (with
-/// broadcast). IPv6: unspecified, loopback, NAT64 64:ff9b::/96 (it embeds IPv4), documentation,
-/// ULA fc00::/7, link-local, multicast.
+/// broadcast), the 6to4 relay anycast 192.88.99/24 and Azure's WireServer 168.63.129.16 (the
+/// platform's host agent endpoint, reachable from every Azure VM). IPv6: unspecified, loopback,
+/// the forms that embed an IPv4 address (IPv4-compatible ::/96, IPv4-translated ::ffff:0:0/96,
+/// NAT64 64:ff9b::/96 and local-use 64:ff9b:1::/48, 6to4 2002::/16: each could name an internal
+/// IPv4 address), documentation, ULA fc00::/7, link-local, multicast. (IPv4-mapped ::ffff:0:0/96
+/// addresses are compared as the IPv4 address they are.)
 const INTERNAL: &[(IpAddr, u8)] = &[
     (IpAddr::V4(Ipv4Addr::new(0, 0, 0, 0)), 8),
     (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0)), 8),
@@ -176,9 +190,15 @@ const INTERNAL: &[(IpAddr, u8)] = &[
     (IpAddr::V4(Ipv4Addr::new(198, 51, 100, 0)), 24),
     (IpAddr::V4(Ipv4Addr::new(203, 0, 113, 0)), 24),
     (IpAddr::V4(Ipv4Addr::new(224, 0, 0, 0)), 3),
+    (IpAddr::V4(Ipv4Addr::new(192, 88, 99, 0)), 24),
+    (IpAddr::V4(Ipv4Addr::new(168, 63, 129, 16)), 32),
     (IpAddr::V6(Ipv6Addr::UNSPECIFIED), 128),
     (IpAddr::V6(Ipv6Addr::LOCALHOST), 128),
+    (IpAddr::V6(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0)), 96),
+    (IpAddr::V6(Ipv6Addr::new(0, 0, 0, 0, 0xffff, 0, 0, 0)), 96),
     (IpAddr::V6(Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0)), 96),
+    (IpAddr::V6(Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0)), 48),
+    (IpAddr::V6(Ipv6Addr::new(0x2002, 0, 0, 0, 0, 0, 0, 0)), 16),
     (IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0)), 32),
     (IpAddr::V6(Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0)), 7),
     (IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0)), 10),

@@ -14,7 +14,7 @@ use super::report::Reporter;
 fn policy() -> Policy {
     Policy::new(
         &Allowlist {
-            allow: ["api.test:443", "*.cdn.test:443", "198.51.100.0/24:8000-8100", "10.9.0.7:80"].iter().map(|r| Rule::parse(r).unwrap()).collect(),
+            allow: ["api.test:443", "*.cdn.test:443", "93.184.217.0/24:8000-8100", "10.9.0.7:80"].iter().map(|r| Rule::parse(r).unwrap()).collect(),
             hosts: [("api.test".to_owned(), "10.9.0.5".parse().unwrap())].into(),
         },
         Vec::new(),
@@ -46,9 +46,9 @@ fn check(pkt: &[u8], p: &Policy, want_pass: bool, want_reported: Option<&str>) -
 #[test]
 fn tcp_passes_only_to_allowed_addresses_and_ports() {
     let p = policy();
-    check(&syn(Ipv4Addr::new(198, 51, 100, 9), 8080), &p, true, None);
+    check(&syn(Ipv4Addr::new(93, 184, 217, 9), 8080), &p, true, None);
     check(&syn(Ipv4Addr::new(10, 9, 0, 7), 80), &p, true, None);
-    let refused = check(&syn(Ipv4Addr::new(198, 51, 100, 9), 22), &p, false, Some("not_allowed"));
+    let refused = check(&syn(Ipv4Addr::new(93, 184, 217, 9), 22), &p, false, Some("not_allowed"));
     // The refusal is a RST|ACK from the destination acknowledging the SYN.
     let Verdict::Reply(rst) = refused else { panic!("no reply") };
     let sliced = SlicedPacket::from_ip(&rst).unwrap();
@@ -63,9 +63,9 @@ fn tcp_passes_only_to_allowed_addresses_and_ports() {
 #[test]
 fn names_open_addresses_only_once_resolved_and_only_on_their_ports() {
     let p = policy();
-    let cdn = Ipv4Addr::new(203, 0, 113, 10);
+    let cdn = Ipv4Addr::new(93, 184, 216, 10);
     check(&syn(cdn, 443), &p, false, Some("not_allowed"));
-    p.hand_out("img.cdn.test", IpAddr::V4(cdn));
+    p.hand_out("img.cdn.test", IpAddr::V4(cdn), false);
     check(&syn(cdn, 443), &p, true, None);
     check(&syn(cdn, 80), &p, false, Some("not_allowed"));
     assert_eq!(p.host_of(IpAddr::V4(cdn), 443).as_deref(), Some("img.cdn.test"));
@@ -77,19 +77,19 @@ fn names_open_addresses_only_once_resolved_and_only_on_their_ports() {
 #[test]
 fn refused_and_by_address_connections_name_no_host() {
     let p = policy();
-    let shared = Ipv4Addr::new(198, 51, 100, 9);
-    p.hand_out("api.test", IpAddr::V4(shared));
+    let shared = Ipv4Addr::new(93, 184, 217, 9);
+    p.hand_out("api.test", IpAddr::V4(shared), false);
     let r = Reporter::default();
     classify(&syn(shared, 22), &p, &r);
     let blocked = r.snapshot().blocked;
     assert_eq!((blocked.len(), blocked[0].host.as_deref(), blocked[0].reason.as_str()), (1, None, "not_allowed"), "{blocked:?}");
-    // 8080 is open by the address rule 198.51.100.0/24:8000-8100, not by api.test (443 only).
+    // 8080 is open by the address rule 93.184.217.0/24:8000-8100, not by api.test (443 only).
     assert_eq!(p.host_of(IpAddr::V4(shared), 8080), None);
     assert_eq!(p.host_of(IpAddr::V4(shared), 443).as_deref(), Some("api.test"));
     // Two names for one address: each port is credited to the name whose rule opened it.
-    let cdn = Ipv4Addr::new(203, 0, 113, 10);
-    p.hand_out("img.cdn.test", IpAddr::V4(cdn));
-    p.hand_out("api.test", IpAddr::V4(cdn));
+    let cdn = Ipv4Addr::new(93, 184, 216, 10);
+    p.hand_out("img.cdn.test", IpAddr::V4(cdn), false);
+    p.hand_out("api.test", IpAddr::V4(cdn), false);
     assert_eq!(p.host_of(IpAddr::V4(cdn), 443).as_deref(), Some("img.cdn.test"), "the first name asked keeps the port");
 }
 
@@ -139,12 +139,14 @@ async fn dns_answers_allowed_names_and_nxdomain_for_the_rest() {
     assert!(p.tcp_allowed("10.9.0.5".parse().unwrap(), 443), "the answer opened the address");
     let aaaa = answer("api.test", RecordType::AAAA).await;
     assert_eq!((aaaa.metadata.response_code, aaaa.answers.len()), (ResponseCode::NoError, 0));
-    for name in ["evil.test", "x.api.test", "cdn.test"] {
+    // A label holding a dot ("img.x" under "cdn.test" renders "img\.x.cdn.test", text that ends
+    // like a name below the wildcard's domain) is no host name: refused (an attack review).
+    for name in ["evil.test", "x.api.test", "cdn.test", "img\\.x.cdn.test", "a\\.cdn.test"] {
         let m = answer(name, RecordType::A).await;
         assert_eq!(m.metadata.response_code, ResponseCode::NXDomain, "{name}");
     }
     let blocked: Vec<_> = r.snapshot().blocked.into_iter().map(|b| (b.host.unwrap_or_default(), b.reason)).collect();
-    assert_eq!(blocked.len(), 3, "{blocked:?}");
+    assert_eq!(blocked.len(), 5, "{blocked:?}");
     assert!(blocked.iter().all(|(_, reason)| reason == "name_not_allowed"));
 }
 
@@ -221,15 +223,15 @@ fn finding_2_wide_rules_are_screened_of_internal_ranges_and_the_host() {
 fn finding_2_handed_out_addresses_are_capped() {
     let p = policy();
     for _ in 0..1000 {
-        assert!(p.hand_out("img.cdn.test", "93.184.216.34".parse().unwrap()));
+        assert!(p.hand_out("img.cdn.test", "93.184.216.34".parse().unwrap(), false));
     }
     for i in 1..super::policy::HANDED_OUT_MAX {
         let ip = IpAddr::V4(Ipv4Addr::from(0x0b00_0000 + u32::try_from(i).unwrap()));
-        assert!(p.hand_out("img.cdn.test", ip), "{i}");
+        assert!(p.hand_out("img.cdn.test", ip, false), "{i}");
     }
-    assert!(!p.hand_out("img.cdn.test", "12.0.0.1".parse().unwrap()), "past the cap");
+    assert!(!p.hand_out("img.cdn.test", "12.0.0.1".parse().unwrap(), false), "past the cap");
     assert!(!p.tcp_allowed("12.0.0.1".parse().unwrap(), 443));
-    assert!(p.hand_out("img.cdn.test", "93.184.216.34".parse().unwrap()), "an address already out stays usable");
+    assert!(p.hand_out("img.cdn.test", "93.184.216.34".parse().unwrap(), false), "an address already out stays usable");
 }
 
 static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -304,4 +306,41 @@ async fn finding_2_the_buffer_budget_holds_for_every_connection() {
     }
     assert_eq!(stack.open(), MAX_CONNECTIONS);
     assert!(stack.buffered_peak() <= BUFFER_BUDGET_BYTES, "{} > {}", stack.buffered_peak(), BUFFER_BUDGET_BYTES);
+}
+
+/// An attack review's finding: a DNS answer for an allowed name (under a wildcard) that names an
+/// internal address an IP/CIDR rule reaches opened that address on the name's ports, not the
+/// rule's: `192.0.2.2:18081` plus `*.rebind.test:18082` let a rebinding answer of 192.0.2.2
+/// (the host's own address) open the host's port 18082. An internal address from DNS now opens
+/// only the ports both rules allow; from the profile's `hosts`, its name's ports.
+#[test]
+fn a_dns_answer_opens_an_internal_address_only_on_ports_its_address_rule_allows() {
+    let rules = |r: &[&str]| Allowlist { allow: r.iter().map(|r| Rule::parse(r).unwrap()).collect(), hosts: Default::default() };
+    let host = Ipv4Addr::new(192, 0, 2, 2);
+    let p = Policy::new(&rules(&["192.0.2.2:18081", "*.rebind.test:18082", "10.1.2.0/24:5432", "*.db.test:5000-6000"]), vec![IpAddr::V4(host)]);
+    assert_eq!(p.screen(vec![IpAddr::V4(host)], false), vec![IpAddr::V4(host)], "an address rule names it: the name resolves");
+    p.hand_out("host.rebind.test", IpAddr::V4(host), false);
+    assert!(!p.tcp_allowed(IpAddr::V4(host), 18082), "the wildcard's port opened the host");
+    assert!(p.tcp_allowed(IpAddr::V4(host), 18081), "the address rule's own port");
+    let private = Ipv4Addr::new(10, 1, 2, 3);
+    p.hand_out("priv.db.test", IpAddr::V4(private), false);
+    assert!(p.tcp_allowed(IpAddr::V4(private), 5432), "both rules allow 5432");
+    assert!(!p.tcp_allowed(IpAddr::V4(private), 5433), "only the name's rule allows 5433");
+    assert_eq!(p.host_of(IpAddr::V4(private), 5432).as_deref(), Some("priv.db.test"));
+    // The profile's own `hosts` entry is the administrator's: its name's ports.
+    let trusted = Policy::new(&rules(&["*.db.test:5000-6000"]), Vec::new());
+    trusted.hand_out("priv.db.test", IpAddr::V4(private), true);
+    assert!(trusted.tcp_allowed(IpAddr::V4(private), 5433));
+}
+
+/// An attack review's finding: ranges that embed or stand for an internal IPv4 address, and
+/// Azure's WireServer, are internal (a wide rule or a DNS answer does not reach them).
+#[test]
+fn embedded_ipv4_forms_and_the_azure_wireserver_are_internal() {
+    for ip in ["168.63.129.16", "192.88.99.1", "::a9fe:a9fe", "::ffff:0:a9fe:a9fe", "64:ff9b:1::a9fe:a9fe", "2002:a9fe:a9fe::1"] {
+        assert!(super::policy::is_internal(ip.parse().unwrap()), "{ip}");
+    }
+    for ip in ["168.63.129.17", "2606:4700::1111"] {
+        assert!(!super::policy::is_internal(ip.parse().unwrap()), "{ip}");
+    }
 }
