@@ -1,6 +1,7 @@
 //! Route handlers and the OpenAPI document generated from the same types.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -139,23 +140,35 @@ fn respond(result: ExecutionResult) -> Response {
 }
 
 fn stream_execution(ticket: Ticket) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let (tx, rx) = mpsc::unbounded_channel::<Chunk>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Chunk>();
     let (done_tx, done_rx) = oneshot::channel::<ExecutionResult>();
     // The execution runs in a task of its own, aborted (and so torn down) when the stream is dropped.
     let guard = AbortOnDropHandle::new(tokio::spawn(async move {
         let _ = done_tx.send(ticket.run(Some(tx)).await);
     }));
+    // Its chunks are merged as they come into what waits for the client (`Pending`), by a task
+    // that ends with the stream.
+    let pending = Arc::new(Pending::default());
+    let merging = {
+        let pending = pending.clone();
+        AbortOnDropHandle::new(tokio::spawn(async move {
+            while let Some(c) = rx.recv().await {
+                pending.push(c);
+            }
+            pending.close();
+        }))
+    };
     let decoders = (Utf8Stream::default(), Utf8Stream::default());
     let text_event = |name: &str, text: String| Event::default().event(name).json_data(serde_json::json!({ "text": text })).expect("json");
-    let chunks = stream::unfold(Some((rx, decoders)), move |state| async move {
-        let (mut rx, mut dec) = state?;
-        match rx.recv().await {
+    let chunks = stream::unfold(Some((pending, merging, decoders)), move |state| async move {
+        let (pending, merging, mut dec) = state?;
+        match pending.next().await {
             Some(c) => {
                 let (name, text) = match c.stream {
                     StreamKind::Stdout => ("stdout", dec.0.push(&c.data)),
                     StreamKind::Stderr => ("stderr", dec.1.push(&c.data)),
                 };
-                Some((vec![text_event(name, text)], Some((rx, dec))))
+                Some((vec![text_event(name, text)], Some((pending, merging, dec))))
             }
             // The streams ended: flush what an incomplete UTF-8 sequence held back.
             None => {
@@ -185,6 +198,55 @@ fn stream_execution(ticket: Ticket) -> Sse<impl Stream<Item = Result<Event, Infa
         Ok(event)
     });
     Sse::new(chunks.chain(end)).keep_alive(KeepAlive::default())
+}
+
+/// The most bytes one merged chunk holds (one SSE event's output).
+const MERGED_CHUNK_MAX_BYTES: usize = 64 << 10;
+
+/// Output chunks waiting for an SSE client, merged as they come: a chunk of the same stream as
+/// the last one waiting is appended to it (up to [`MERGED_CHUNK_MAX_BYTES`]), so what a slow or
+/// stalled client leaves unread costs about its own size (at most the profile's stdout and
+/// stderr caps), not a queued message per write of the program (20-40 bytes of the service's
+/// memory per byte of one-byte writes, held as long as the connection stayed open, found by an
+/// attack review).
+#[derive(Default)]
+struct Pending {
+    chunks: std::sync::Mutex<(std::collections::VecDeque<Chunk>, bool)>,
+    ready: tokio::sync::Notify,
+}
+
+impl Pending {
+    fn push(&self, c: Chunk) {
+        let mut state = self.chunks.lock().expect("pending chunks lock");
+        match state.0.back_mut() {
+            Some(last) if last.stream == c.stream && last.data.len() + c.data.len() <= MERGED_CHUNK_MAX_BYTES => last.data.extend_from_slice(&c.data),
+            _ => state.0.push_back(c),
+        }
+        drop(state);
+        self.ready.notify_one();
+    }
+
+    /// No chunk comes after those waiting.
+    fn close(&self) {
+        self.chunks.lock().expect("pending chunks lock").1 = true;
+        self.ready.notify_one();
+    }
+
+    /// The next chunk, waiting for one; `None` once closed and drained.
+    async fn next(&self) -> Option<Chunk> {
+        loop {
+            {
+                let mut state = self.chunks.lock().expect("pending chunks lock");
+                if let Some(c) = state.0.pop_front() {
+                    return Some(c);
+                }
+                if state.1 {
+                    return None;
+                }
+            }
+            self.ready.notified().await;
+        }
+    }
 }
 
 /// Turns byte chunks into text without splitting a UTF-8 sequence across two events; invalid
@@ -438,6 +500,34 @@ async fn openapi() -> Json<utoipa::openapi::OpenApi> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stalled client's unread output is held merged: 100,000 one-byte writes wait as two
+    /// chunks (64 KiB each at most), not 100,000, in order, and a chunk of the other stream
+    /// starts a new one.
+    #[tokio::test]
+    async fn unread_output_waits_merged_in_order() {
+        let pending = Pending::default();
+        for _ in 0..100_000 {
+            pending.push(Chunk { stream: StreamKind::Stdout, data: vec![b'x'] });
+        }
+        pending.push(Chunk { stream: StreamKind::Stderr, data: b"e".to_vec() });
+        pending.push(Chunk { stream: StreamKind::Stdout, data: b"y".to_vec() });
+        pending.close();
+        assert_eq!(pending.chunks.lock().unwrap().0.len(), 4);
+        let mut got = Vec::new();
+        while let Some(c) = pending.next().await {
+            got.push((c.stream, c.data.len()));
+        }
+        assert_eq!(
+            got,
+            [
+                (StreamKind::Stdout, MERGED_CHUNK_MAX_BYTES),
+                (StreamKind::Stdout, 100_000 - MERGED_CHUNK_MAX_BYTES),
+                (StreamKind::Stderr, 1),
+                (StreamKind::Stdout, 1)
+            ]
+        );
+    }
 
     fn refused(q: &str) -> String {
         parse_query(q).expect_err(q).name
