@@ -314,3 +314,41 @@ fn closing_stdin_of_stdio_mcp_ends_its_running_execution_answered_and_recorded()
     assert_eq!(record["status"], "internal_error", "{record}");
     super::assert_gone_from(&mcp.data, &id);
 }
+
+/// An MCP session belongs to the API key whose `initialize` opened it: another key naming it
+/// (its id is random but not secret: rmcp logs it) gets 404 as for an unknown session, on
+/// POST, GET and DELETE, and the session goes on serving its owner. Before, another key's
+/// `DELETE` ended it (an attack review).
+#[test]
+fn another_keys_request_on_a_session_is_answered_as_for_an_unknown_one() {
+    use super::http::{KEYS, KEY_ALL, KEY_PY};
+    let server = super::http::Server::start(KEYS);
+    let url = format!("{}/mcp", server.url);
+    let http = reqwest::blocking::Client::new();
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}}});
+    let r = http.post(&url).bearer_auth(KEY_ALL).header("accept", JSON_AND_SSE).json(&init).send().unwrap();
+    assert_eq!(r.status(), 200);
+    let session = r.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let as_key = |key: &str, method: reqwest::Method, body: Option<serde_json::Value>| {
+        let mut req = http
+            .request(method, &url)
+            .bearer_auth(key)
+            .header("accept", JSON_AND_SSE)
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        req.send().unwrap().status().as_u16()
+    };
+    let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(as_key(KEY_ALL, reqwest::Method::POST, Some(initialized.clone())), 202);
+    let list = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    assert_eq!(as_key(KEY_PY, reqwest::Method::POST, Some(list.clone())), 404, "another key posted into the session");
+    assert_eq!(as_key(KEY_PY, reqwest::Method::GET, None), 404, "another key opened the session's stream");
+    assert_eq!(as_key(KEY_PY, reqwest::Method::DELETE, None), 404, "another key ended the session");
+    assert_eq!(as_key(KEY_ALL, reqwest::Method::POST, Some(list)), 200, "the owner's session goes on");
+    assert_eq!(as_key(KEY_ALL, reqwest::Method::DELETE, None), 200, "its owner ends it");
+    assert_eq!(as_key(KEY_ALL, reqwest::Method::POST, Some(initialized)), 404, "ended");
+}
