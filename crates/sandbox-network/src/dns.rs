@@ -30,6 +30,10 @@ pub(crate) const HOST_LOOKUPS_PER_SANDBOX: usize = 4;
 pub(crate) const HOST_LOOKUPS_MAX: usize = 32;
 static HOST_LOOKUPS: Semaphore = Semaphore::const_new(HOST_LOOKUPS_MAX);
 
+/// No host-resolver look-up was free (see [`HOST_LOOKUPS_PER_SANDBOX`], [`HOST_LOOKUPS_MAX`]).
+#[derive(Debug)]
+pub(crate) struct Busy;
+
 /// A blocking look-up of a name's addresses (the host's resolver, or a test's stand-in).
 pub(crate) type Lookup = fn(&str) -> io::Result<Vec<IpAddr>>;
 
@@ -59,28 +63,31 @@ impl Resolver {
     }
 
     /// IPv4 addresses of `name`: from the upstream server (UDP) if set, else the host's resolver.
-    /// Failures, time-outs and a full look-up pool give no addresses (an empty answer).
-    async fn resolve(&self, name: &str) -> Vec<IpAddr> {
+    /// Failures and time-outs give no addresses (an empty answer); so does a full look-up pool,
+    /// told apart (`Err(Busy)`) for the report.
+    async fn resolve(&self, name: &str) -> Result<Vec<IpAddr>, Busy> {
         let found = match self.upstream {
             Some(server) => tokio::time::timeout(UPSTREAM_PATIENCE, ask(name, server)).await.ok().flatten(),
-            None => self.host_lookup(name).await,
+            None => self.host_lookup(name).await?,
         };
         let mut v: Vec<IpAddr> = found.unwrap_or_default().into_iter().filter(IpAddr::is_ipv4).collect();
         v.dedup();
-        v
+        Ok(v)
     }
 
-    async fn host_lookup(&self, name: &str) -> Option<Vec<IpAddr>> {
+    async fn host_lookup(&self, name: &str) -> Result<Option<Vec<IpAddr>>, Busy> {
         // Both permits go to the blocking thread: a look-up that outlives its timeout still
-        // counts until getaddrinfo returns.
-        let global = HOST_LOOKUPS.try_acquire().ok()?;
-        let mine = self.slots.clone().try_acquire_owned().ok()?;
+        // counts until getaddrinfo returns (a run's slow names can so hold the service's pool
+        // for a few seconds after the run; `[network] upstream_dns` asks a server over UDP
+        // instead, with nothing held past the timeout).
+        let global = HOST_LOOKUPS.try_acquire().map_err(|_| Busy)?;
+        let mine = self.slots.clone().try_acquire_owned().map_err(|_| Busy)?;
         let (lookup, name) = (self.lookup, name.to_owned());
         let task = tokio::task::spawn_blocking(move || {
             let _permits = (global, mine);
             lookup(&name)
         });
-        tokio::time::timeout(UPSTREAM_PATIENCE, task).await.ok()?.ok()?.ok()
+        Ok(tokio::time::timeout(UPSTREAM_PATIENCE, task).await.ok().and_then(Result::ok).and_then(Result::ok))
     }
 }
 
@@ -120,7 +127,20 @@ async fn answer(query: &[u8], policy: &Policy, report: &Reporter, resolver: &Res
     }
     let (found, trusted) = match policy.static_host(&name) {
         Some(ip) => (vec![ip], true),
-        None => (resolver.resolve(&name).await, false),
+        None => match resolver.resolve(&name).await {
+            Ok(found) => (found, false),
+            Err(Busy) => {
+                report.blocked(BlockedAttempt {
+                    host: Some(name),
+                    address: GATEWAY_IPV4.to_string(),
+                    port: Some(53),
+                    protocol: "dns".into(),
+                    at: now(),
+                    reason: Refusal::DnsBusy.as_str().into(),
+                });
+                return reply.to_vec().ok();
+            }
+        },
     };
     let addrs = policy.screen(found.clone(), trusted);
     if addrs.is_empty() && !found.is_empty() {

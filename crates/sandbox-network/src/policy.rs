@@ -23,6 +23,9 @@ pub(crate) enum Refusal {
     ProtocolNotAllowed,
     /// The sandbox's DNS already handed out [`HANDED_OUT_MAX`] addresses.
     TooManyAddresses,
+    /// The host's resolver had no look-up free (this sandbox's, or the service's, all still
+    /// running): the answer is empty.
+    DnsBusy,
 }
 
 impl Refusal {
@@ -34,6 +37,7 @@ impl Refusal {
             Refusal::InternalAddress => "internal_address",
             Refusal::ProtocolNotAllowed => "protocol_not_allowed",
             Refusal::TooManyAddresses => "too_many_addresses",
+            Refusal::DnsBusy => "dns_busy",
         }
     }
 }

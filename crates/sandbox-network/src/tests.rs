@@ -277,6 +277,10 @@ async fn finding_2_host_lookups_are_bounded() {
     assert_eq!(m.answers.len(), 0);
     assert!(t.elapsed() < std::time::Duration::from_millis(500), "{:?}", t.elapsed());
     assert_eq!(RUNNING.load(std::sync::atomic::Ordering::SeqCst), super::dns::HOST_LOOKUPS_PER_SANDBOX);
+    // Each question refused for want of a look-up is in the report as such (an attack review:
+    // empty answers from a full pool had no reason in the report).
+    let busy = r.snapshot().blocked.iter().filter(|b| b.reason == "dns_busy" && b.protocol == "dns").count();
+    assert_eq!(busy, 40 - super::dns::HOST_LOOKUPS_PER_SANDBOX + 1, "{:?}", r.snapshot().blocked);
 }
 
 /// Issue 12, finding 2: however many connections a sandbox opens, the userspace buffers reserved
