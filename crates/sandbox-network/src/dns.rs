@@ -110,14 +110,7 @@ async fn answer(query: &[u8], policy: &Policy, report: &Reporter, resolver: &Res
     // name below `b.test` while the name itself is one level above it (an attack review).
     let plain = question.name().iter().all(|l| !l.is_empty() && l.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_'));
     if !plain || !policy.name_allowed(&name) {
-        report.blocked(BlockedAttempt {
-            host: Some(name),
-            address: GATEWAY_IPV4.to_string(),
-            port: Some(53),
-            protocol: "dns".into(),
-            at: now(),
-            reason: Refusal::NameNotAllowed.as_str().into(),
-        });
+        refused(report, &name, GATEWAY_IPV4.to_string(), Some(53), Refusal::NameNotAllowed);
         reply.metadata.response_code = ResponseCode::NXDomain;
         return reply.to_vec().ok();
     }
@@ -130,46 +123,31 @@ async fn answer(query: &[u8], policy: &Policy, report: &Reporter, resolver: &Res
         None => match resolver.resolve(&name).await {
             Ok(found) => (found, false),
             Err(Busy) => {
-                report.blocked(BlockedAttempt {
-                    host: Some(name),
-                    address: GATEWAY_IPV4.to_string(),
-                    port: Some(53),
-                    protocol: "dns".into(),
-                    at: now(),
-                    reason: Refusal::DnsBusy.as_str().into(),
-                });
+                refused(report, &name, GATEWAY_IPV4.to_string(), Some(53), Refusal::DnsBusy);
                 return reply.to_vec().ok();
             }
         },
     };
     let addrs = policy.screen(found.clone(), trusted);
     if addrs.is_empty() && !found.is_empty() {
-        report.blocked(BlockedAttempt {
-            host: Some(name.clone()),
-            address: found.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
-            port: None,
-            protocol: "dns".into(),
-            at: now(),
-            reason: Refusal::InternalAddress.as_str().into(),
-        });
+        refused(report, &name, found.iter().map(ToString::to_string).collect::<Vec<_>>().join(","), None, Refusal::InternalAddress);
     }
     for ip in addrs {
         if let IpAddr::V4(v4) = ip {
             if !policy.hand_out(&name, ip, trusted) {
-                report.blocked(BlockedAttempt {
-                    host: Some(name.clone()),
-                    address: ip.to_string(),
-                    port: None,
-                    protocol: "dns".into(),
-                    at: now(),
-                    reason: Refusal::TooManyAddresses.as_str().into(),
-                });
+                refused(report, &name, ip.to_string(), None, Refusal::TooManyAddresses);
                 continue;
             }
             reply.add_answer(Record::from_rdata(question.name().clone(), TTL_S, RData::A(A(v4))));
         }
     }
     reply.to_vec().ok()
+}
+
+/// Reports a DNS question about `name` refused for `reason` (`address`: what it was asked of,
+/// or what the answer held).
+fn refused(report: &Reporter, name: &str, address: String, port: Option<u16>, reason: Refusal) {
+    report.blocked(BlockedAttempt { host: Some(name.to_owned()), address, port, protocol: "dns".into(), at: now(), reason: reason.as_str().into() });
 }
 
 async fn ask(name: &str, server: SocketAddr) -> Option<Vec<IpAddr>> {

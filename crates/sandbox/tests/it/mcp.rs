@@ -185,6 +185,19 @@ impl StdioMcp {
         }
     }
 
+    /// Its exit status, once it exits within `patience` (else the test fails, saying `when`).
+    #[track_caller]
+    fn exit_within(&mut self, patience: std::time::Duration, when: &str) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + patience;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(std::time::Instant::now() < deadline, "sandbox mcp did not exit {when}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// The answer to request `id`.
     fn answer(&self, id: u64) -> serde_json::Value {
         self.next(|v| v["id"] == id)
@@ -253,14 +266,7 @@ fn sigterm_of_stdio_mcp_leaves_nothing_of_its_executions_templates_and_pools() {
     let answer = mcp.answer(running);
     assert_eq!(answer["result"]["isError"], true, "{answer}");
     assert_eq!(answer["result"]["structuredContent"]["status"], "internal_error", "{answer}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = mcp.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(std::time::Instant::now() < deadline, "sandbox mcp did not exit after SIGTERM");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let status = mcp.exit_within(std::time::Duration::from_secs(30), "after SIGTERM");
     assert!(status.success(), "{status:?}");
     for p in &below {
         // A sandbox's init, orphaned when its helper was killed, may wait a moment as a zombie
@@ -299,14 +305,7 @@ fn closing_stdin_of_stdio_mcp_ends_its_running_execution_answered_and_recorded()
     let answer = mcp.answer(2);
     assert_eq!(answer["result"]["structuredContent"]["status"], "internal_error", "{answer}");
     let id = answer["result"]["structuredContent"]["executionId"].as_str().unwrap().to_owned();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = mcp.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(std::time::Instant::now() < deadline, "sandbox mcp did not exit after its stdin closed");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let status = mcp.exit_within(std::time::Duration::from_secs(30), "after its stdin closed");
     assert!(status.success(), "{status:?}");
     let out = std::process::Command::new(super::bin()).arg("--data-dir").arg(&mcp.data).args(["audit", "show", &id]).output().unwrap();
     assert!(out.status.success(), "{out:?}");
