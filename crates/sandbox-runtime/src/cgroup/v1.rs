@@ -18,11 +18,20 @@ pub(super) fn set_limits(memory: &Path, cpu: &Path, pids: &Path, l: Limits) -> R
     // memory.max itself); sends past it wait, as under the host's own TCP memory pressure.
     // Absent on a kernel without v1's kernel-memory accounting; Linux 6.x logs once that it is
     // deprecated (as v1 is): nothing else on v1 bounds these buffers.
-    let tcp = memory.join("memory.kmem.tcp.limit_in_bytes");
-    match write(&tcp, &tcp_limit_bytes(l.memory_max_bytes).to_string()) {
-        Err(CgroupError::Write { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
-        other => other?,
+    //
+    // A cgroup's first such write turns the kernel's socket accounting on
+    // (`memcg_sockets_enabled_key`, a static key: its flip patches kernel text on every CPU) and
+    // the cgroup's end turns it off: ~1 ms of CPU per run here while no other cgroup held it on.
+    // The parent holds it (an unlimited value, written each time: cheap once on, and it
+    // survives a parent made anew), so an execution's write and end only count.
+    let tcp_limit = |dir: &Path, value: &str| match write(&dir.join("memory.kmem.tcp.limit_in_bytes"), value) {
+        Err(CgroupError::Write { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    };
+    if let Some(parent) = memory.parent() {
+        tcp_limit(parent, "-1")?;
     }
+    tcp_limit(memory, &tcp_limit_bytes(l.memory_max_bytes).to_string())?;
     if memory.join("memory.swappiness").exists() {
         write(&memory.join("memory.swappiness"), "0")?;
     }
