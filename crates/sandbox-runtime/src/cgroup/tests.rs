@@ -98,6 +98,11 @@ fn joins_through_tasks_on_v1_and_cgroup_procs_on_v2() {
     assert_eq!(fs::read_to_string(r.join("memory/sandbox/x/memory.limit_in_bytes")).unwrap(), "67108864");
     assert_eq!(fs::read_to_string(r.join("memory/sandbox/x/memory.kmem.tcp.limit_in_bytes")).unwrap(), "16777216", "TCP buffers: a quarter");
     assert_eq!(fs::read_to_string(r.join("memory/sandbox/memory.kmem.tcp.limit_in_bytes")).unwrap(), "-1", "the parent holds socket accounting on");
+    // A limit someone set on the parent is left as it is (it holds accounting on already).
+    fs::write(r.join("memory/sandbox/memory.kmem.tcp.limit_in_bytes"), "1073741824").unwrap();
+    let other = Cgroup::create(&v1, "sandbox", "x2", limits).unwrap();
+    assert_eq!(fs::read_to_string(r.join("memory/sandbox/memory.kmem.tcp.limit_in_bytes")).unwrap(), "1073741824");
+    drop(other);
     assert_eq!(fs::read_to_string(r.join("cpu/sandbox/x/cpu.cfs_quota_us")).unwrap(), "100000");
     let v2 = Layout::V2 { root: r.to_owned() };
     let cg = Cgroup::create(&v2, "sandbox2", "y", limits).unwrap();

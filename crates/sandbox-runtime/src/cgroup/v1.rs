@@ -22,14 +22,18 @@ pub(super) fn set_limits(memory: &Path, cpu: &Path, pids: &Path, l: Limits) -> R
     // A cgroup's first such write turns the kernel's socket accounting on
     // (`memcg_sockets_enabled_key`, a static key: its flip patches kernel text on every CPU) and
     // the cgroup's end turns it off: ~1 ms of CPU per run here while no other cgroup held it on.
-    // The parent holds it (an unlimited value, written each time: cheap once on, and it
-    // survives a parent made anew), so an execution's write and end only count.
+    // The parent holds it (an unlimited value, written each time it reads unlimited: cheap once
+    // on, and it survives a parent made anew; a limit someone set there is left as it is, and
+    // holds it on already), so an execution's write and end only count.
     let tcp_limit = |dir: &Path, value: &str| match write(&dir.join("memory.kmem.tcp.limit_in_bytes"), value) {
         Err(CgroupError::Write { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(()),
         other => other,
     };
     if let Some(parent) = memory.parent() {
-        tcp_limit(parent, "-1")?;
+        let set = std::fs::read_to_string(parent.join("memory.kmem.tcp.limit_in_bytes")).ok().and_then(|v| v.trim().parse::<u64>().ok());
+        if set.is_none_or(|v| v >= TCP_LIMIT_UNLIMITED) {
+            tcp_limit(parent, "-1")?;
+        }
     }
     tcp_limit(memory, &tcp_limit_bytes(l.memory_max_bytes).to_string())?;
     if memory.join("memory.swappiness").exists() {
@@ -40,6 +44,10 @@ pub(super) fn set_limits(memory: &Path, cpu: &Path, pids: &Path, l: Limits) -> R
     write(&pids.join("pids.max"), &l.pids_max.to_string())?;
     Ok(())
 }
+
+/// What a v1 limit file reads when unlimited: `PAGE_COUNTER_MAX` pages, in bytes (4 KiB pages,
+/// 64-bit: 9223372036854771712); anything from there up reads as no limit.
+const TCP_LIMIT_UNLIMITED: u64 = 9_223_372_036_854_771_712;
 
 /// The TCP buffer limit of an execution whose memory limit is `memory_max_bytes`, on cgroup v1:
 /// a quarter of it, in whole pages (the kernel counts pages; at least one).
