@@ -60,19 +60,6 @@ const TEMPLATE_PATIENCE: Duration = Duration::from_millis(100);
 /// a long execution does not keep its pool short for its whole run.
 pub const REFILL_DEFER_MAX: Duration = Duration::from_secs(1);
 
-/// Counters exported as metrics.
-#[derive(Debug, Default)]
-pub struct PoolCounters {
-    /// Executions that took a pooled sandbox.
-    pub hits: AtomicU64,
-    /// Executions of a pool profile that started cold (empty pool, or a request the pool cannot serve).
-    pub misses: AtomicU64,
-    /// Members started.
-    pub started: AtomicU64,
-    /// Members destroyed unused (too old, found dead, shutdown).
-    pub discarded: AtomicU64,
-}
-
 /// One profile's pool, for `doctor` and `/metrics`.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -113,8 +100,6 @@ pub struct Pools {
     state: Mutex<HashMap<String, Pool>>,
     wake: Condvar,
     closing: AtomicBool,
-    /// Hits, misses, starts and discards.
-    pub counters: PoolCounters,
     filler: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The token of the next deferred refill ([`Refill`]).
     next_token: AtomicU64,
@@ -135,11 +120,11 @@ struct Pool {
     deferred: HashMap<u64, Instant>,
     /// The filler is starting a member of this pool now.
     starting: bool,
-    /// This pool's share of [`PoolCounters`].
+    /// Its hits, misses, starts and discards since start ([`PoolStatus`]).
     tally: Tally,
 }
 
-/// One pool's counts since start, as [`PoolCounters`] counts them for all.
+/// One pool's counts since start, exported as metrics per profile.
 #[derive(Debug, Default, Clone, Copy)]
 struct Tally {
     hits: u64,
@@ -331,7 +316,6 @@ impl Pools {
             state: Mutex::new(pools),
             wake: Condvar::new(),
             closing: AtomicBool::new(false),
-            counters: PoolCounters::default(),
             filler: Mutex::new(None),
             next_token: AtomicU64::new(0),
         });
@@ -381,16 +365,12 @@ impl Pools {
                 if m.alive() && m.born.elapsed() < max_age && m.installation == *now {
                     return Some(m);
                 }
-                self.counters.discarded.fetch_add(1, Ordering::Relaxed);
                 self.tally(&a.profile_name, |t| t.discarded += 1);
                 drop(m);
             }
         })();
-        if self.serves(&a.profile_name) {
-            let counter = if found.is_some() { &self.counters.hits } else { &self.counters.misses };
-            counter.fetch_add(1, Ordering::Relaxed);
-            let hit = found.is_some();
-            self.tally(&a.profile_name, |t| if hit { t.hits += 1 } else { t.misses += 1 });
+        let hit = found.is_some();
+        if self.tally(&a.profile_name, |t| if hit { t.hits += 1 } else { t.misses += 1 }) {
             self.wake.notify_all();
         }
         found
@@ -400,13 +380,8 @@ impl Pools {
     /// its execution started in it, or could not take its files: a miss and a discard (the
     /// execution starts otherwise; the engine counts a cold fallback if it starts cold).
     pub(crate) fn ended_unstarted(&self, profile: &str) {
-        if self.serves(profile) {
-            // Saturating: the checkout counted the hit.
-            let _ = self.counters.hits.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| h.checked_sub(1));
-            self.counters.misses.fetch_add(1, Ordering::Relaxed);
-        }
-        self.counters.discarded.fetch_add(1, Ordering::Relaxed);
         self.tally(profile, |t| {
+            // Saturating: the checkout counted the hit.
             t.hits = t.hits.saturating_sub(1);
             t.misses += 1;
             t.discarded += 1;
@@ -458,11 +433,13 @@ impl Pools {
         out
     }
 
-    /// Counts in `profile`'s pool's [`Tally`] (none for a profile without a pool).
-    fn tally(&self, profile: &str, count: impl FnOnce(&mut Tally)) {
-        if let Some(p) = self.state.lock().expect("pools lock").get_mut(profile) {
-            count(&mut p.tally);
-        }
+    /// Counts in `profile`'s pool's [`Tally`]; `false` (nothing counted) for a profile without
+    /// a pool.
+    fn tally(&self, profile: &str, count: impl FnOnce(&mut Tally)) -> bool {
+        let mut state = self.state.lock().expect("pools lock");
+        let Some(p) = state.get_mut(profile) else { return false };
+        count(&mut p.tally);
+        true
     }
 
     /// Stops filling and destroys every waiting member (nothing of them is left: processes,
@@ -483,7 +460,6 @@ impl Pools {
                 p.ready.drain(..)
             })
             .collect();
-        self.counters.discarded.fetch_add(members.len() as u64, Ordering::Relaxed);
         drop(members);
     }
 
@@ -552,7 +528,6 @@ impl Pools {
                 pool.starting = false;
                 match made {
                     Ok(m) => {
-                        self.counters.started.fetch_add(1, Ordering::Relaxed);
                         pool.tally.started += 1;
                         pool.failures = 0;
                         pool.retry_at = None;
@@ -619,7 +594,6 @@ impl Pools {
             }
             out
         };
-        self.counters.discarded.fetch_add(stale.len() as u64, Ordering::Relaxed);
         drop(stale);
     }
 
