@@ -139,8 +139,7 @@ impl HeadFile {
             // An empty file is new (or was): its directory entry too, once per data directory
             // (SQLite's own directory syncs, which did it in passing, are off: `SqliteStore::open`).
             if n == 0 {
-                let dir = self.path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-                std::fs::File::open(dir).and_then(|d| d.sync_data()).map_err(io)?;
+                crate::sync_parent_dir(&self.path).map_err(io)?;
             }
         }
         Ok(())

@@ -26,6 +26,15 @@ pub use store::{open_store, AuditStore, Begin, Lease};
 /// Version of the event body format, stored in every event.
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// Syncs the directory holding `path` (fdatasync(2) of the directory): makes a file's new
+/// entry in it durable, which fsync(2) of the file alone does not promise ("an explicit fsync()
+/// on a file descriptor for the directory is also needed").
+/// Errors: the directory cannot be opened or synced.
+pub(crate) fn sync_parent_dir(path: &std::path::Path) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    std::fs::File::open(dir)?.sync_data()
+}
+
 /// A failure of the audit store.
 #[derive(Debug, thiserror::Error)]
 pub enum AuditError {

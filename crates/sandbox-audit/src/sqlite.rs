@@ -47,8 +47,7 @@ fn sync_dir_if_new(wal: &Path, before: Option<(u64, u64)>) -> Result<(), AuditEr
     if kept {
         return Ok(());
     }
-    let dir = wal.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::File::open(dir).and_then(|d| d.sync_data()).map_err(|e| AuditError::Io(dir.to_owned(), e))
+    crate::sync_parent_dir(wal).map_err(|e| AuditError::Io(wal.parent().unwrap_or(Path::new(".")).to_owned(), e))
 }
 
 /// Migrations, applied in order; `PRAGMA user_version` counts those applied.
