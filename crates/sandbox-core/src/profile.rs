@@ -748,6 +748,10 @@ impl Config {
     /// written (an environment of a built-in name replaces it whole: its pins and lock go
     /// together). Errors: [`ConfigError`] naming the field, with its line where the file has it.
     fn read_over(&self, text: &str, file: &str) -> Result<Self, ConfigError> {
+        // A file naming no built-in profile (by far the usual one) is read once, as written.
+        if !self.profiles.keys().any(|name| text.contains(name.as_str())) {
+            return Self::read(text, file);
+        }
         let err = |field: String, message: String| ConfigError { file: file.to_owned(), field, message };
         let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| err("<syntax>".into(), e.message().to_owned() + &line_of(text, e.span())))?;
         let mut merged = false;
