@@ -61,7 +61,7 @@ const TEMPLATE_PATIENCE: Duration = Duration::from_millis(100);
 pub const REFILL_DEFER_MAX: Duration = Duration::from_secs(1);
 
 /// One profile's pool, for `doctor` and `/metrics`.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PoolStatus {
     /// The profile.

@@ -63,14 +63,14 @@ pub struct WarmCounters {
 }
 
 /// The state of one profile's template, for `doctor` and `/metrics`.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TemplateStatus {
     /// The profile.
     pub profile: String,
     /// `starting`, `ready`, `retiring` (worn out, or its environment reinstalled: it forks no
     /// more while its replacement starts) or `failed`.
-    pub state: &'static str,
+    pub state: String,
     /// Forks served by the current template.
     pub forks: u64,
     /// Peak memory of the template's cgroup, in bytes.
@@ -369,7 +369,8 @@ impl Templates {
                         "starting"
                     } else {
                         "failed"
-                    },
+                    }
+                    .into(),
                     forks: t.map_or(0, |t| t.forks.load(Ordering::Relaxed)),
                     peak_memory_bytes: t.and_then(|t| t.cgroup.usage().ok()).map_or(0, |u| u.peak_memory_bytes),
                     age_ms: t.map_or(0, |t| crate::ms(t.started.elapsed())),

@@ -10,6 +10,7 @@ mod mcp;
 mod outdir;
 mod run;
 mod serve;
+mod status;
 mod subid;
 mod table;
 mod units;
@@ -32,8 +33,9 @@ struct Cli {
     config: Option<PathBuf>,
     /// Data directory: all the state of this service: the audit log (DIR/audit.db and its head
     /// file audit.db.head), installed environments (DIR/environments/, unless [runtime]
-    /// environments_dir puts them in one place for every data directory) and running
-    /// executions' workspaces (DIR/executions/). Another DIR starts empty: its environments
+    /// environments_dir puts them in one place for every data directory), running
+    /// executions' workspaces (DIR/executions/) and the status sockets of the services running
+    /// on it (DIR/services/, for `sandbox doctor`). Another DIR starts empty: its environments
     /// are installed with `sandbox --data-dir DIR env install NAME`. Default: [runtime] data_dir,
     /// else $SANDBOX_DATA_DIR, else /var/lib/sandbox as root, else ~/.local/state/sandbox.
     #[arg(long, global = true, value_name = "DIR")]
@@ -280,6 +282,61 @@ fn dispatch(cli: Cli, early: Option<sandbox_engine::EarlySpare>) -> anyhow::Resu
     }
 }
 
+/// `doctor`'s lines on the services running on its data directory: each one's templates and
+/// pools as they are now.
+fn print_services(services: &[Result<status::ServiceStatus, String>]) {
+    if services.is_empty() {
+        outln!("Running services on this data directory: none");
+        return;
+    }
+    outln!("Running services on this data directory (their warm state now):");
+    for s in services {
+        let s = match s {
+            Ok(s) => s,
+            Err(e) => {
+                outln!("  [FAIL] no answer from {e}");
+                continue;
+            }
+        };
+        let listen = s.listen.as_deref().map(|l| format!(", http://{l}")).unwrap_or_default();
+        let up = humantime::format_duration(std::time::Duration::from_secs(s.uptime_ms / 1000));
+        outln!("  sandbox {} (pid {}{listen}, version {}, up {up}):", s.command, s.pid, s.version);
+        if s.templates.is_empty() && s.pools.is_empty() {
+            outln!("    no templates or pools (every execution starts cold)");
+        }
+        for t in &s.templates {
+            let detail = match &t.error {
+                Some(e) if t.state != "ready" => format!("{}: {e}", t.state),
+                _ => format!(
+                    "{}, {} forks, {} MiB peak memory, {} old",
+                    t.state,
+                    t.forks,
+                    t.peak_memory_bytes >> 20,
+                    humantime::format_duration(std::time::Duration::from_secs(t.age_ms / 1000))
+                ),
+            };
+            outln!("    [{}] template {:<20} {detail}", if t.state == "failed" { "FAIL" } else { "ok" }, t.profile);
+        }
+        for p in &s.pools {
+            let what = if p.prefork { "children forked ahead" } else { "pool" };
+            let mut detail = format!(
+                "{} of {} ready, {} MiB peak memory, {} hits, {} misses, {} started, {} discarded",
+                p.ready,
+                p.size,
+                p.memory_bytes >> 20,
+                p.hits,
+                p.misses,
+                p.started,
+                p.discarded
+            );
+            if let Some(e) = &p.error {
+                detail = format!("{detail}; last start failed: {e}");
+            }
+            outln!("    [{}] {what} {:<20} {detail}", if p.ready == 0 && p.error.is_some() { "FAIL" } else { "ok" }, p.profile);
+        }
+    }
+}
+
 /// Starts the template or pool of every runnable warm profile, as `sandbox serve` would, waits
 /// for each (up to 3 minutes), reports its state and memory, and stops them all.
 fn warm_self_test(
@@ -306,7 +363,7 @@ fn warm_self_test(
             let templates = failed(WarmMode::Template)
                 .map(|name| sandbox_engine::warm::TemplateStatus {
                     profile: (*name).clone(),
-                    state: "failed",
+                    state: "failed".into(),
                     forks: 0,
                     peak_memory_bytes: 0,
                     age_ms: 0,
@@ -410,8 +467,14 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
     // What each warm execution gets of the host's inotify limits, which every template child
     // shares (`sandbox_runtime::InotifyShare`); only where the service would start templates.
     let inotify = (!templates.is_empty()).then(|| sandbox_runtime::InotifyShare::of(sandbox_engine::warm::template_children(config)));
+    // The services running on this data directory, as they are now (their status sockets).
+    let services = status::running(data_dir);
     if json {
         let v = serde_json::json!({
+            "services": services.iter().map(|s| match s {
+                Ok(s) => serde_json::to_value(s).expect("json values serialize"),
+                Err(e) => serde_json::json!({"error": e}),
+            }).collect::<Vec<_>>(),
             "templates": templates,
             "warmInotify": inotify,
             "pools": pools,
@@ -489,6 +552,9 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
                 outln!("  [{}] {:<16} {detail}", if ok { "ok" } else { "FAIL" }, p.profile);
             }
         }
+    }
+    if !json {
+        print_services(&services);
     }
     if let Some(why) = &self_test_failure {
         errln!("sandbox: not ready: {why}");

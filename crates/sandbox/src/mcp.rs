@@ -22,7 +22,7 @@ const ABORTED_EXECUTIONS_WAIT: Duration = Duration::from_secs(5);
 /// Errors: the audit log cannot be opened, or the transport failed.
 pub fn stdio(config: Config, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
     let max_message_bytes = usize::try_from(config.service.body_max_bytes).unwrap_or(usize::MAX);
-    let (engine, _audit) = crate::audit::engine(config, data_dir)?;
+    let (engine, _audit) = crate::audit::engine(config, data_dir.clone())?;
     if let Some(why) = engine.data_dir_unreachable() {
         anyhow::bail!("{why}");
     }
@@ -34,6 +34,11 @@ pub fn stdio(config: Config, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
     if let Err(why) = engine.enable_warm() {
         tracing::warn!(reason = %why, "warm starts are off: every execution starts cold");
     }
+    // `sandbox doctor` asks a running service for its templates and pools here; kept until the
+    // templates are stopped, below.
+    let status = crate::status::StatusSocket::start(engine.clone(), &data_dir, "mcp", None)
+        .inspect_err(|e| tracing::warn!(error = %e, "no status socket: `sandbox doctor` will not see this service"))
+        .ok();
     // The slots and queue `sandbox serve` would have; no metrics are served here.
     let service = Arc::new(Service::for_config(engine.clone(), Arc::new(NoHooks)));
     let server = McpServer::new(service.clone());
@@ -88,6 +93,7 @@ pub fn stdio(config: Config, data_dir: PathBuf) -> anyhow::Result<ExitCode> {
     }
     // Then the templates and pools go.
     engine.stop_warm();
+    drop(status);
     if let Stop::Closed(served) = stop {
         served?;
     }

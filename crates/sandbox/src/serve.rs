@@ -61,7 +61,7 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     crate::subid::check(config.runtime.uid_base).map_err(|e| anyhow::anyhow!(e))?;
     let grace = Duration::from_millis(config.service.shutdown_grace_ms);
     let retention = (config.audit.retention_days, config.audit.retention_max_events);
-    let (engine, audit) = crate::audit::engine(config, data_dir)?;
+    let (engine, audit) = crate::audit::engine(config, data_dir.clone())?;
     if let Some(why) = engine.host().first_failure() {
         tracing::warn!(reason = %why, "this host cannot run sandboxes; /readyz will say so");
     } else {
@@ -102,9 +102,17 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     tracing::info!(node_id = %retention_audit.node_id(), "node");
     let slots = state.service.slots();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(async move {
+    let status_engine = engine.clone();
+    // Kept until the templates are stopped, below.
+    let mut status = None;
+    rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
+        // `sandbox doctor` asks a running service for its templates and pools here.
+        match crate::status::StatusSocket::start(status_engine, &data_dir, "serve", Some(local.to_string())) {
+            Ok(s) => status = Some(s),
+            Err(e) => tracing::warn!(error = %e, "no status socket: `sandbox doctor` will not see this service"),
+        }
         // One line on stdout, so scripts (and tests) can learn the port of `--listen 127.0.0.1:0`.
         // The address line is for whoever started the server; one that stopped reading is no error.
         let mut out = std::io::stdout().lock();
@@ -156,6 +164,7 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     // Dropping the runtime drops the remaining executions; each tears its sandbox down.
     // Templates go last, with nothing of theirs left behind.
     warm_engine.stop_warm();
+    drop(status);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -267,6 +267,57 @@ fn a_template_with_a_second_thread_never_forks_and_its_executions_run_cold() {
     assert!(refused["error"].as_str().is_some_and(|e| e.contains("2 threads after its imports")), "{refused}");
 }
 
+/// `sandbox doctor` on a running service's data directory reports that service's templates and
+/// pools as they are now (state, forks, memory; its status socket), beside the ones it starts
+/// for its own check; the socket is gone once the service has stopped, and one left by a
+/// killed service is removed by the next `doctor`, which then reports no service.
+#[test]
+fn doctor_reports_a_running_services_templates_and_a_stopped_service_leaves_no_socket() {
+    let mut s = warm_server();
+    let r = warm(&s, &req("py-warm", "print(1)"));
+    assert_eq!(r.stdout, "1\n");
+    let config = s.data.parent().unwrap().join("config.toml");
+    let doctor = |data: &Path| -> Value {
+        let out = Command::new(bin()).arg("--config").arg(&config).arg("--data-dir").arg(data).args(["doctor", "--json"]).output().unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let data = s.data.clone();
+    let v = doctor(&data);
+    let services = v["services"].as_array().unwrap_or_else(|| panic!("no services: {v}"));
+    assert_eq!(services.len(), 1, "{v}");
+    let service = &services[0];
+    assert_eq!(service["pid"], s.pid(), "{service}");
+    assert_eq!(service["command"], "serve");
+    assert_eq!(format!("http://{}", service["listen"].as_str().unwrap()), s.url);
+    let template =
+        |name: &str| service["templates"].as_array().unwrap().iter().find(|t| t["profile"] == name).cloned().unwrap_or_else(|| panic!("no {name}: {service}"));
+    let py = template("py-warm");
+    // The service's own template: it has served the executions above (doctor's would have none).
+    assert!(py["state"] == "ready" && py["forks"].as_u64().unwrap() >= 1 && py["peakMemoryBytes"].as_u64().unwrap() > 1 << 20, "{py}");
+    assert_eq!(template("py-analysis-warm")["state"], "ready");
+    let pool = service["pools"].as_array().unwrap().iter().find(|p| p["profile"] == "py-analysis-warm").cloned().unwrap_or_else(|| panic!("{service}"));
+    assert!(pool["prefork"] == true && pool["size"] == 1 && pool["started"].as_u64().unwrap() >= 1, "{pool}");
+    let sockets = s.data.join("services");
+    let listed = |dir: &Path| -> Vec<String> {
+        std::fs::read_dir(dir).map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default()
+    };
+    assert_eq!(listed(&sockets), [format!("{}.sock", s.pid())]);
+    assert!(s.terminate().success());
+    assert!(listed(&sockets).is_empty(), "left by a stopped service: {:?}", listed(&sockets));
+    // A killed service's socket stays until a doctor finds its connection refused.
+    let mut killed = Server::restart(&s);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while listed(&sockets).is_empty() {
+        assert!(Instant::now() < deadline, "the restarted service made no socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    killed.kill9();
+    assert_eq!(listed(&sockets), [format!("{}.sock", killed.pid())]);
+    let v = doctor(&data);
+    assert_eq!(v["services"], serde_json::json!([]), "{v}");
+    assert!(listed(&sockets).is_empty(), "a killed service's socket was kept: {:?}", listed(&sockets));
+}
+
 /// `sandbox_warm_cold_fallbacks` counts executions of warm profiles that started cold, not
 /// those of a profile that is not warm (they start cold by design).
 #[test]
