@@ -54,7 +54,8 @@ pub struct Allowlist {
 #[serde(deny_unknown_fields, default)]
 pub struct NetworkConfig {
     /// DNS server (`IP:PORT`, UDP) that resolves allowed names for allowlist sandboxes.
-    /// Unset: the host's resolver (getaddrinfo). Only names a rule allows are ever asked.
+    /// Unset: the host's resolver configuration (`/etc/hosts`, then `/etc/resolv.conf`'s name
+    /// servers, search list and options; no NSS modules). Only names a rule allows are ever asked.
     pub upstream_dns: Option<SocketAddr>,
 }
 

@@ -5,12 +5,15 @@
 //! forwarded), so nothing can be tunnelled through the upstream server under a disallowed name.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{rdata::A, Name, RData, Record, RecordType};
+use hickory_resolver::config::ResolverConfig;
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::TokioResolver;
 use sandbox_core::network::BlockedAttempt;
 use sandbox_runtime::tun::GATEWAY_IPV4;
 use tokio::sync::Semaphore;
@@ -20,13 +23,14 @@ use super::report::{now, Reporter};
 
 /// TTL of the answers, in seconds.
 const TTL_S: u32 = 60;
-/// How long an upstream lookup may take.
+/// How long a lookup may take (the upstream server's, or the host resolver's).
 const UPSTREAM_PATIENCE: Duration = Duration::from_secs(3);
-/// Host-resolver look-ups (`getaddrinfo` on a blocking thread, which a timeout cannot stop)
-/// running at once for one sandbox, counted until the call returns; a question past that gets an
-/// empty answer at once.
+/// Host-resolver look-ups in flight at once for one sandbox; a question past that gets an empty
+/// answer at once (`dns_busy` in the report). A look-up ends with its patience or its sandbox
+/// (its future dropped), and so does its count.
 pub(crate) const HOST_LOOKUPS_PER_SANDBOX: usize = 4;
-/// The same for the whole process, so that sandboxes together cannot fill tokio's blocking pool.
+/// The same for the whole process: the questions the service has outstanding at the host's
+/// name servers on the sandboxes' behalf.
 pub(crate) const HOST_LOOKUPS_MAX: usize = 32;
 static HOST_LOOKUPS: Semaphore = Semaphore::const_new(HOST_LOOKUPS_MAX);
 
@@ -34,32 +38,66 @@ static HOST_LOOKUPS: Semaphore = Semaphore::const_new(HOST_LOOKUPS_MAX);
 #[derive(Debug)]
 pub(crate) struct Busy;
 
-/// A blocking look-up of a name's addresses (the host's resolver, or a test's stand-in).
+/// A look-up of a name's addresses that answers at once (the fuzz targets' stand-in for the
+/// host's resolver).
 pub(crate) type Lookup = fn(&str) -> io::Result<Vec<IpAddr>>;
+
+/// Where names that are neither a profile's `hosts` nor asked of `upstream_dns` are resolved.
+#[derive(Clone)]
+enum Host {
+    /// The host's resolver configuration, as glibc reads it (`/etc/resolv.conf`: name servers,
+    /// search list, `ndots`, `timeout`, `attempts`; `/etc/hosts`), asked by hickory-resolver on
+    /// this runtime: a look-up is a future, so it ends when its patience runs out or its sandbox
+    /// ends, with nothing left running (a `getaddrinfo` on a blocking thread ran on for as
+    /// long as the host's resolver waited, ~10 s for a dead name server, holding its count).
+    /// Made at the sandbox's first host look-up, one per sandbox (no cache shared between
+    /// sandboxes); `None` in the cell when the configuration cannot be read. `config`: a
+    /// test's name servers instead of the host's.
+    System { resolver: Arc<tokio::sync::OnceCell<Option<TokioResolver>>>, config: Option<ResolverConfig> },
+    /// A stand-in.
+    StandIn(Lookup),
+}
 
 /// One sandbox's way to resolve allowed names.
 #[derive(Clone)]
 pub(crate) struct Resolver {
     upstream: Option<SocketAddr>,
-    lookup: Lookup,
+    host: Host,
     slots: Arc<Semaphore>,
 }
 
 impl Resolver {
-    /// Asks `upstream` (UDP `IP:PORT`) or, when `None`, the host's resolver.
+    /// Asks `upstream` (UDP `IP:PORT`) or, when `None`, the host's resolver configuration.
     pub(crate) fn new(upstream: Option<SocketAddr>) -> Self {
-        Self::with_lookup(upstream, |name| Ok((name, 0).to_socket_addrs()?.map(|a| a.ip()).collect()))
+        Self::with_host(upstream, Host::System { resolver: Arc::default(), config: None })
     }
 
     /// Like [`Resolver::new`], with `lookup` standing in for the host's resolver.
+    #[cfg_attr(not(feature = "fuzzing"), allow(dead_code))]
     pub(crate) fn with_lookup(upstream: Option<SocketAddr>, lookup: Lookup) -> Self {
-        Self { upstream, lookup, slots: Arc::new(Semaphore::new(HOST_LOOKUPS_PER_SANDBOX)) }
+        Self::with_host(upstream, Host::StandIn(lookup))
+    }
+
+    /// Like [`Resolver::new`], with `config`'s name servers in place of the host's.
+    #[cfg(test)]
+    pub(crate) fn with_host_config(config: ResolverConfig) -> Self {
+        Self::with_host(None, Host::System { resolver: Arc::default(), config: Some(config) })
+    }
+
+    fn with_host(upstream: Option<SocketAddr>, host: Host) -> Self {
+        Self { upstream, host, slots: Arc::new(Semaphore::new(HOST_LOOKUPS_PER_SANDBOX)) }
     }
 
     /// Answers one DNS message `query` from the sandbox; `None` for something that is not a
     /// well-formed question (dropped, like a real server would).
     pub(crate) async fn answer(&self, query: &[u8], policy: &Policy, report: &Reporter) -> Option<Vec<u8>> {
         answer(query, policy, report, self).await
+    }
+
+    /// Look-ups of this sandbox's in flight now.
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> usize {
+        HOST_LOOKUPS_PER_SANDBOX - self.slots.available_permits()
     }
 
     /// IPv4 addresses of `name`: from the upstream server (UDP) if set, else the host's resolver.
@@ -76,18 +114,40 @@ impl Resolver {
     }
 
     async fn host_lookup(&self, name: &str) -> Result<Option<Vec<IpAddr>>, Busy> {
-        // Both permits go to the blocking thread: a look-up that outlives its timeout still
-        // counts until getaddrinfo returns (a run's slow names can so hold the service's pool
-        // for a few seconds after the run; `[network] upstream_dns` asks a server over UDP
-        // instead, with nothing held past the timeout).
-        let global = HOST_LOOKUPS.try_acquire().map_err(|_| Busy)?;
-        let mine = self.slots.clone().try_acquire_owned().map_err(|_| Busy)?;
-        let (lookup, name) = (self.lookup, name.to_owned());
-        let task = tokio::task::spawn_blocking(move || {
-            let _permits = (global, mine);
-            lookup(&name)
-        });
-        Ok(tokio::time::timeout(UPSTREAM_PATIENCE, task).await.ok().and_then(Result::ok).and_then(Result::ok))
+        let (resolver, config) = match &self.host {
+            Host::StandIn(lookup) => return Ok(lookup(name).ok()),
+            Host::System { resolver, config } => (resolver, config),
+        };
+        // Held while the look-up runs: released when it ends, times out or is dropped.
+        let _global = HOST_LOOKUPS.try_acquire().map_err(|_| Busy)?;
+        let _mine = self.slots.try_acquire().map_err(|_| Busy)?;
+        let resolver = resolver
+            .get_or_init(|| async {
+                let builder = match config {
+                    Some(c) => Ok(TokioResolver::builder_with_config(c.clone(), TokioRuntimeProvider::default())),
+                    None => TokioResolver::builder_tokio(),
+                };
+                builder
+                    .and_then(|mut b| {
+                        // Answers are the sandbox's own: its cache goes with it.
+                        b.options_mut().cache_size = 64;
+                        b.build()
+                    })
+                    .inspect_err(|e| tracing::warn!(error = %e, "the host's resolver configuration cannot be read: names resolve to nothing"))
+                    .ok()
+            })
+            .await;
+        let Some(resolver) = resolver else { return Ok(None) };
+        let found = tokio::time::timeout(UPSTREAM_PATIENCE, resolver.ipv4_lookup(name)).await;
+        Ok(found.ok().and_then(Result::ok).map(|l| {
+            l.answers()
+                .iter()
+                .filter_map(|r| match &r.data {
+                    RData::A(a) => Some(IpAddr::V4(a.0)),
+                    _ => None,
+                })
+                .collect()
+        }))
     }
 }
 

@@ -23,8 +23,8 @@ pub(crate) enum Refusal {
     ProtocolNotAllowed,
     /// The sandbox's DNS already handed out [`HANDED_OUT_MAX`] addresses.
     TooManyAddresses,
-    /// The host's resolver had no look-up free (this sandbox's, or the service's, all still
-    /// running): the answer is empty.
+    /// The host's resolver had no look-up free (this sandbox's, or the service's, all in
+    /// flight): the answer is empty.
     DnsBusy,
 }
 
