@@ -294,7 +294,7 @@ fn print_services(services: &[Result<status::ServiceStatus, String>]) {
         let s = match s {
             Ok(s) => s,
             Err(e) => {
-                outln!("  [FAIL] no answer from {e}");
+                outln!("  [FAIL] {e}");
                 continue;
             }
         };

@@ -116,10 +116,17 @@ impl Drop for StatusSocket {
 
 /// The services running on `data_dir` now, by pid, each as it answered. A socket whose
 /// connection is refused (its service was killed) is removed; one that answers nothing
-/// parseable within [`PATIENCE`] is skipped (`Err` with why, by its file name).
+/// parseable within [`PATIENCE`] is an `Err` naming its file and why, and so is a directory
+/// that cannot be listed (another user's).
 pub fn running(data_dir: &Path) -> Vec<Result<ServiceStatus, String>> {
     let dir = services_dir(data_dir);
-    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        // No service ever ran on this data directory.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        // Another user's (a root service's, doctor run unprivileged): say so, not "none".
+        Err(e) => return vec![Err(format!("{}: {e}", dir.display()))],
+    };
     let mut names: Vec<String> =
         entries.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".sock")).collect();
     names.sort();
@@ -130,7 +137,7 @@ pub fn running(data_dir: &Path) -> Vec<Result<ServiceStatus, String>> {
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
                 let _ = std::fs::remove_file(dir.join(&name));
             }
-            Err(e) => out.push(Err(format!("{}: {e}", dir.join(&name).display()))),
+            Err(e) => out.push(Err(format!("{}: no answer: {e}", dir.join(&name).display()))),
         }
     }
     out.sort_by_key(|s| s.as_ref().map_or(0, |s| s.pid));
