@@ -55,7 +55,8 @@ pub struct Allowlist {
 pub struct NetworkConfig {
     /// DNS server (`IP:PORT`, UDP) that resolves allowed names for allowlist sandboxes.
     /// Unset: the host's resolver configuration (`/etc/hosts`, then `/etc/resolv.conf`'s name
-    /// servers, search list and options; no NSS modules). Only names a rule allows are ever asked.
+    /// servers and options; no NSS modules, no search list). Only names a rule allows are ever
+    /// asked, fully qualified.
     pub upstream_dns: Option<SocketAddr>,
 }
 

@@ -45,17 +45,63 @@ pub(crate) type Lookup = fn(&str) -> io::Result<Vec<IpAddr>>;
 /// Where names that are neither a profile's `hosts` nor asked of `upstream_dns` are resolved.
 #[derive(Clone)]
 enum Host {
-    /// The host's resolver configuration, as glibc reads it (`/etc/resolv.conf`: name servers,
-    /// search list, `ndots`, `timeout`, `attempts`; `/etc/hosts`), asked by hickory-resolver on
-    /// this runtime: a look-up is a future, so it ends when its patience runs out or its sandbox
-    /// ends, with nothing left running (a `getaddrinfo` on a blocking thread ran on for as
-    /// long as the host's resolver waited, ~10 s for a dead name server, holding its count).
-    /// Made at the sandbox's first host look-up, one per sandbox (no cache shared between
+    /// The host's resolver configuration (`/etc/resolv.conf`'s name servers and options, and
+    /// `/etc/hosts`: [`SystemConf`]), asked by hickory-resolver on this runtime: a look-up is a
+    /// future, so it ends when its patience runs out or its sandbox ends, with nothing left
+    /// running (a `getaddrinfo` on a blocking thread ran on for as long as the host's resolver
+    /// waited, ~10 s for a dead name server, holding its count). Each sandbox's resolver is
+    /// made at its first host look-up, with a cache of its own (no answer is shared between
     /// sandboxes); `None` in the cell when the configuration cannot be read. `config`: a
     /// test's name servers instead of the host's.
     System { resolver: Arc<tokio::sync::OnceCell<Option<TokioResolver>>>, config: Option<ResolverConfig> },
     /// A stand-in.
     StandIn(Lookup),
+}
+
+/// The host's resolver configuration, read once per process and again when `/etc/resolv.conf`
+/// or `/etc/hosts` changes (device, inode, size, mtime), on a blocking thread: every sandbox's
+/// resolver shares it, `/etc/hosts` included (an attack review: built per sandbox on an async
+/// worker, a 150,000-line hosts file took ~0.5 s of a worker and ~280 MB per sandbox).
+pub(crate) struct SystemConf {
+    stamp: Vec<FileStamp>,
+    config: ResolverConfig,
+    options: hickory_resolver::config::ResolverOpts,
+    hosts: Arc<hickory_resolver::Hosts>,
+}
+
+/// A file's device, inode, size and mtime (s, ns); `None` when it cannot be read.
+type FileStamp = Option<(u64, u64, u64, i64, i64)>;
+
+/// The files [`SystemConf`] is read from.
+const SYSTEM_CONF_FILES: [&str; 2] = ["/etc/resolv.conf", "/etc/hosts"];
+
+static SYSTEM_CONF: tokio::sync::Mutex<Option<Arc<SystemConf>>> = tokio::sync::Mutex::const_new(None);
+
+/// The files' identities now (`None` for one that cannot be read).
+fn system_conf_stamp() -> Vec<FileStamp> {
+    use std::os::unix::fs::MetadataExt as _;
+    SYSTEM_CONF_FILES.iter().map(|f| std::fs::metadata(f).ok().map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))).collect()
+}
+
+/// [`SystemConf`] as the files are now; `None` when resolv.conf cannot be read or parsed.
+pub(crate) async fn system_conf() -> Option<Arc<SystemConf>> {
+    let mut current = SYSTEM_CONF.lock().await;
+    let stamp = system_conf_stamp();
+    if let Some(c) = current.as_ref().filter(|c| c.stamp == stamp) {
+        return Some(c.clone());
+    }
+    let read = tokio::task::spawn_blocking(move || {
+        let (config, options) = hickory_resolver::system_conf::read_system_conf()
+            .inspect_err(|e| tracing::warn!(error = %e, "the host's resolver configuration cannot be read: names resolve to nothing"))
+            .ok()?;
+        let hosts = Arc::new(hickory_resolver::Hosts::from_system().unwrap_or_default());
+        Some(Arc::new(SystemConf { stamp, config, options, hosts }))
+    })
+    .await
+    .ok()
+    .flatten();
+    current.clone_from(&read);
+    read
 }
 
 /// One sandbox's way to resolve allowed names.
@@ -123,22 +169,31 @@ impl Resolver {
         let _mine = self.slots.try_acquire().map_err(|_| Busy)?;
         let resolver = resolver
             .get_or_init(|| async {
-                let builder = match config {
-                    Some(c) => Ok(TokioResolver::builder_with_config(c.clone(), TokioRuntimeProvider::default())),
-                    None => TokioResolver::builder_tokio(),
+                let (conf, options, hosts) = match config {
+                    Some(c) => (c.clone(), hickory_resolver::config::ResolverOpts::default(), None),
+                    None => {
+                        let system = system_conf().await?;
+                        (system.config.clone(), system.options.clone(), Some(system.hosts.clone()))
+                    }
                 };
-                builder
-                    .and_then(|mut b| {
-                        // Answers are the sandbox's own: its cache goes with it.
-                        b.options_mut().cache_size = 64;
-                        b.build()
-                    })
-                    .inspect_err(|e| tracing::warn!(error = %e, "the host's resolver configuration cannot be read: names resolve to nothing"))
-                    .ok()
+                let mut builder = TokioResolver::builder_with_config(conf, TokioRuntimeProvider::default()).with_options(options);
+                // The hosts file comes shared ([`SystemConf`]); answers are the sandbox's own, its
+                // cache goes with it.
+                builder.options_mut().use_hosts_file = hickory_resolver::config::ResolveHosts::Never;
+                builder.options_mut().cache_size = 64;
+                let mut resolver =
+                    builder.build().inspect_err(|e| tracing::warn!(error = %e, "the host's resolver cannot be made: names resolve to nothing")).ok()?;
+                if let Some(hosts) = hosts {
+                    resolver.set_hosts(hosts);
+                }
+                Some(resolver)
             })
             .await;
         let Some(resolver) = resolver else { return Ok(None) };
-        let found = tokio::time::timeout(UPSTREAM_PATIENCE, resolver.ipv4_lookup(name)).await;
+        // Fully qualified: only the name a rule allowed is asked, never the search list's
+        // expansions of it (`x.cdn.test.corp.example`, whose answer would have come back as
+        // `x.cdn.test`'s: an attack review).
+        let found = tokio::time::timeout(UPSTREAM_PATIENCE, resolver.ipv4_lookup(format!("{name}."))).await;
         Ok(found.ok().and_then(Result::ok).map(|l| {
             l.answers()
                 .iter()
