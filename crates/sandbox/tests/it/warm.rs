@@ -270,7 +270,9 @@ fn a_template_with_a_second_thread_never_forks_and_its_executions_run_cold() {
 /// `sandbox doctor` on a running service's data directory reports that service's templates and
 /// pools as they are now (state, forks, memory; its status socket), beside the ones it starts
 /// for its own check; the socket is gone once the service has stopped, and one left by a
-/// killed service is removed by the next `doctor`, which then reports no service.
+/// killed service is removed by the next `doctor`, which then reports no service and leaves
+/// anything in the directory that is not a socket alone; a directory another user owns is
+/// refused, not used.
 #[test]
 fn doctor_reports_a_running_services_templates_and_a_stopped_service_leaves_no_socket() {
     let mut s = warm_server();
@@ -299,9 +301,13 @@ fn doctor_reports_a_running_services_templates_and_a_stopped_service_leaves_no_s
     assert!(pool["prefork"] == true && pool["size"] == 1 && pool["started"].as_u64().unwrap() >= 1, "{pool}");
     let sockets = s.data.join("services");
     let listed = |dir: &Path| -> Vec<String> {
-        std::fs::read_dir(dir).map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default()
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+        names.sort();
+        names
     };
-    assert_eq!(listed(&sockets), [format!("{}.sock", s.pid())]);
+    let own = |names: Vec<String>, pid: u32| names.len() == 1 && names[0].starts_with(&format!("{pid}-")) && names[0].ends_with(".sock");
+    assert!(own(listed(&sockets), s.pid()), "{:?}", listed(&sockets));
     assert!(s.terminate().success());
     assert!(listed(&sockets).is_empty(), "left by a stopped service: {:?}", listed(&sockets));
     // A killed service's socket stays until a doctor finds its connection refused.
@@ -312,10 +318,17 @@ fn doctor_reports_a_running_services_templates_and_a_stopped_service_leaves_no_s
         std::thread::sleep(Duration::from_millis(20));
     }
     killed.kill9();
-    assert_eq!(listed(&sockets), [format!("{}.sock", killed.pid())]);
+    assert!(own(listed(&sockets), killed.pid()), "{:?}", listed(&sockets));
+    std::fs::write(sockets.join("planted.sock"), "not a socket").unwrap();
     let v = doctor(&data);
     assert_eq!(v["services"], serde_json::json!([]), "{v}");
-    assert!(listed(&sockets).is_empty(), "a killed service's socket was kept: {:?}", listed(&sockets));
+    assert_eq!(listed(&sockets), ["planted.sock"], "a killed service's socket was kept, or another file removed");
+    // Another user's directory is neither used nor changed.
+    std::os::unix::fs::chown(&sockets, Some(65534), None).unwrap();
+    let v = doctor(&data);
+    let refused = v["services"][0]["error"].as_str().unwrap_or_else(|| panic!("{v}"));
+    assert!(refused.contains("owned by uid 65534"), "{refused}");
+    assert_eq!(listed(&sockets), ["planted.sock"]);
 }
 
 /// `sandbox_warm_cold_fallbacks` counts executions of warm profiles that started cold, not
