@@ -23,9 +23,10 @@ pub(super) fn set_limits(memory: &Path, cpu: &Path, pids: &Path, l: Limits) -> R
     // (`memcg_sockets_enabled_key`, a static key: its flip patches kernel text on every CPU) and
     // the cgroup's end turns it off (mem_cgroup_css_free), so with only executions holding it
     // every run would flip it twice (not measured apart: the flips' cost falls on every CPU, not
-    // on the run's processes). The parent holds it (an unlimited value, written each time it reads unlimited: cheap once
-    // on, and it survives a parent made anew; a limit someone set there is left as it is, and
-    // holds it on already), so an execution's write and end only count.
+    // on the run's processes). The parent holds it (an unlimited value, written each time it
+    // reads unlimited: cheap once on, and it survives a parent made anew; a limit someone set
+    // there is left as it is, and holds it on already), so an execution's write and end only
+    // count.
     let tcp_limit = |dir: &Path, value: &str| match write(&dir.join("memory.kmem.tcp.limit_in_bytes"), value) {
         Err(CgroupError::Write { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(()),
         other => other,
