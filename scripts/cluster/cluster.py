@@ -148,10 +148,21 @@ def records(base, since_ms, caller):
 
 
 def audit_events(c):
-    """Every event of the log, read from the database (what `sandbox audit export` reads)."""
-    out = subprocess.run(["psql", "-At", "-h", "127.0.0.1", "-p", "55432", "-U", "postgres", "-c",
-                          "SELECT execution_id, kind FROM audit_events ORDER BY seq"], check=True, capture_output=True, text=True).stdout
-    return [{"executionId": line.split("|")[0], "kind": line.split("|")[1]} for line in out.splitlines() if line]
+    """Every event of the log, read from the database (what `sandbox audit export` reads).
+
+    psql's exit 2 (it could not connect, or the connection broke) is retried for up to 10 s,
+    each failure printed with psql's own message: the scenario tests the nodes, not this
+    reader's one connection (CI saw one such exit, its message not kept)."""
+    deadline = time.monotonic() + 10
+    while True:
+        p = subprocess.run(["psql", "-X", "-At", "-h", "127.0.0.1", "-p", "55432", "-U", "postgres", "-c",
+                            "SELECT execution_id, kind FROM audit_events ORDER BY seq"], capture_output=True, text=True)
+        if p.returncode == 0:
+            return [{"executionId": line.split("|")[0], "kind": line.split("|")[1]} for line in p.stdout.splitlines() if line]
+        print(f"psql exited {p.returncode}: {p.stderr.strip()}", flush=True)
+        if p.returncode != 2 or time.monotonic() > deadline:
+            raise AssertionError(f"psql exited {p.returncode}: {p.stderr.strip()}")
+        time.sleep(0.5)
 
 
 def node_of(record):
@@ -417,6 +428,9 @@ def main():
                     log = os.path.join(c.dir, f"n{n}.log")
                     if os.path.exists(log):
                         print(f"--- n{n}.log (tail)\n" + "".join(open(log).readlines()[-15:]), flush=True)
+                pg_log = os.path.join(c.dir, "pg", "server.log")
+                if os.path.exists(pg_log):
+                    print("--- pg/server.log (tail)\n" + "".join(open(pg_log).readlines()[-15:]), flush=True)
                 # Later scenarios need every node up.
                 for n in NODES:
                     if status_of(f"http://{NODES[n]}:8080/readyz") != 200:
