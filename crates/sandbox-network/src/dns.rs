@@ -91,9 +91,16 @@ pub(crate) async fn system_conf() -> Option<Arc<SystemConf>> {
         return Some(c.clone());
     }
     let read = tokio::task::spawn_blocking(move || {
-        let (config, options) = hickory_resolver::system_conf::read_system_conf()
-            .inspect_err(|e| tracing::warn!(error = %e, "the host's resolver configuration cannot be read: names resolve to nothing"))
-            .ok()?;
+        let data = match std::fs::read(SYSTEM_CONF_FILES[0]) {
+            Ok(d) => Some(d),
+            // What glibc ignores (its `__resolv_conf_load`): the defaults apply.
+            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "the host's resolver configuration cannot be read: names resolve to nothing");
+                return None;
+            }
+        };
+        let (config, options) = parse_resolv_conf(data.as_deref())?;
         let hosts = Arc::new(hickory_resolver::Hosts::from_system().unwrap_or_default());
         Some(Arc::new(SystemConf { stamp, config, options, hosts }))
     })
@@ -102,6 +109,28 @@ pub(crate) async fn system_conf() -> Option<Arc<SystemConf>> {
     .flatten();
     current.clone_from(&read);
     read
+}
+
+/// The name server asked when resolv.conf names none or is missing: "the name server on the
+/// local machine" (resolv.conf(5); glibc's `res_init` uses `INADDR_LOOPBACK`).
+const LOCAL_NAME_SERVER: &str = "nameserver 127.0.0.1";
+
+/// `/etc/resolv.conf`'s name servers and options as glibc reads them: a missing file (`None`)
+/// or one that names no `nameserver` asks the name server on the local machine
+/// ([`LOCAL_NAME_SERVER`]), its other lines kept (hickory-resolver refuses such a file, so a
+/// host relying on the default resolved no name at all). `None` when it cannot be parsed.
+pub(crate) fn parse_resolv_conf(data: Option<&[u8]>) -> Option<(ResolverConfig, hickory_resolver::config::ResolverOpts)> {
+    use hickory_resolver::system_conf::parse_resolv_conf as parse;
+    let data = data.unwrap_or_default();
+    parse(data)
+        .or_else(|first| {
+            // The only error a local name server's line can mend is there being no name server.
+            let mut with_local = data.to_vec();
+            with_local.extend_from_slice(format!("\n{LOCAL_NAME_SERVER}\n").as_bytes());
+            parse(&with_local).map_err(|_| first)
+        })
+        .inspect_err(|e| tracing::warn!(error = %e, "the host's resolver configuration cannot be parsed: names resolve to nothing"))
+        .ok()
 }
 
 /// One sandbox's way to resolve allowed names.

@@ -436,3 +436,20 @@ async fn the_host_resolver_configuration_is_read_once_for_all_sandboxes() {
     let (a, b) = (super::dns::system_conf().await.unwrap(), super::dns::system_conf().await.unwrap());
     assert!(Arc::ptr_eq(&a, &b), "read twice");
 }
+
+/// A resolv.conf naming no name server, or none at all, asks the name server on the local
+/// machine, as glibc does (resolv.conf(5)); its other lines still count. hickory-resolver
+/// refuses such a file: before, a host relying on the default resolved no allowed name.
+#[test]
+fn a_resolv_conf_without_name_servers_asks_the_local_machines_as_glibc_does() {
+    let read = |d: Option<&[u8]>| {
+        let (c, o) = super::dns::parse_resolv_conf(d).expect("parsed");
+        (c.name_servers().iter().map(|n| n.ip.to_string()).collect::<Vec<_>>(), c.search().iter().map(ToString::to_string).collect::<Vec<_>>(), o.ndots)
+    };
+    let local = vec!["127.0.0.1".to_owned()];
+    assert_eq!(read(None).0, local);
+    assert_eq!(read(Some(b"")).0, local);
+    assert_eq!(read(Some(b"# only a comment\nnameserver not-an-address\n")).0, local);
+    assert_eq!(read(Some(b"search corp.example\noptions ndots:3\n")), (local, vec!["corp.example".to_owned()], 3));
+    assert_eq!(read(Some(b"nameserver 192.0.2.53\nnameserver 192.0.2.54\n")).0, ["192.0.2.53", "192.0.2.54"]);
+}
