@@ -332,6 +332,70 @@ fn doctor_reports_a_running_services_templates_and_a_stopped_service_leaves_no_s
     assert_eq!(listed(&sockets), ["planted.sock"]);
 }
 
+/// A service that ran out of descriptors answers `doctor` again once it has them: its status
+/// thread retries a failed `accept` (an attack review: the thread ended at its first error,
+/// EMFILE, and the service was gone from `doctor` for as long as it ran).
+#[test]
+fn a_service_out_of_descriptors_answers_doctor_again_once_it_has_them() {
+    use std::io::Read as _;
+    let s = Server::start_with("", &["--no-warm"]);
+    let sockets = s.data.join("services");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let socket = loop {
+        let found =
+            std::fs::read_dir(&sockets).ok().and_then(|d| d.filter_map(Result::ok).map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "sock")));
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(Instant::now() < deadline, "the service made no status socket");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let pid = s.pid();
+    // prlimit(1) (util-linux, essential in Debian): the test crate has no unsafe code.
+    let prlimit = |set: Option<&str>| -> String {
+        let mut c = Command::new("prlimit");
+        c.arg(format!("--pid={pid}"));
+        match set {
+            Some(v) => c.arg(format!("--nofile={v}")),
+            None => c.args(["--nofile", "--raw", "--noheadings", "--output=SOFT,HARD"]),
+        };
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "prlimit: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let before = prlimit(None).split_whitespace().collect::<Vec<_>>().join(":");
+    // No descriptor left: the limit is the lowest descriptor number /proc shows free. Linux's
+    // accept(2) takes its new descriptor before it waits, so the status thread's waiting accept
+    // holds that one already: the connection it then gets is answered, and the next accept fails.
+    let open: std::collections::BTreeSet<usize> =
+        std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    let open = (0..).find(|n| !open.contains(n)).unwrap();
+    let hard = before.split(':').nth(1).unwrap().to_owned();
+    prlimit(Some(&format!("{open}:{hard}")));
+    let ask = || {
+        let c = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        c.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        c
+    };
+    let mut got = Vec::new();
+    ask().read_to_end(&mut got).unwrap();
+    assert!(!got.is_empty(), "the accept that was waiting answered nothing");
+    let mut waiting = ask();
+    got.clear();
+    let early = waiting.read_to_end(&mut got);
+    assert!(early.is_err() && got.is_empty(), "answered while out of descriptors ({early:?}, {} bytes): the test proves nothing", got.len());
+    prlimit(Some(&before));
+    // The connection made meanwhile is answered, and so is the next doctor.
+    waiting.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    waiting.read_to_end(&mut got).unwrap();
+    let answered: Value = serde_json::from_slice(&got).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&got)));
+    assert_eq!(answered["pid"], s.pid(), "{answered}");
+    let config = s.data.parent().unwrap().join("config.toml");
+    let out = Command::new(bin()).arg("--config").arg(&config).arg("--data-dir").arg(&s.data).args(["doctor", "--json"]).output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(v["services"][0]["pid"], s.pid(), "{v}");
+}
+
 /// `sandbox_warm_cold_fallbacks` counts executions of warm profiles that started cold, not
 /// those of a profile that is not warm (they start cold by design).
 #[test]
