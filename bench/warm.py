@@ -213,10 +213,25 @@ def busy_ms():
     return (sum(ticks) - ticks[3] - ticks[4]) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
+def settle(quiet=0.1, window_s=0.2, limit_s=10):
+    """Waits until the machine is quiet (all cores busy less than `quiet` of a window, or
+    `limit_s`): the block before has refilled its pools and spares. Without it each block paid
+    for the previous one's refill, and with the seeded order the same modes always followed
+    the same neighbours: TypeScript at concurrency 2 read 8-12% apart for two builds in three
+    runs, where bench/ab.sh (1.5 s between bursts) read them within 2%."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        busy = busy_ms()
+        time.sleep(window_s)
+        if busy_ms() - busy < quiet * window_s * 1000 * os.cpu_count():
+            return
+
+
 print()
 print("throughput (executions/s) from C client threads, in ROUNDS rounds of M requests per mode,")
-print("the modes in a new random order each round (their totals); CPU: all cores' busy time per")
-print("execution (the server, its sandboxes and this client), which bounds the rate at C >= cores")
+print("the modes in a new random order each round (their totals), each block begun on a quiet machine;")
+print("CPU: all cores' busy time per execution (the server, its sandboxes and this client), which")
+print("bounds the rate at C >= cores")
 rounds = int(os.environ.get("ROUNDS", "3"))
 throughput = {}
 for job, m in (("print(1)", 20), ("data-analyst.py", 16), ("data-analyst.ts (function)", 20)):
@@ -229,6 +244,7 @@ for job, m in (("print(1)", 20), ("data-analyst.py", 16), ("data-analyst.ts (fun
         totals = {mode: [0, 0.0, 0.0] for mode, _ in runs}  # requests, seconds, busy ms
         for _ in range(rounds):
             for mode, once in order.sample(runs, len(runs)):
+                settle()
                 busy = busy_ms()
                 t = time.perf_counter()
                 with concurrent.futures.ThreadPoolExecutor(c) as pool:
