@@ -372,15 +372,15 @@ fn a_service_out_of_descriptors_answers_doctor_again_once_it_has_them() {
     let open = (0..).find(|n| !open.contains(n)).unwrap();
     let hard = before.split(':').nth(1).unwrap().to_owned();
     prlimit(Some(&format!("{open}:{hard}")));
-    let ask = || {
+    let ask = |patience: Duration| {
         let c = std::os::unix::net::UnixStream::connect(&socket).unwrap();
-        c.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        c.set_read_timeout(Some(patience)).unwrap();
         c
     };
     let mut got = Vec::new();
-    ask().read_to_end(&mut got).unwrap();
+    ask(Duration::from_secs(10)).read_to_end(&mut got).unwrap();
     assert!(!got.is_empty(), "the accept that was waiting answered nothing");
-    let mut waiting = ask();
+    let mut waiting = ask(Duration::from_millis(500));
     got.clear();
     let early = waiting.read_to_end(&mut got);
     assert!(early.is_err() && got.is_empty(), "answered while out of descriptors ({early:?}, {} bytes): the test proves nothing", got.len());
