@@ -91,10 +91,11 @@ pub(crate) async fn system_conf() -> Option<Arc<SystemConf>> {
         return Some(c.clone());
     }
     let read = tokio::task::spawn_blocking(move || {
+        use nix::errno::Errno::{self, EACCES, EISDIR, ELOOP, ENOENT, ENOTDIR, EPERM};
         let data = match std::fs::read(SYSTEM_CONF_FILES[0]) {
             Ok(d) => Some(d),
-            // What glibc ignores (its `__resolv_conf_load`): the defaults apply.
-            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied) => None,
+            // What glibc's `__resolv_conf_load` ignores: the defaults apply.
+            Err(e) if matches!(Errno::from_raw(e.raw_os_error().unwrap_or(0)), ENOENT | EACCES | EPERM | EISDIR | ENOTDIR | ELOOP) => None,
             Err(e) => {
                 tracing::warn!(error = %e, "the host's resolver configuration cannot be read: names resolve to nothing");
                 return None;
