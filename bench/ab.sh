@@ -9,7 +9,8 @@
 # the CPU time all cores spent per execution at concurrency 2 (`/proc/stat`) for each build. A
 # change measured against its base in minutes, not warm.sh's 10.
 #   SANDBOX_BENCH_REF_BIN=/path/to/older/sandbox N=100 JOB=analyst|print|ts|cold bash bench/ab.sh
-# (the reference's libsandbox_warm.so beside it; N: sequential requests per build, default 60).
+# (the reference's libsandbox_warm.so beside it; N: sequential requests per build, default 60;
+# the reference's environments in SANDBOX_BENCH_REF_ENVIRONMENTS, default the directory + "-ref").
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -31,8 +32,14 @@ mkdir -p "$WORK/new" "$WORK/ref"
 cp "$TARGET/sandbox" "$TARGET/libsandbox_warm.so" "$WORK/new/"
 cp "$REF" "$WORK/ref/sandbox"
 cp "$(dirname "$REF")/libsandbox_warm.so" "$WORK/ref/" 2>/dev/null || true
-"$WORK/new/sandbox" --config "$CONFIG" --data-dir "$WORK/install" env install python-analysis >/dev/null 2>&1
-"$WORK/new/sandbox" --config "$CONFIG" --data-dir "$WORK/install" env install typescript-analysis >/dev/null 2>&1
+# The reference's environments in a directory of their own: installing one build's version of an
+# environment removes the other's from a shared one (when they differ, as after a layout change).
+REF_CONFIG="$WORK/ref-config.toml"
+sed "s|^environments_dir = .*|environments_dir = \"${SANDBOX_BENCH_REF_ENVIRONMENTS:-$ENVS-ref}\"|" "$CONFIG" > "$REF_CONFIG"
+for e in python-analysis typescript-analysis; do
+  "$WORK/new/sandbox" --config "$CONFIG" --data-dir "$WORK/install" env install "$e" >/dev/null 2>&1
+  "$WORK/ref/sandbox" --config "$REF_CONFIG" --data-dir "$WORK/install-ref" env install "$e" >/dev/null 2>&1
+done
 CSV="$(bash examples/data-analyst/fetch-data.sh)"
 
 FLAGS=()
@@ -42,7 +49,7 @@ trap stop_servers EXIT
 # Which server starts first is drawn at random (and printed): with "new" always first, an A/A run
 # (the same build in both columns) showed the first column's setupMs mean and p99 higher.
 start_new() { NEW_URL="$(SB=("$WORK/new/sandbox" --config "$CONFIG"); start_server "$WORK/new.data" "${FLAGS[@]}")"; }
-start_ref() { REF_URL="$(SB=("$WORK/ref/sandbox" --config "$CONFIG"); start_server "$WORK/ref.data" "${FLAGS[@]}")"; }
+start_ref() { REF_URL="$(SB=("$WORK/ref/sandbox" --config "$REF_CONFIG"); start_server "$WORK/ref.data" "${FLAGS[@]}")"; }
 if [ $((RANDOM % 2)) -eq 0 ]; then FIRST=new; start_new; start_ref; else FIRST=ref; start_ref; start_new; fi
 
 python3 - "$NEW_URL" "$REF_URL" "$N" "$JOB" "$CSV" "$FIRST" <<'PY'

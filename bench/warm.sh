@@ -9,7 +9,8 @@
 #   N=20 bash bench/warm.sh      (N: timed sequential runs per variant, default 20; ROUNDS:
 #   interleaved rounds of the throughput runs, default 3)
 #   SANDBOX_BENCH_REF_BIN=/path/to/older/sandbox adds that build's warm server (with the
-#   libsandbox_warm.so beside it), interleaved with the others: a change measured against its base.
+#   libsandbox_warm.so beside it), interleaved with the others: a change measured against its base
+#   (its environments in SANDBOX_BENCH_REF_ENVIRONMENTS, default the environments directory + "-ref").
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -42,7 +43,14 @@ if [ -n "${SANDBOX_BENCH_REF_BIN:-}" ]; then
   mkdir -p "$WORK/ref-bin"
   cp "$SANDBOX_BENCH_REF_BIN" "$WORK/ref-bin/sandbox"
   cp "$(dirname "$SANDBOX_BENCH_REF_BIN")/libsandbox_warm.so" "$WORK/ref-bin/"
-  REF_URL="$(SB=("$WORK/ref-bin/sandbox" --config "$CONFIG"); start_server "$WORK/ref")"
+  # Its environments in a directory of their own: installing one build's version of an
+  # environment removes the other's from a shared one (when they differ, as after a layout change).
+  REF_CONFIG="$WORK/ref-config.toml"
+  sed "s|^environments_dir = .*|environments_dir = \"${SANDBOX_BENCH_REF_ENVIRONMENTS:-$ENVS-ref}\"|" "$CONFIG" > "$REF_CONFIG"
+  for e in python-analysis typescript-analysis; do
+    "$WORK/ref-bin/sandbox" --config "$REF_CONFIG" --data-dir "$WORK/ref" env install "$e" >/dev/null 2>&1
+  done
+  REF_URL="$(SB=("$WORK/ref-bin/sandbox" --config "$REF_CONFIG"); start_server "$WORK/ref")"
 fi
 
 "$PY" "$ROOT/bench/warm.py" "$N" "$COLD_URL" "$WARM_URL" "$WARM_PID" "$PY" "$SITE" "$CSV" "$ROOT" "$REF_URL"

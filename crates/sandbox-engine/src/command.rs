@@ -88,7 +88,8 @@ pub const INPUT_FILE: &str = "/code/input.json";
 /// with an environment `PYTHONPATH` = its site directory (the harness appends `/workspace` to
 /// `sys.path` last, so input files import but never shadow the standard library or a package),
 /// `MPLBACKEND=Agg` with matplotlib's config and cache under /tmp (`MPLCONFIGDIR`,
-/// `XDG_CONFIG_HOME`, `XDG_CACHE_HOME`), for TypeScript with an environment `NODE_PATH=/node_modules`,
+/// `XDG_CONFIG_HOME`, `XDG_CACHE_HOME`), for TypeScript with an environment `NODE_PATH=/node_modules`
+/// and `NODE_COMPILE_CACHE` = its compile cache ([`crate::environment::NODE_COMPILE_CACHE_DIR`]),
 /// thread-pool sizes (`OMP_NUM_THREADS`,
 /// `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`, `NUMEXPR_NUM_THREADS`) set to the profile's CPUs
 /// rounded up, then the profile's `env`, then the request's.
@@ -229,7 +230,12 @@ fn program_env(profile: &Profile, language: Language, on_base: bool, request_env
                 env.push((k.to_owned(), v.to_owned()));
             }
         }
-        Language::Typescript if with_env => env.push(("NODE_PATH".to_owned(), "/node_modules".to_owned())),
+        Language::Typescript if with_env => {
+            env.push(("NODE_PATH".to_owned(), "/node_modules".to_owned()));
+            // Read-only: the environment's prebuilt code cache of its packages (an environment
+            // without one leaves Node.js compiling as without it).
+            env.push(("NODE_COMPILE_CACHE".to_owned(), format!("{ENV_MOUNT}/{}", crate::environment::NODE_COMPILE_CACHE_DIR)));
+        }
         Language::Typescript => {}
     }
     for (k, v) in profile.env.iter().chain(request_env.iter()) {

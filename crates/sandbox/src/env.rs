@@ -78,10 +78,10 @@ struct EngineSandbox<'a> {
 }
 
 impl BuildSandbox for EngineSandbox<'_> {
-    fn run_python(&self, name: &str, build: &Path, code: &str, outputs: &[&str]) -> Result<BTreeMap<String, Vec<u8>>, String> {
+    fn run(&self, name: &str, build: &Path, language: Language, code: &str, outputs: &[&str]) -> Result<BTreeMap<String, Vec<u8>>, String> {
         let mut config = self.config.clone();
         let profile = format!("env-build-{name}");
-        config.profiles.insert(profile.clone(), step_profile(name, Language::Python, format!("builds environment {name}")));
+        config.profiles.insert(profile.clone(), step_profile(name, language, format!("builds environment {name}")));
         let builds = BTreeMap::from([(name.to_owned(), build.to_owned())]);
         let (engine, _audit) = crate::audit::engine_building(config, self.data_dir.to_owned(), builds).map_err(|e| format!("{e:#}"))?;
         let service = std::sync::Arc::new(sandbox_engine::Service::new(std::sync::Arc::new(engine), 1, 0, std::sync::Arc::new(sandbox_engine::NoHooks)));

@@ -201,6 +201,7 @@ fn an_environment_the_sandbox_cannot_reach_is_refused_before_it_runs() {
     let out = cli(&config, &["env", "install", "typescript-analysis"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("is not searchable by others"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("Node.js compile cache: skipped"), "the optional step that needs a sandbox is skipped: {}", text(&out.stderr));
     let out = cli(&config, &["run", "--json", "-p", "typescript-analysis", "-c", "console.log(1)"]);
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((out.status.code(), r["error"]["type"].as_str()), (Some(3), Some("runtime_unavailable")), "{r}");
@@ -291,6 +292,49 @@ fn own_dir(prefix: &str, toml: &str) -> (PathBuf, PathBuf) {
     let config = dir.join("config.toml");
     std::fs::write(&config, format!("[runtime]\nenvironments_dir = {:?}\n{toml}", dir.join("environments").display().to_string())).unwrap();
     (dir, config)
+}
+
+/// The Node.js compile cache `env install` built in a sandbox is the one runs use: a Node.js the
+/// program starts (same sandbox, uid and environment, with Node's compile-cache log on) takes
+/// its code for zod, lodash and papaparse from the cache at the path a run sees, under its own
+/// uid's name; the program cannot write into the cache. On the host: one directory of entries
+/// and every other execution uid's name a link to it.
+#[test]
+fn the_node_compile_cache_built_at_install_is_used_by_runs_and_read_only() {
+    environments_installed();
+    let code = "import module from 'node:module';\nimport { spawnSync } from 'node:child_process';\nimport { writeFileSync } from 'node:fs';\n\
+                const dir = module.getCompileCacheDir();\n\
+                console.log('dir', dir === `/opt/sandbox/env/node-compile-cache/${dir?.split('/').pop()}` && dir.endsWith(`-${process.getuid()}`));\n\
+                let write = 'written';\ntry { writeFileSync(`${dir}/00000000`, 'x'); } catch (e) { write = e.code; }\nconsole.log('write', write);\n\
+                const child = spawnSync(process.execPath, ['--input-type=module', '-e', \"import 'zod'; import 'lodash'; import 'papaparse';\"],\n\
+                  { env: { ...process.env, NODE_DEBUG_NATIVE: 'COMPILE_CACHE' }, encoding: 'utf8' });\n\
+                for (const m of ['zod/index.js', 'lodash/lodash.js', 'papaparse/papaparse.js']) {\n\
+                  console.log(m, new RegExp(`V8 code cache for \\\\w+ (file://)?/node_modules/${m} was accepted`).test(child.stderr));\n}\n\
+                if (child.status !== 0) console.log(child.stderr);\n";
+    let r = run("typescript-analysis", code, &[]);
+    assert_eq!(r.status(), "ok", "{r:?}");
+    assert_eq!(r.stdout(), "dir true\nwrite EROFS\nzod/index.js true\nlodash/lodash.js true\npapaparse/papaparse.js true\n", "{r:?}");
+
+    let installed = std::fs::read_dir(test_environments_dir())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("node-compile-cache"))
+        .find(|cache| cache.parent().unwrap().file_name().unwrap().to_string_lossy().starts_with("typescript-analysis-") && cache.is_dir())
+        .expect("an installed typescript-analysis has a node-compile-cache directory");
+    let (mut dirs, mut links) = (Vec::new(), 0);
+    for e in std::fs::read_dir(&installed).unwrap().filter_map(Result::ok) {
+        let meta = std::fs::symlink_metadata(e.path()).unwrap();
+        if meta.file_type().is_symlink() {
+            links += 1;
+        } else {
+            dirs.push(e.path());
+        }
+    }
+    assert_eq!(dirs.len(), 1, "one directory of entries: {dirs:?}");
+    assert!(dirs[0].to_string_lossy().ends_with("-1000"), "{dirs:?}");
+    assert_eq!(links, 4095, "every other execution uid's name links to it");
+    let entries = std::fs::read_dir(&dirs[0]).unwrap().count();
+    assert!(entries > 50, "zod alone is dozens of modules: {entries}");
 }
 
 /// Issue 12, finding 8: the install step that imports package code (matplotlib's font cache)
