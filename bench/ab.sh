@@ -2,13 +2,15 @@
 # Two `sandbox serve` processes side by side, this tree's release build against another build,
 # on one job: the data-analyst example in Python (or `print(1)`, or the example in TypeScript,
 # `harness: function`) under the built-in warm profiles, bench/warm.py's jobs; or, with
-# JOB=cold, `print(1)` with both servers started `--no-warm` (every execution a cold start).
+# JOB=cold, `print(1)` with both servers started `--no-warm` (every execution a cold start), or
+# JOB=ts-imports, a TypeScript script importing the four packages of `typescript-analysis`
+# (papaparse, simple-statistics, zod, lodash) with both servers `--no-warm`.
 # The servers start in a random order; once both serve warm, 5 untimed rounds, then requests go
 # one at a time, to both servers in a random order each round, 0.25 s apart (so each child
 # forked ahead is ready again); then at concurrency 2 in alternating rounds. Prints p50/mean end-to-end ms, `setupMs` mean, executions per second and
 # the CPU time all cores spent per execution at concurrency 2 (`/proc/stat`) for each build. A
 # change measured against its base in minutes, not warm.sh's 10.
-#   SANDBOX_BENCH_REF_BIN=/path/to/older/sandbox N=100 JOB=analyst|print|ts|cold bash bench/ab.sh
+#   SANDBOX_BENCH_REF_BIN=/path/to/older/sandbox N=100 JOB=analyst|print|ts|cold|ts-imports bash bench/ab.sh
 # (the reference's libsandbox_warm.so beside it; N: sequential requests per build, default 60;
 # the reference's environments in SANDBOX_BENCH_REF_ENVIRONMENTS, default the directory + "-ref").
 set -euo pipefail
@@ -43,7 +45,7 @@ done
 CSV="$(bash examples/data-analyst/fetch-data.sh)"
 
 FLAGS=()
-if [ "$JOB" = cold ]; then FLAGS=(--no-warm); fi
+if [ "$JOB" = cold ] || [ "$JOB" = ts-imports ]; then FLAGS=(--no-warm); fi
 source "$ROOT/bench/servers.sh"
 trap stop_servers EXIT
 # Which server starts first is drawn at random (and printed): with "new" always first, an A/A run
@@ -64,8 +66,13 @@ elif job in ("print", "cold"):
 elif job == "ts":
     body = {"profile": "typescript-analysis", "language": "typescript", "harness": "function",
             "code": open("examples/data-analyst/analysis.ts").read(), "files": {"data.csv": open(csv).read()}}
+elif job == "ts-imports":
+    body = {"profile": "typescript-analysis", "language": "typescript",
+            "code": "import Papa from 'papaparse';\nimport { mean } from 'simple-statistics';\nimport { z } from 'zod';\nimport _ from 'lodash';\n"
+                    "const rows = Papa.parse<{ v: number }>('v\\n1\\n2', { header: true, dynamicTyping: true }).data;\n"
+                    "console.log(z.number().parse(mean(rows.map((r) => r.v))), _.sum([1, 2]));\n"}
 else:
-    sys.exit(f"unknown JOB {job}: analyst, print, ts or cold")
+    sys.exit(f"unknown JOB {job}: analyst, print, ts, cold or ts-imports")
 body = json.dumps(body).encode()
 builds = {"new": new, "ref": ref}
 
@@ -84,7 +91,7 @@ conns = {b: conn(u) for b, u in builds.items()}
 # Until both serve warm (templates started, pools filled), asking each in turn; then SETTLE
 # untimed rounds, so neither column's first timed requests meet the other's start-up work.
 deadline, ready = time.time() + 120, set()
-while job != "cold" and len(ready) < len(builds):
+while job not in ("cold", "ts-imports") and len(ready) < len(builds):
     for b in set(builds) - ready:
         if post(conns[b])["timing"].get("warm"):
             ready.add(b)
