@@ -734,8 +734,8 @@ fn matplotlib_font_cache(name: &str, build: &Path, sandbox: &dyn BuildSandbox, p
 /// Where an environment with npm packages keeps Node.js's module compile cache (V8 code cache,
 /// `NODE_COMPILE_CACHE`, Node.js 22.1+): TypeScript runs in the environment set
 /// `NODE_COMPILE_CACHE=<ENV_MOUNT>/node-compile-cache`, so importing a package deserializes its
-/// compiled code instead of parsing and compiling its source (zod: ~20 ms of CPU less per run,
-/// the four packages of `typescript-analysis`: ~25 ms). Node.js names the directory it reads
+/// compiled code instead of parsing and compiling its source (measured in runs: zod ~14 ms of
+/// CPU less, the four packages of `typescript-analysis` ~16-22 ms; README "Performance"). Node.js names the directory it reads
 /// `<version>-<arch>-<V8 cache tag>-<uid>` (src/compile_cache.cc, `GetCacheVersionTag`), and
 /// every execution has a uid of its own (`SANDBOX_UID + slot`), so the entries sit in the
 /// directory of [`SANDBOX_UID`](sandbox_runtime::spec::SANDBOX_UID) and every other slot's uid
