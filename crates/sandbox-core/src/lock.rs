@@ -104,7 +104,7 @@ pub fn check_npm_lock(pins: &[String], lock: &str) -> Result<(), String> {
         return Err("lockfileVersion must be 2 or 3 (npm 7 or later)".into());
     }
     let packages = v["packages"].as_object().ok_or("no \"packages\" object")?;
-    let wanted: BTreeMap<&str, &str> = pins.iter().filter_map(|p| p.rfind('@').filter(|at| *at > 0).map(|at| (&p[..at], &p[at + 1..]))).collect();
+    let wanted: BTreeMap<&str, &str> = pins.iter().filter_map(|p| crate::profile::split_npm_pin(p)).collect();
     let root: BTreeMap<&str, &str> = packages
         .get("")
         .and_then(|r| r["dependencies"].as_object())

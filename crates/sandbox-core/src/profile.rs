@@ -1032,11 +1032,16 @@ fn validate_python_pin(r: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The (name, version) of an npm pin `name@version` or `@scope/name@version` (split at its last
+/// `@`); `None` when it names no version. Nothing is validated (see [`Config`]'s load).
+pub fn split_npm_pin(pin: &str) -> Option<(&str, &str)> {
+    pin.rfind('@').filter(|at| *at > 0).map(|at| (&pin[..at], &pin[at + 1..]))
+}
+
 /// `name@version` or `@scope/name@version` with an exact semver version.
 fn validate_npm_pin(r: &str) -> Result<(), String> {
-    let (name, version) = match r.rfind('@') {
-        Some(at) if at > 0 => (&r[..at], &r[at + 1..]),
-        _ => return Err(format!("{r:?} is not pinned; write name@version")),
+    let Some((name, version)) = split_npm_pin(r) else {
+        return Err(format!("{r:?} is not pinned; write name@version"));
     };
     let bare = name.strip_prefix('@').map_or(Some(name), |scoped| scoped.split_once('/').map(|(_, n)| n));
     let name_ok =

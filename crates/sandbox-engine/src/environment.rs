@@ -678,7 +678,7 @@ impl Environments {
 /// The `package.json` an environment's npm packages are installed (and locked) from.
 fn package_json_of(name: &str, env: &Environment) -> Vec<u8> {
     let deps: serde_json::Map<String, serde_json::Value> =
-        env.npm.iter().filter_map(|p| p.rfind('@').map(|at| (p[..at].to_owned(), serde_json::Value::String(p[at + 1..].to_owned())))).collect();
+        env.npm.iter().filter_map(|p| sandbox_core::profile::split_npm_pin(p)).map(|(n, v)| (n.to_owned(), serde_json::Value::String(v.to_owned()))).collect();
     let package = serde_json::json!({ "name": format!("sandbox-env-{name}"), "private": true, "dependencies": deps });
     serde_json::to_vec_pretty(&package).expect("JSON serializes")
 }
@@ -735,11 +735,12 @@ fn matplotlib_font_cache(name: &str, build: &Path, sandbox: &dyn BuildSandbox, p
 /// `NODE_COMPILE_CACHE`, Node.js 22.1+): TypeScript runs in the environment set
 /// `NODE_COMPILE_CACHE=<ENV_MOUNT>/node-compile-cache`, so importing a package deserializes its
 /// compiled code instead of parsing and compiling its source (measured in runs: zod ~14 ms of
-/// CPU less, the four packages of `typescript-analysis` ~16-22 ms; README "Performance"). Node.js names the directory it reads
-/// `<version>-<arch>-<V8 cache tag>-<uid>` (src/compile_cache.cc, `GetCacheVersionTag`), and
-/// every execution has a uid of its own (`SANDBOX_UID + slot`), so the entries sit in the
-/// directory of [`SANDBOX_UID`](sandbox_runtime::spec::SANDBOX_UID) and every other slot's uid
-/// is a symlink to it. The mount is read-only: a run's new entries (its own code) are not
+/// CPU less, the four packages of `typescript-analysis` ~16-22 ms; README "Performance").
+/// Node.js names the directory it reads `<version>-<arch>-<V8 cache tag>-<uid>`
+/// (src/compile_cache.cc, `GetCacheVersionTag`), and every execution has a uid of its own
+/// (`SANDBOX_UID + slot`), so the entries sit in the directory of
+/// [`SANDBOX_UID`](sandbox_runtime::spec::SANDBOX_UID) and every other slot's uid is a symlink
+/// to it. The mount is read-only: a run's new entries (its own code) are not
 /// written (Node.js ignores the failure); a Node.js of another version or V8 flag set finds no
 /// directory of its tag and compiles as without a cache. Each entry holds its source's length
 /// and CRC32, which Node.js checks before V8 takes the code (and V8 its own checks).
@@ -754,7 +755,7 @@ pub const NODE_COMPILE_CACHE_DIR: &str = "node-compile-cache";
 fn node_compile_cache(name: &str, env: &Environment, build: &Path, sandbox: &dyn BuildSandbox, progress: &mut dyn FnMut(&str)) -> Result<(), EnvError> {
     use sandbox_runtime::spec::{SANDBOX_UID, UID_SLOTS};
     let step = "Node.js compile cache";
-    let mut modules: Vec<String> = env.npm.iter().filter_map(|p| p.rfind('@').filter(|at| *at > 0).map(|at| p[..at].to_owned())).collect();
+    let mut modules: Vec<String> = env.npm.iter().filter_map(|p| sandbox_core::profile::split_npm_pin(p).map(|(n, _)| n.to_owned())).collect();
     modules.extend(env.preload.iter().cloned());
     modules.sort();
     modules.dedup();

@@ -315,7 +315,7 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
         ));
     }
     if !manifest.npm_installed.is_empty() {
-        let names: Vec<String> = env.npm.iter().filter_map(|p| p.rfind('@').map(|at| p[..at].to_owned())).collect();
+        let names: Vec<String> = env.npm.iter().filter_map(|p| sandbox_core::profile::split_npm_pin(p).map(|(n, _)| n.to_owned())).collect();
         let names = serde_json::to_string(&names)?;
         checks.push((
             Language::Typescript,
