@@ -775,8 +775,12 @@ impl Engine {
         let teardown = Teardown(tokio::task::spawn_blocking(move || {
             let mut prepared = prepared;
             let refills = std::mem::take(&mut prepared.refills);
-            supervise::RunOutcome::finish_ending(ending, &prepared);
-            (prepared.teardown(), refills)
+            let helper = supervise::RunOutcome::finish_ending(ending, &prepared);
+            let torn_down = prepared.teardown();
+            if let Some(mut helper) = helper {
+                helper.kill_and_wait();
+            }
+            (torn_down, refills)
         }));
         supervise::fill_result(&mut result, &admitted, run, usage);
         match files {

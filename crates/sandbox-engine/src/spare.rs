@@ -92,6 +92,13 @@ impl Reaped {
         self.0.as_mut().is_some_and(|c| matches!(c.running(), Ok(true)))
     }
 
+    /// SIGKILLs it, leaving it to be reaped ([`Reaped::kill_and_wait`], or the drop).
+    pub(crate) fn kill(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+        }
+    }
+
     /// SIGKILLs it and reaps it, blocking (a helper whose init is gone only has its exit
     /// left, which this does not wait for a stopped one to take).
     pub(crate) fn kill_and_wait(&mut self) {

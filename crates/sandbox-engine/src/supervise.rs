@@ -82,20 +82,25 @@ pub(crate) struct Ending {
 
 impl RunOutcome {
     /// Waits until the sandbox has ended: init, which ends by itself right after its report,
-    /// gone (its pidfd, up to [`ENDING_PATIENCE`]); the helper, which only waited for init (and
-    /// on cgroup v1 sits in the execution's cgroup), killed and reaped; then anything left in
-    /// the cgroup SIGKILLed and gone (`Prepared::stop_everything`, which so finds the cgroup
-    /// empty at its first look instead of polling it every 2 ms). Blocks: call it off the async
-    /// workers, after the usage and the files are read and before the teardown. A no-op when
-    /// the run already waited (`ending` is `None`).
-    pub(crate) fn finish_ending(ending: Option<Ending>, prepared: &Prepared) {
-        if let Some(ending) = ending {
-            prepared.wait_init_exit(ENDING_PATIENCE);
-            if let Some(mut helper) = ending.helper {
-                helper.kill_and_wait();
-            }
-            prepared.stop_everything();
+    /// gone (its pidfd, up to [`ENDING_PATIENCE`]); then anything left in the cgroup SIGKILLed
+    /// and gone (`Prepared::stop_everything`, which so finds the cgroup empty at its first look
+    /// instead of polling it every 2 ms). The helper, which only waited for init and is not in
+    /// the execution's cgroup (init was born there or joined it itself), is SIGKILLed and
+    /// returned unreaped: the caller reaps it after the teardown, so its exit (~0.3 ms of the
+    /// kernel's on this machine kind) runs beside the cgroup's removal and the unmounts instead
+    /// of before them. (On a cgroup v2 kernel without `CLONE_INTO_CGROUP`, before 5.7, the
+    /// helper joined the cgroup: `stop_everything` then waits for its exit.) Blocks: call it
+    /// off the async workers, after the usage and the files are read and before the teardown.
+    /// A no-op returning `None` when the run already waited (`ending` is `None`).
+    pub(crate) fn finish_ending(ending: Option<Ending>, prepared: &Prepared) -> Option<Reaped> {
+        let ending = ending?;
+        prepared.wait_init_exit(ENDING_PATIENCE);
+        let mut helper = ending.helper;
+        if let Some(h) = helper.as_mut() {
+            h.kill();
         }
+        prepared.stop_everything();
+        helper
     }
 }
 

@@ -1,7 +1,8 @@
 //! The helper: our own binary re-executed as `sandbox-init` by the engine, single-threaded.
-//! It makes the sandbox's network namespace before its spec arrives, joins the execution's
-//! cgroup, clones init into the other new namespaces, writes init's uid/gid maps (host root may
-//! map any range; init itself could not), and waits for init.
+//! It makes the sandbox's network namespace before its spec arrives, clones init into the
+//! other new namespaces and into the execution's cgroup (on v1 init joins it itself, through
+//! files the helper opened), writes init's uid/gid maps (host root may map any range; init
+//! itself could not), and waits for init. It is never in the execution's cgroup itself.
 
 use std::io::{BufReader, Write};
 use std::os::fd::AsFd;
@@ -73,9 +74,12 @@ fn run(ctl: &UnixStream, netns_ready: bool) -> Result<i32, StepError> {
     if engine_gone(&spec) {
         return Err(StepError::new("pdeathsig", "the engine exited before the helper started"));
     }
-    // Init and everything it starts are born inside the execution's cgroup: on v2 created there
-    // directly (clone3 with CLONE_INTO_CGROUP), else the helper joins it first. "0" names the
-    // writer itself (see Cgroup::join_files for why that matters on v1).
+    // Init is in the execution's cgroup before it does anything: on v2 born there (clone3 with
+    // CLONE_INTO_CGROUP); on v1 it joins first thing (`init::join_cgroup`), through the `tasks`
+    // files opened here as host root, and only then makes its cgroup namespace, rooted there.
+    // The helper itself never enters the cgroup, so an execution's teardown can remove it as
+    // soon as init is gone, without waiting for the helper's own exit (on v1 it used to join
+    // first and clone init inside).
     let into = match &spec.cgroup_dir {
         Some(dir) => Some(step(
             "cgroup_open",
@@ -90,9 +94,16 @@ fn run(ctl: &UnixStream, netns_ready: bool) -> Result<i32, StepError> {
         }
         Ok(())
     };
-    if into.is_none() {
-        join(&spec.cgroup_join)?;
-    }
+    let init_joins = into.is_none() && !spec.cgroup_join.is_empty();
+    let join_files = match init_joins {
+        true => spec
+            .cgroup_join
+            .iter()
+            .map(|file| step("cgroup_join", std::fs::OpenOptions::new().write(true).open(file).map_err(|e| format!("{}: {e}", file.display()))))
+            .collect::<Result<Vec<_>, _>>()?,
+        false => Vec::new(),
+    };
+    let namespaces = if init_joins { namespaces.difference(CloneFlags::CLONE_NEWCGROUP) } else { namespaces };
     // No descriptor but stdio, the control socket and the harness's side channel (fd 4) may
     // reach the container (the network channel, fd 5, is the helper's own and close-on-exec).
     step("cloexec", sys::cloexec_from(5))?;
@@ -128,10 +139,10 @@ fn run(ctl: &UnixStream, netns_ready: bool) -> Result<i32, StepError> {
     match step("clone", cloned)? {
         Forked::Child => {
             drop(go_write);
-            crate::init::init_main(&spec, go_read, ctl, !netns_ready)
+            crate::init::init_main(&spec, go_read, ctl, !netns_ready, join_files)
         }
         Forked::Parent(init) => {
-            drop(go_read);
+            drop((go_read, join_files));
             // Root inside is host uid_base; the program's uid maps to a host uid no other
             // running execution has (a template maps one uid per child slot).
             step("uid_map", std::fs::write(format!("/proc/{init}/uid_map"), spec.uid_map()))?;

@@ -26,14 +26,18 @@ const FORWARDED: [Signal; 7] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP,
 
 /// Pid 1 of a sandbox, in the namespaces the helper cloned it into. `loopback`: init's network
 /// namespace is its own (the helper could not make one ahead), so init brings its loopback up.
-pub(crate) fn init_main(spec: &SpawnSpec, go: OwnedFd, ctl: &UnixStream, loopback: bool) -> ! {
+pub(crate) fn init_main(spec: &SpawnSpec, go: OwnedFd, ctl: &UnixStream, loopback: bool, cgroup: Vec<std::fs::File>) -> ! {
+    // Into the execution's cgroup first, while the helper writes our id maps (the files were
+    // opened by host root, which is what the kernel checks); its failure is reported after the
+    // go, where the engine expects init's events, and nothing else is done.
+    let joined = join_cgroup(spec, cgroup);
     // Wait until the helper has written our id maps; EOF means it failed and we just leave.
     let mut byte = [0u8; 1];
     if !matches!(nix::unistd::read(&go, &mut byte), Ok(1)) {
         std::process::exit(1);
     }
     drop(go);
-    let code = match setup_and_supervise(spec, ctl, loopback) {
+    let code = match joined.and_then(|()| setup_and_supervise(spec, ctl, loopback)) {
         Ok(()) => 0,
         Err(StepError { step, message }) => {
             send(ctl, &Event::Failed { step: step.into(), message });
@@ -41,6 +45,24 @@ pub(crate) fn init_main(spec: &SpawnSpec, go: OwnedFd, ctl: &UnixStream, loopbac
         }
     };
     std::process::exit(code)
+}
+
+/// Moves init, still the only thread of its process, into the execution's cgroup (cgroup v1:
+/// "0" written to each hierarchy's `tasks` file the helper opened, `spec.cgroup_join`'s order:
+/// the kernel skips its global lock when a single thread moves itself, see
+/// `Cgroup::join_files`), then makes the sandbox's cgroup namespace, whose root is so the
+/// execution's cgroup (`cgroup_namespaces(7)`: a new namespace is rooted at the creator's
+/// cgroups). Nothing to do without files (v2: born inside; no cgroups). Errors: step
+/// `cgroup_join` naming the file, or `cgroup_namespace`.
+fn join_cgroup(spec: &SpawnSpec, files: Vec<std::fs::File>) -> Result<(), StepError> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    for (file, path) in files.iter().zip(&spec.cgroup_join) {
+        step("cgroup_join", std::io::Write::write_all(&mut &*file, b"0").map_err(|e| format!("{}: {e}", path.display())))?;
+    }
+    drop(files);
+    step("cgroup_namespace", nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP))
 }
 
 fn setup_and_supervise(spec: &SpawnSpec, ctl: &UnixStream, loopback: bool) -> Result<(), StepError> {

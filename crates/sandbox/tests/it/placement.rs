@@ -2,8 +2,8 @@
 //! runs the tests in `/ci.slice/stage.service`, so the first `sandbox` moves them into its
 //! `sandbox-service` leaf), never directly in the hierarchy's root. The v1 host keeps each
 //! hierarchy's `/sandbox`.
-//! On v2 an execution's init is born in its cgroup (clone3 with CLONE_INTO_CGROUP): the helper
-//! that cloned it never enters.
+//! On v2 an execution's init is born in its cgroup (clone3 with CLONE_INTO_CGROUP), on v1 it joins
+//! it itself: the helper that cloned it never enters.
 
 use super::*;
 
@@ -61,6 +61,58 @@ fn executions_live_under_the_services_own_cgroup() {
         assert!(!Path::new("/sys/fs/cgroup/sandbox").join(id).exists());
     }
     assert_gone(id);
+}
+
+/// On cgroup v1 the helper never enters an execution's cgroup either: init joins it itself, first
+/// thing (through `tasks` files the helper opened as host root), so in each hierarchy the
+/// execution uses the cgroup's first process is init, whose parent (the helper) is outside; and
+/// the program's cgroup namespace is rooted at the execution's cgroup (init made it after
+/// joining). The helper used to join and clone init inside.
+#[test]
+fn on_v1_init_joins_its_cgroup_itself_and_the_helper_stays_outside() {
+    if expected_cgroup_version() != "v1" {
+        eprintln!("skipped: v2 has init born in its cgroup (executions_live_under_the_services_own_cgroup)");
+        return;
+    }
+    let code = "import time\nprint(open('/proc/self/cgroup').read())\ntime.sleep(3)";
+    // Cold whatever SANDBOX_TEST_WARM says: a template's child is its own init, with no helper.
+    let slow = std::thread::spawn(move || {
+        let out = sandbox(&["run", "--json", "--profile", "py-small", "-c", code]).output().expect("sandbox runs");
+        serde_json::from_slice::<Value>(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)))
+    });
+    // (hierarchy, cgroup name) -> whether every look found init's parent outside the cgroup.
+    let mut outside: std::collections::HashMap<(&str, String), bool> = std::collections::HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !slow.is_finished() {
+        for h in ["memory", "cpu", "pids"] {
+            let dir = Path::new("/sys/fs/cgroup").join(h).join("sandbox");
+            for e in std::fs::read_dir(&dir).map(|d| d.filter_map(Result::ok).collect::<Vec<_>>()).unwrap_or_default() {
+                let procs: Vec<i32> =
+                    std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default().split_whitespace().filter_map(|p| p.parse().ok()).collect();
+                let Some(first) = procs.iter().copied().find(|p| parent_pid(*p).is_some_and(|pp| !procs.contains(&pp))) else { continue };
+                let Some(parent) = parent_pid(first) else { continue };
+                let Ok(argv) = std::fs::read(format!("/proc/{parent}/cmdline")) else { continue };
+                let seen = outside.entry((h, e.file_name().to_string_lossy().into_owned())).or_insert(true);
+                *seen &= argv.starts_with(b"sandbox-init\0");
+            }
+        }
+        assert!(Instant::now() < deadline, "the run did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = slow.join().unwrap();
+    assert_eq!(r["status"], "ok", "{r:#}");
+    let id = r["executionId"].as_str().unwrap().to_owned();
+    for h in ["memory", "cpu", "pids"] {
+        assert_eq!(
+            outside.get(&(h, id.clone())),
+            Some(&true),
+            "{h}: the first process of the execution's cgroup must be init, its parent (the helper) outside: {outside:?}"
+        );
+    }
+    // The program's cgroup namespace is rooted at its cgroup in every hierarchy.
+    let lines: Vec<&str> = r["stdout"].as_str().unwrap_or_default().lines().filter(|l| !l.is_empty()).collect();
+    assert!(lines.iter().any(|l| l.contains(":memory:")) && lines.iter().all(|l| l.ends_with(":/")), "{lines:?}");
+    assert_gone(&id);
 }
 
 /// Parent pid of host process `pid` (field 4 of /proc/<pid>/stat).
