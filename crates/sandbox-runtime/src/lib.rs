@@ -6,8 +6,10 @@
 //!
 //! ```text
 //! engine (daemon or CLI, multi-threaded)
-//!  └─ helper  "sandbox-init", our binary re-executed: joins the cgroup, clones ↓, writes its id maps
-//!      └─ init  pid 1 of new user/pid/mount/net/ipc/uts/cgroup namespaces: builds the rootfs,
+//!  └─ helper  "sandbox-init", our binary re-executed: clones ↓ (on cgroup v2 into the execution's
+//!      │       cgroup), writes its id maps; never in the execution's cgroup itself
+//!      └─ init  pid 1 of new user/pid/mount/net/ipc/uts/cgroup namespaces (on v1 it joins the
+//!          │     cgroup itself first, then makes its cgroup namespace): builds the rootfs,
 //!          │     pivot_root, forwards signals, reaps, kills everything when the program ends
 //!          └─ program  uid 1000, no capabilities, no_new_privs, landlock, seccomp, rlimits
 //! ```

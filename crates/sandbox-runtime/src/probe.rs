@@ -77,8 +77,9 @@ pub fn probe() -> HostReport {
             (true, true) => "present (Linux 5.3+): on cgroup v2 init is born in its cgroup (CLONE_INTO_CGROUP, Linux 5.7+; \
                              before 5.7 the helper joins the cgroup first)"
                 .into(),
-            (true, false) => "present (Linux 5.3+); not used on cgroup v1 (CLONE_INTO_CGROUP is v2 only): the helper joins each hierarchy".into(),
-            (false, _) => "absent (ENOSYS): the helper joins the execution's cgroup, then clones init".into(),
+            (true, false) => "present (Linux 5.3+); not used on cgroup v1 (CLONE_INTO_CGROUP is v2 only): init joins each hierarchy itself".into(),
+            (false, true) => "absent (ENOSYS): the helper joins the execution's cgroup, then clones init".into(),
+            (false, false) => "absent (ENOSYS); not needed on cgroup v1: init joins each hierarchy itself".into(),
         },
     });
     checks.push(Check {

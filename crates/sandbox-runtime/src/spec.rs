@@ -65,8 +65,10 @@ pub struct SpawnSpec {
     /// share is set (not a template).
     #[serde(default)]
     pub template_children: u32,
-    /// Cgroup files the helper writes "0" (itself) to before cloning init, from
-    /// [`crate::cgroup::Cgroup::join_files`].
+    /// Cgroup files a process writes "0" (itself) to, to join, from
+    /// [`crate::cgroup::Cgroup::join_files`]: on v1 init, first thing, through the files the
+    /// helper opened (the helper never joins); on a v2 kernel without `CLONE_INTO_CGROUP` the
+    /// helper, before cloning init; a template's child, through files the engine opened.
     pub cgroup_join: Vec<PathBuf>,
     /// On cgroup v2, the execution's cgroup directory: the helper creates init directly in it
     /// (`clone3` with `CLONE_INTO_CGROUP`, Linux 5.7+) and stays outside itself; on a kernel

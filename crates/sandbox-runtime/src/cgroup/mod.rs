@@ -347,8 +347,8 @@ impl Cgroup {
     /// The files a single-threaded process writes `0` to, to move itself in (its children are
     /// then born inside). On v1 that is each hierarchy's `tasks`: moving only the calling thread
     /// lets the kernel skip the `cgroup_threadgroup_rwsem` write lock, whose RCU grace period
-    /// costs 9-20 ms per `cgroup.procs` write on this kind of host (the helper is single-threaded,
-    /// so its one thread is the whole process). On v2, domain cgroups take whole processes only:
+    /// costs 9-20 ms per `cgroup.procs` write on this kind of host (init, single-threaded when it
+    /// joins, moves its one thread: the whole process). On v2, domain cgroups take whole processes only:
     /// `cgroup.procs` (the helper avoids that write with `clone3(CLONE_INTO_CGROUP)`, see [`Cgroup::v2_dir`];
     /// it is the fallback on kernels before 5.7, and what a warm child does).
     pub fn join_files(&self) -> Vec<PathBuf> {
