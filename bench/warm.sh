@@ -35,8 +35,6 @@ CSV="$(bash examples/data-analyst/fetch-data.sh)"
 source "$ROOT/bench/servers.sh"
 trap stop_servers EXIT
 COLD_URL="$(start_server "$WORK/cold" --no-warm)"
-WARM_URL="$(start_server "$WORK/warm")"
-WARM_PID="$(tail -1 "$WORK/pids")"
 REF_URL=""
 if [ -n "${SANDBOX_BENCH_REF_BIN:-}" ]; then
   # A copy, as an installed build would run (see bench/startup.sh), with its own warm library.
@@ -50,7 +48,26 @@ if [ -n "${SANDBOX_BENCH_REF_BIN:-}" ]; then
   for e in python-analysis typescript-analysis; do
     "$WORK/ref-bin/sandbox" --config "$REF_CONFIG" --data-dir "$WORK/ref" env install "$e" >/dev/null 2>&1
   done
+fi
+start_warm() {
+  WARM_URL="$(start_server "$WORK/warm")"
+  WARM_PID="$(tail -1 "$WORK/pids")"
+}
+start_ref() {
   REF_URL="$(SB=("$WORK/ref-bin/sandbox" --config "$REF_CONFIG"); start_server "$WORK/ref")"
+}
+# The two warm servers start in a random order (printed): the one started first has been seen
+# slower in A/A runs of bench/ab.sh, and warm.sh always started the reference last.
+if [ -z "${SANDBOX_BENCH_REF_BIN:-}" ]; then
+  start_warm
+elif [ $((RANDOM % 2)) -eq 0 ]; then
+  echo "warm servers started in this order: this build, the reference"
+  start_warm
+  start_ref
+else
+  echo "warm servers started in this order: the reference, this build"
+  start_ref
+  start_warm
 fi
 
 "$PY" "$ROOT/bench/warm.py" "$N" "$COLD_URL" "$WARM_URL" "$WARM_PID" "$PY" "$SITE" "$CSV" "$ROOT" "$REF_URL"
