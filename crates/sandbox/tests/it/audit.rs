@@ -678,16 +678,86 @@ fn an_execution_directory_is_a_tmpfs_of_its_own_and_gone_after_the_run() {
     assert!(!std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(id), "a mount of {id} is left");
 }
 
+/// A finished execution's directory is not removed but renamed into `<data>/executions-pool/`,
+/// empty, and the next execution renames it to its own name (no directory block allocated or
+/// freed on the data directory's disk, a synchronous TRIM on a `discard` mount); the pool holds
+/// one directory per execution that ran at once, at most 16, and only empty ones: a teardown
+/// that finds every place taken, or anything but its owner file in the directory, removes it.
+#[test]
+fn finished_execution_directories_are_pooled_empty_and_taken_by_the_next() {
+    use std::os::unix::fs::MetadataExt as _;
+    let data = data_dir();
+    let (executions, pool) = (data.join("executions"), data.join("executions-pool"));
+    let names = |dir: &Path| -> Vec<String> {
+        let mut v: Vec<String> =
+            std::fs::read_dir(dir).map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+        v.sort();
+        v
+    };
+    assert_eq!(run_in(&data, "python-default", "pass", &[])["status"], "ok");
+    assert_eq!((names(&executions), names(&pool)), (vec![], vec!["0".to_owned()]));
+    let pooled = std::fs::metadata(pool.join("0")).unwrap();
+    assert!(pooled.is_dir() && names(&pool.join("0")).is_empty(), "the pooled directory is not empty");
+    assert_eq!((pooled.mode() & 0o777, pooled.uid()), (0o700, 0));
+
+    // The next execution runs in the same directory, renamed (the entry's inode: a stat would
+    // see the tmpfs mounted on it).
+    let (mut child, _) = started(&data, "time.sleep(1)");
+    let dirs: Vec<(String, u64)> = std::fs::read_dir(&executions)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), std::os::unix::fs::DirEntryExt::ino(&e)))
+        .collect();
+    assert_eq!((dirs.len(), names(&pool)), (1, vec![]), "{dirs:?}");
+    assert_eq!(dirs[0].1, pooled.ino(), "the pooled directory was not taken");
+    assert!(child.wait().unwrap().success());
+    assert_gone_from(&data, &dirs[0].0);
+    assert_eq!(names(&pool), vec!["0".to_owned()]);
+    assert_eq!(std::fs::metadata(pool.join("0")).unwrap().ino(), pooled.ino());
+
+    // Three at once: three directories pooled.
+    let runs: Vec<_> = (0..3).map(|_| started(&data, "time.sleep(1)")).collect();
+    for (mut child, _) in runs {
+        assert!(child.wait().unwrap().success());
+    }
+    assert_eq!((names(&executions), names(&pool)), (vec![], vec!["0".to_owned(), "1".to_owned(), "2".to_owned()]));
+
+    // A directory with something else in it is removed, not pooled.
+    std::fs::write(pool.join("0").join("stray"), "x").unwrap();
+    std::fs::write(pool.join("1").join("stray"), "x").unwrap();
+    std::fs::write(pool.join("2").join("stray"), "x").unwrap();
+    assert_eq!(run_in(&data, "python-default", "pass", &[])["status"], "ok");
+    assert_eq!((names(&executions), names(&pool)), (vec![], vec!["1".to_owned(), "2".to_owned()]), "a directory with a stray file was pooled");
+    for n in ["1", "2"] {
+        std::fs::remove_dir_all(pool.join(n)).unwrap();
+    }
+
+    // Every place taken: the finished execution's directory is removed.
+    for n in 0..16 {
+        std::fs::create_dir(pool.join(n.to_string())).unwrap();
+    }
+    let (mut child, _) = started(&data, "time.sleep(0.5)");
+    let id = names(&executions).pop().expect("the execution's directory");
+    std::fs::create_dir(pool.join("0")).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_gone_from(&data, &id);
+    assert_eq!(names(&pool).len(), 16, "{:?}", names(&pool));
+    assert!(names(&executions).is_empty());
+}
+
 /// A process sharing the data directory from another mount namespace, one that the execution's
-/// tmpfs does not reach (made before it), finds the owner file under it: its start-up sweep
-/// leaves the live execution alone even once the directory looks old (without that file it took
-/// it for a dead service's, killed its processes and removed its directory).
+/// tmpfs does not reach (made before it), finds the owner file under it, naming the live
+/// execution's process: its start-up sweep leaves the live execution alone even once the
+/// directory is old (without that file it took it for a dead service's, killed its processes
+/// and removed its directory). The directory's age counts from its ctime, which a rename sets
+/// (a directory taken from the pool is old by its mtime), so the test reads the owner file the
+/// other namespace sees rather than ageing the directory.
 #[test]
 fn a_sweep_from_another_mount_namespace_leaves_a_live_execution_alone() {
     use std::io::{BufRead as _, Write as _};
     let data = data_dir();
     let config = env().config.to_str().unwrap().to_owned();
-    let script = "echo ready; read go; touch -d '5 minutes ago' \"$1\"/executions/*; exec \"$2\" --config \"$3\" --data-dir \"$1\" run -c 'print(7)'";
+    let script = "echo ready; read go; cat \"$1\"/executions/*/owner; exec \"$2\" --config \"$3\" --data-dir \"$1\" run -c 'print(7)'";
     let mut other = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c", script, "sh", data.to_str().unwrap(), bin(), &config])
         .stdin(std::process::Stdio::piped())
@@ -703,7 +773,9 @@ fn a_sweep_from_another_mount_namespace_leaves_a_live_execution_alone() {
     other.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let mut swept = String::new();
     std::io::Read::read_to_string(&mut other_out, &mut swept).unwrap();
-    assert_eq!((other.wait().unwrap().code(), swept.as_str()), (Some(0), "7\n"), "the other namespace's run");
+    let start = sandbox_runtime::process::start_time(run.id()).expect("the live run's process runs");
+    let owner = format!("{} {start}\n", run.id());
+    assert_eq!((other.wait().unwrap().code(), swept.as_str()), (Some(0), format!("{owner}7\n").as_str()), "the other namespace's owner file and run");
     line.clear();
     out.read_line(&mut line).unwrap();
     assert_eq!(line, "done\n", "the live execution was swept from under it");
@@ -724,12 +796,21 @@ fn the_start_up_sweep_keeps_a_directory_being_created_and_removes_a_dead_owners(
         std::fs::create_dir(d).unwrap();
     }
     std::fs::write(young_empty.join("owner"), "").unwrap();
+    // A directory just taken from the pool, before its owner file: old by its mtime, young by
+    // its ctime (the rename's).
+    let pooled = data.join("executions-pool").join("0");
+    std::fs::create_dir_all(&pooled).unwrap();
+    let long_ago = nix::sys::time::TimeSpec::new(1_000_000_000, 0);
+    nix::sys::stat::utimensat(nix::fcntl::AT_FDCWD, &pooled, &long_ago, &long_ago, nix::sys::stat::UtimensatFlags::NoFollowSymlink).unwrap();
+    let young_taken = executions.join("being-made-3");
+    std::fs::rename(&pooled, &young_taken).unwrap();
     // pid 1 with a start time one tick after its real one: a dead owner (a pid reused since).
     let pid1_start = sandbox_runtime::process::start_time(1).expect("pid 1 runs");
     std::fs::write(dead.join("owner"), format!("1 {}\n", pid1_start + 1)).unwrap();
     assert_eq!(run_in(&data, "python-default", "pass", &[])["status"], "ok");
     assert!(young_empty.exists(), "a young directory with an empty owner file was swept");
     assert!(young_missing.exists(), "a young directory without an owner file was swept");
+    assert!(young_taken.exists(), "a directory just taken from the pool (an old mtime) was swept");
     assert!(!dead.exists(), "a dead owner's directory was kept");
 }
 
