@@ -117,6 +117,23 @@ impl HeadFile {
     /// Errors: [`AuditError::Head`] naming the file (also for a mark longer than a slot, which
     /// service-made execution ids never give).
     pub fn write(&self, _lock: &HeadLock, mark: &HeadMark) -> Result<(), AuditError> {
+        let (f, current) = self.open_for_write()?;
+        self.write_slot(&f, &current, mark)
+    }
+
+    /// The file opened for reading and writing (created if missing), and its slots' bytes.
+    fn open_for_write(&self) -> Result<(std::fs::File, Vec<u8>), AuditError> {
+        use std::os::unix::fs::FileExt as _;
+        let io = |e| AuditError::Head(self.path.clone(), e);
+        let f = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).mode_private().open(&self.path).map_err(io)?;
+        let mut current = vec![0; 2 * SLOT];
+        let n = f.read_at(&mut current, 0).map_err(io)?;
+        current.truncate(n);
+        Ok((f, current))
+    }
+
+    /// [`HeadFile::write`] on the file `f` holding `current`.
+    fn write_slot(&self, f: &std::fs::File, current: &[u8], mark: &HeadMark) -> Result<(), AuditError> {
         use std::os::unix::fs::FileExt as _;
         let io = |e| AuditError::Head(self.path.clone(), e);
         let mut line = serde_json::to_string(&Slot::of(mark)).expect("a mark serializes").into_bytes();
@@ -125,11 +142,8 @@ impl HeadFile {
         }
         line.resize(SLOT - 1, b' ');
         line.push(b'\n');
-        let f = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).mode_private().open(&self.path).map_err(io)?;
-        let mut current = vec![0; 2 * SLOT];
-        let n = f.read_at(&mut current, 0).map_err(io)?;
-        current.truncate(n);
-        let slot = match parse(&current) {
+        let n = current.len();
+        let slot = match parse(current) {
             Ok((_, 0)) => 1u64,
             _ => 0,
         };
@@ -155,13 +169,17 @@ impl HeadFile {
     /// would go unreported).
     /// Returns whether the mark moved.
     /// Errors: [`AuditError::Head`], [`AuditError::HeadCorrupt`], or `still_there`'s.
-    pub fn advance(&self, lock: &HeadLock, new: &HeadMark, still_there: impl FnOnce(&HeadMark) -> Result<bool, AuditError>) -> Result<bool, AuditError> {
-        if let Some(old) = self.read()? {
+    pub fn advance(&self, _lock: &HeadLock, new: &HeadMark, still_there: impl FnOnce(&HeadMark) -> Result<bool, AuditError>) -> Result<bool, AuditError> {
+        // One open and one read serve the check and the write (each read and parsed the file
+        // on its own before: ~0.05 ms more of every append, after its commit).
+        let (f, current) = self.open_for_write()?;
+        if !current.is_empty() {
+            let (old, _) = parse(&current).map_err(|e| AuditError::HeadCorrupt(self.path.clone(), e))?;
             if old.seq >= new.seq || !still_there(&old)? {
                 return Ok(false);
             }
         }
-        self.write(lock, new)?;
+        self.write_slot(&f, &current, new)?;
         Ok(true)
     }
 

@@ -458,7 +458,31 @@ fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
 }
 
 fn read(path: &Path) -> Result<String, CgroupError> {
-    fs::read_to_string(path).map_err(|source| CgroupError::Read { path: path.to_owned(), source })
+    read_if_there(path)?.ok_or_else(|| CgroupError::Read { path: path.to_owned(), source: std::io::ErrorKind::NotFound.into() })
+}
+
+/// A control file's text, `None` when the file does not exist; read with a buffer sized for a
+/// control file (a 4 kB page: a kernfs file's `seq_file` gives it in one read), without the
+/// `statx` that [`fs::read_to_string`] makes to size its buffer.
+/// Errors: [`CgroupError::Read`] for any failure but `ENOENT`.
+fn read_if_there(path: &Path) -> Result<Option<String>, CgroupError> {
+    use std::io::Read as _;
+    let err = |source| CgroupError::Read { path: path.to_owned(), source };
+    let mut f = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(err(e)),
+    };
+    let (mut bytes, mut buf) = (Vec::new(), [0u8; 4096]);
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(err(e)),
+        }
+    }
+    String::from_utf8(bytes).map(Some).map_err(|e| err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
 }
 
 /// Value of `key` in a flat-keyed file such as `memory.events` ("oom_kill 3").

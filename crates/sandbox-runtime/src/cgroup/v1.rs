@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{cpu_quota_us, keyed, read, write, CgroupError, Limits, Usage, CPU_PERIOD_US};
+use super::{cpu_quota_us, keyed, read_if_there, write, CgroupError, Limits, Usage, CPU_PERIOD_US};
 
 pub(super) fn set_limits(memory: &Path, cpu: &Path, pids: &Path, l: Limits) -> Result<(), CgroupError> {
     let bytes = l.memory_max_bytes.to_string();
@@ -58,21 +58,31 @@ pub(super) fn tcp_limit_bytes(memory_max_bytes: u64) -> u64 {
 }
 
 /// `dirs` holds the memory, cpu, cpuacct and pids directories (co-mounted ones once), found by their files.
+/// Each file is read from the first directory that has it: an open that fails with `ENOENT`
+/// is the probe (an existence check before each read cost a `statx` per directory tried, and
+/// these reads are on the way from the program's end to the result).
 pub(super) fn usage(dirs: &[PathBuf]) -> Result<Usage, CgroupError> {
-    let find = |file: &str| dirs.iter().map(|d| d.join(file)).find(|p| p.exists());
+    let find = |file: &str| -> Result<Option<String>, CgroupError> {
+        for d in dirs {
+            if let Some(text) = read_if_there(&d.join(file))? {
+                return Ok(Some(text));
+            }
+        }
+        Ok(None)
+    };
     let mut u = Usage::default();
-    if let Some(p) = find("cpuacct.usage") {
-        u.cpu_time_ms = read(&p)?.trim().parse::<u64>().unwrap_or(0) / 1_000_000;
+    if let Some(text) = find("cpuacct.usage")? {
+        u.cpu_time_ms = text.trim().parse::<u64>().unwrap_or(0) / 1_000_000;
     }
-    if let Some(p) = find("memory.max_usage_in_bytes") {
-        u.peak_memory_bytes = read(&p)?.trim().parse().unwrap_or(0);
+    if let Some(text) = find("memory.max_usage_in_bytes")? {
+        u.peak_memory_bytes = text.trim().parse().unwrap_or(0);
     }
-    if let Some(p) = find("memory.oom_control") {
+    if let Some(text) = find("memory.oom_control")? {
         // "oom_kill N" is reported from Linux 4.13.
-        u.oom_kills = keyed(&read(&p)?, "oom_kill").unwrap_or(0);
+        u.oom_kills = keyed(&text, "oom_kill").unwrap_or(0);
     }
-    if let Some(p) = find("pids.events") {
-        u.pids_limit_hits = keyed(&read(&p)?, "max").unwrap_or(0);
+    if let Some(text) = find("pids.events")? {
+        u.pids_limit_hits = keyed(&text, "max").unwrap_or(0);
     }
     Ok(u)
 }

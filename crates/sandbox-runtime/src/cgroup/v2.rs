@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{cpu_quota_us, keyed, read, write, CgroupError, Limits, Usage, CPU_PERIOD_US};
+use super::{cpu_quota_us, keyed, read, read_if_there, write, CgroupError, Limits, Usage, CPU_PERIOD_US};
 
 /// Creates `parent` under `root` and enables memory, cpu and pids for the children of `root`,
 /// of `parent` and of every cgroup between them (`cgroup.subtree_control`), as v2's "no
@@ -50,8 +50,8 @@ pub(super) fn usage(dir: &Path) -> Result<Usage, CgroupError> {
     let cpu = read(&dir.join("cpu.stat"))?;
     let events = read(&dir.join("memory.events"))?;
     // memory.peak exists from Linux 5.19; older kernels report no peak.
-    let peak = std::fs::read_to_string(dir.join("memory.peak")).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
-    let pids_events = std::fs::read_to_string(dir.join("pids.events")).unwrap_or_default();
+    let peak = read_if_there(&dir.join("memory.peak")).ok().flatten().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    let pids_events = read_if_there(&dir.join("pids.events")).ok().flatten().unwrap_or_default();
     Ok(Usage {
         cpu_time_ms: keyed(&cpu, "usage_usec").unwrap_or(0) / 1000,
         peak_memory_bytes: peak,
