@@ -809,7 +809,7 @@ fn take_pooled_dir(data_dir: &Path, dir: &Path) -> bool {
     let pool = data_dir.join(DIR_POOL);
     (0..DIR_POOL_SIZE).any(|n| {
         let from = pool.join(n.to_string());
-        nix::fcntl::renameat2(nix::fcntl::AT_FDCWD, &from, nix::fcntl::AT_FDCWD, dir, nix::fcntl::RenameFlags::RENAME_NOREPLACE).is_ok()
+        rename_noreplace(&from, dir)
     })
 }
 
@@ -836,8 +836,15 @@ fn pool_dir(data_dir: &Path, dir: &Path) -> bool {
     }
     (0..DIR_POOL_SIZE).any(|n| {
         let to = pool.join(n.to_string());
-        nix::fcntl::renameat2(nix::fcntl::AT_FDCWD, dir, nix::fcntl::AT_FDCWD, &to, nix::fcntl::RenameFlags::RENAME_NOREPLACE).is_ok()
+        rename_noreplace(dir, &to)
     })
+}
+
+/// `renameat2(from, to, RENAME_NOREPLACE)` (Linux 3.15+; rustix's raw system call, so a musl
+/// build has it too): true when `from` is now `to`; false when `to` exists, `from` does not, or
+/// the filesystem refuses the flag.
+fn rename_noreplace(from: &Path, to: &Path) -> bool {
+    rustix::fs::renameat_with(rustix::fs::CWD, from, rustix::fs::CWD, to, rustix::fs::RenameFlags::NOREPLACE).is_ok()
 }
 
 /// Writes `dir/owner` ([`owner_line`]) aside and renames it into place.
