@@ -1,5 +1,11 @@
 //! Prometheus metrics (text exposition format): executions by profile and status, a duration
 //! histogram, rejections by code, refusals left out of the audit log by the rate limit, in-flight and queued gauges.
+//!
+//! Counts since the service's start are counters (`# TYPE ... counter`, named `..._total`, as
+//! the exposition format and OpenMetrics name them), so that `rate()` and `increase()` work and a
+//! restart reads as a counter reset; what can go down (depth, readiness, a template's forks,
+//! which restart with a new template) is a gauge. The engine keeps its own counts as atomics;
+//! a scrape advances each counter to the engine's count ([`Metrics::render`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -61,20 +67,23 @@ pub struct Metrics {
     duration: Histogram,
     in_flight: Gauge,
     queued: Gauge,
-    warm_hits: Gauge,
-    warm_cold_fallbacks: Gauge,
-    teardown_failures: Gauge,
-    warm_restarts: Gauge,
+    warm_hits: Counter,
+    warm_cold_fallbacks: Counter,
+    teardown_failures: Counter,
+    warm_restarts: Counter,
     template_ready: Family<ProfileLabels, Gauge>,
     template_forks: Family<ProfileLabels, Gauge>,
     template_peak_memory: Family<ProfileLabels, Gauge>,
     pool_ready: Family<ProfileLabels, Gauge>,
     pool_starting: Family<ProfileLabels, Gauge>,
     pool_size: Family<ProfileLabels, Gauge>,
-    pool_hits: Family<ProfileLabels, Gauge>,
-    pool_misses: Family<ProfileLabels, Gauge>,
-    pool_started: Family<ProfileLabels, Gauge>,
-    pool_discarded: Family<ProfileLabels, Gauge>,
+    pool_hits: Family<ProfileLabels, Counter>,
+    pool_misses: Family<ProfileLabels, Counter>,
+    pool_started: Family<ProfileLabels, Counter>,
+    pool_discarded: Family<ProfileLabels, Counter>,
+    /// Held while a scrape advances the counters to the engine's counts: two at once would both
+    /// add the same difference.
+    advancing: std::sync::Mutex<()>,
 }
 
 impl Default for Metrics {
@@ -96,24 +105,20 @@ impl Default for Metrics {
         registry.register("execution_duration_seconds", "Wall time of executions that ran", duration.clone());
         registry.register("in_flight", "Executions running now", in_flight.clone());
         registry.register("queued", "Requests waiting for an execution slot", queued.clone());
-        let (warm_hits, warm_cold_fallbacks, warm_restarts) = (Gauge::default(), Gauge::default(), Gauge::default());
-        registry.register(
-            "warm_hits",
-            "Executions in a child their warm template forked for them (children forked ahead are pool hits), since start",
-            warm_hits.clone(),
-        );
+        let (warm_hits, warm_cold_fallbacks, warm_restarts) = (Counter::default(), Counter::default(), Counter::default());
+        registry.register("warm_hits", "Executions in a child their warm template forked for them (children forked ahead are pool hits)", warm_hits.clone());
         registry.register(
             "warm_cold_fallbacks",
-            "Executions of profiles kept warm (a template or a pool) that started cold (nothing ready, a start that failed, a variable read only at the interpreter's start), since start",
+            "Executions of profiles kept warm (a template or a pool) that started cold (nothing ready, a start that failed, a variable read only at the interpreter's start)",
             warm_cold_fallbacks.clone(),
         );
-        let teardown_failures = Gauge::default();
+        let teardown_failures = Counter::default();
         registry.register(
             "teardown_failures",
-            "Executions whose sandbox could not be torn down (logged with the execution id; swept at the next start), since start",
+            "Executions whose sandbox could not be torn down (logged with the execution id; swept at the next start)",
             teardown_failures.clone(),
         );
-        registry.register("warm_template_restarts", "Templates started after a profile's first (replaced or died), since start", warm_restarts.clone());
+        registry.register("warm_template_restarts", "Templates started after a profile's first (replaced or died)", warm_restarts.clone());
         let template_ready = Family::<ProfileLabels, Gauge>::default();
         let template_forks = Family::<ProfileLabels, Gauge>::default();
         let template_peak_memory = Family::<ProfileLabels, Gauge>::default();
@@ -121,24 +126,20 @@ impl Default for Metrics {
         registry.register("warm_template_forks", "Forks served by the profile's current template", template_forks.clone());
         registry.register("warm_template_peak_memory_bytes", "Peak memory of the profile's template cgroup", template_peak_memory.clone());
         let (pool_ready, pool_size) = (Family::<ProfileLabels, Gauge>::default(), Family::<ProfileLabels, Gauge>::default());
-        let family = Family::<ProfileLabels, Gauge>::default;
+        let family = Family::<ProfileLabels, Counter>::default;
         let (pool_hits, pool_misses, pool_started, pool_discarded) = (family(), family(), family(), family());
         registry.register("warm_pool_ready", "Pre-started sandboxes waiting in the profile's pool (its depth)", pool_ready.clone());
         let pool_starting = Family::<ProfileLabels, Gauge>::default();
         registry.register("warm_pool_starting", "1 while a sandbox of the profile's pool is being started", pool_starting.clone());
         registry.register("warm_pool_size", "The profile's configured pool size", pool_size.clone());
-        registry.register("warm_pool_hits", "Executions that ran in a sandbox of the profile's pool, since start", pool_hits.clone());
+        registry.register("warm_pool_hits", "Executions that ran in a sandbox of the profile's pool", pool_hits.clone());
         registry.register(
             "warm_pool_misses",
-            "Executions of the profile that found its pool empty (or a member that could not take them), since start: they forked from the template at their start (a template's pool of children forked ahead) or started cold (warm_cold_fallbacks)",
+            "Executions of the profile that found its pool empty (or a member that could not take them): they forked from the template at their start (a template's pool of children forked ahead) or started cold (warm_cold_fallbacks)",
             pool_misses.clone(),
         );
-        registry.register("warm_pool_started", "Sandboxes of the profile's pool started, since start", pool_started.clone());
-        registry.register(
-            "warm_pool_discarded",
-            "Sandboxes of the profile's pool destroyed unused (too old, dead, shutdown), since start",
-            pool_discarded.clone(),
-        );
+        registry.register("warm_pool_started", "Sandboxes of the profile's pool started", pool_started.clone());
+        registry.register("warm_pool_discarded", "Sandboxes of the profile's pool destroyed unused (too old, dead, shutdown)", pool_discarded.clone());
         Self {
             registry,
             executions,
@@ -161,6 +162,7 @@ impl Default for Metrics {
             pool_misses,
             pool_started,
             pool_discarded,
+            advancing: std::sync::Mutex::new(()),
         }
     }
 }
@@ -183,19 +185,21 @@ impl Metrics {
         self.unrecorded.get_or_create(&CodeLabels { code: code.into() }).inc();
     }
 
-    /// The text exposition, with the gauges set from `in_flight`, `queued` and `engine`'s
-    /// counters (teardown failures, warm cold fallbacks) and warm templates' and pools' state.
+    /// The text exposition, with the gauges set from `in_flight`, `queued` and warm templates'
+    /// and pools' state, and the counters advanced to `engine`'s counts (teardown failures, warm
+    /// hits, cold fallbacks, template restarts, each pool's hits, misses, starts and discards).
     pub fn render(&self, in_flight: u32, queued: u32, engine: &sandbox_engine::Engine) -> String {
+        use std::sync::atomic::Ordering::Relaxed;
         let (templates, pools) = (engine.templates(), engine.pools());
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let _advancing = self.advancing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         self.in_flight.set(i64::from(in_flight));
         self.queued.set(i64::from(queued));
-        self.teardown_failures.set(i64::try_from(engine.teardown_failures()).unwrap_or(i64::MAX));
-        self.warm_cold_fallbacks.set(i64::try_from(engine.warm_cold_fallbacks()).unwrap_or(i64::MAX));
+        advance(&self.teardown_failures, engine.teardown_failures());
+        advance(&self.warm_cold_fallbacks, engine.warm_cold_fallbacks());
         if let Some(t) = templates {
-            use std::sync::atomic::Ordering::Relaxed;
-            let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-            self.warm_hits.set(n(t.counters.hits.load(Relaxed)));
-            self.warm_restarts.set(n(t.counters.restarts.load(Relaxed)));
+            advance(&self.warm_hits, t.counters.hits.load(Relaxed));
+            advance(&self.warm_restarts, t.counters.restarts.load(Relaxed));
             for st in t.status() {
                 let l = ProfileLabels { profile: st.profile.clone() };
                 self.template_ready.get_or_create(&l).set(i64::from(st.state == "ready"));
@@ -204,13 +208,12 @@ impl Metrics {
             }
         }
         if let Some(p) = pools {
-            let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
             for st in p.status() {
                 let l = ProfileLabels { profile: st.profile.clone() };
-                self.pool_hits.get_or_create(&l).set(n(st.hits));
-                self.pool_misses.get_or_create(&l).set(n(st.misses));
-                self.pool_started.get_or_create(&l).set(n(st.started));
-                self.pool_discarded.get_or_create(&l).set(n(st.discarded));
+                advance(&self.pool_hits.get_or_create(&l), st.hits);
+                advance(&self.pool_misses.get_or_create(&l), st.misses);
+                advance(&self.pool_started.get_or_create(&l), st.started);
+                advance(&self.pool_discarded.get_or_create(&l), st.discarded);
                 self.pool_ready.get_or_create(&l).set(i64::from(st.ready));
                 self.pool_starting.get_or_create(&l).set(i64::from(st.starting));
                 self.pool_size.get_or_create(&l).set(i64::from(st.size));
@@ -220,4 +223,10 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
     }
+}
+
+/// Advances `counter` to `count`, a count the engine keeps since the service's start (so never
+/// lower than what the counter shows: a lower one leaves it as it is).
+fn advance(counter: &Counter, count: u64) {
+    counter.inc_by(count.saturating_sub(counter.get()));
 }

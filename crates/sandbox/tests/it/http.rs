@@ -323,7 +323,14 @@ fn health_ready_metrics_and_openapi() {
         assert!(m.contains(name), "{m}");
     }
     // No sandbox of this service failed its teardown.
-    assert!(m.lines().any(|l| l == "sandbox_teardown_failures 0"), "{m}");
+    assert!(m.lines().any(|l| l == "sandbox_teardown_failures_total 0"), "{m}");
+    // Counts since the start are counters (rate() and increase() need them so), levels gauges.
+    for counter in ["sandbox_teardown_failures", "sandbox_executions", "sandbox_rejected", "sandbox_warm_cold_fallbacks"] {
+        assert!(m.lines().any(|l| l == format!("# TYPE {counter} counter")), "{counter}: {m}");
+    }
+    for gauge in ["sandbox_in_flight", "sandbox_queued"] {
+        assert!(m.lines().any(|l| l == format!("# TYPE {gauge} gauge")), "{gauge}: {m}");
+    }
 }
 
 #[test]

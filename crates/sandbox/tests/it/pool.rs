@@ -51,8 +51,8 @@ fn metrics(s: &Server) -> String {
     reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap()
 }
 
-/// The value of gauge `name` for `profile` in the server's metrics.
-fn gauge(s: &Server, name: &str, profile: &str) -> i64 {
+/// The value of metric `name` (a gauge or a counter) for `profile` in the server's metrics (0 when absent).
+fn value(s: &Server, name: &str, profile: &str) -> i64 {
     let m = metrics(s);
     let prefix = format!("{name}{{profile=\"{profile}\"}} ");
     m.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |v| v.trim().parse().unwrap())
@@ -69,7 +69,7 @@ fn summed(m: &str, name: &str) -> i64 {
 /// Waits until `profile`'s pool holds `n` ready sandboxes.
 fn wait_pool(s: &Server, profile: &str, n: i64) {
     let deadline = Instant::now() + Duration::from_secs(120);
-    while gauge(s, "sandbox_warm_pool_ready", profile) < n {
+    while value(s, "sandbox_warm_pool_ready", profile) < n {
         assert!(Instant::now() < deadline, "the pool of {profile} never held {n}: {}", metrics(s));
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -178,7 +178,7 @@ fn a_variable_the_interpreter_reads_at_start_runs_cold() {
     let out = exec(&s, &r);
     assert_eq!((out.status.as_str(), out.timing.warm, out.timing.warm_start), ("ok", false, None), "{out:?}");
     assert_eq!(out.stdout, "2 --no-warnings\n", "{out:?}");
-    assert!(gauge(&s, "sandbox_warm_pool_ready", "ts-pool") == 2, "the pool was not touched: {}", metrics(&s));
+    assert!(value(&s, "sandbox_warm_pool_ready", "ts-pool") == 2, "the pool was not touched: {}", metrics(&s));
 }
 
 #[test]
@@ -211,17 +211,17 @@ fn a_burst_past_the_pool_runs_cold_and_the_pool_never_overfills() {
     assert!(warm >= 1 && cold >= 1 && warm + cold == n, "warm {warm}, cold {cold}");
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
-        let ready = gauge(&s, "sandbox_warm_pool_ready", "ts-pool");
+        let ready = value(&s, "sandbox_warm_pool_ready", "ts-pool");
         assert!(ready <= 2, "the pool holds {ready}, more than its size");
         std::thread::sleep(Duration::from_millis(50));
     }
     let m = metrics(&s);
     let total = |name: &str| summed(&m, name);
-    assert_eq!(total("sandbox_warm_pool_hits") + total("sandbox_warm_pool_misses"), n, "{m}");
-    assert_eq!(total("sandbox_warm_pool_hits"), warm, "{m}");
+    assert_eq!(total("sandbox_warm_pool_hits_total") + total("sandbox_warm_pool_misses_total"), n, "{m}");
+    assert_eq!(total("sandbox_warm_pool_hits_total"), warm, "{m}");
     // Counted per pool: all of it this profile's.
-    let hits = m.lines().find_map(|l| l.strip_prefix("sandbox_warm_pool_hits{profile=\"ts-pool\"} ")).map(|v| v.trim().parse::<i64>().unwrap());
-    let misses = m.lines().find_map(|l| l.strip_prefix("sandbox_warm_pool_misses{profile=\"ts-pool\"} ")).map(|v| v.trim().parse::<i64>().unwrap());
+    let hits = m.lines().find_map(|l| l.strip_prefix("sandbox_warm_pool_hits_total{profile=\"ts-pool\"} ")).map(|v| v.trim().parse::<i64>().unwrap());
+    let misses = m.lines().find_map(|l| l.strip_prefix("sandbox_warm_pool_misses_total{profile=\"ts-pool\"} ")).map(|v| v.trim().parse::<i64>().unwrap());
     assert_eq!((hits, misses), (Some(warm), Some(cold)), "{m}");
 }
 
@@ -271,8 +271,8 @@ fn a_pooled_sandbox_that_dies_before_its_go_runs_the_execution_cold() {
     assert_eq!(out.exit_code, Some(0), "{out:?}");
     let m = metrics(&s);
     let total = |name: &str| summed(&m, name);
-    assert_eq!((total("sandbox_warm_pool_hits"), total("sandbox_warm_pool_misses")), (0, 1), "counted as a miss, not a hit: {m}");
-    assert!(total("sandbox_warm_pool_discarded") >= 1, "{m}");
+    assert_eq!((total("sandbox_warm_pool_hits_total"), total("sandbox_warm_pool_misses_total")), (0, 1), "counted as a miss, not a hit: {m}");
+    assert!(total("sandbox_warm_pool_discarded_total") >= 1, "{m}");
     // The audit log has the one execution, finished ok, once.
     let db = rusqlite::Connection::open(s.data.join("audit.db")).unwrap();
     let mut q = db.prepare("SELECT kind, status FROM audit_events WHERE execution_id = ?1 ORDER BY seq").unwrap();
@@ -305,18 +305,18 @@ fn a_refill_waits_for_the_execution_when_the_pool_has_another_ready() {
         let m = metrics(&s);
         summed(&m, name)
     };
-    let state = || (gauge(&s, "sandbox_warm_pool_ready", "ts-pool"), gauge(&s, "sandbox_warm_pool_starting", "ts-pool"));
+    let state = || (value(&s, "sandbox_warm_pool_ready", "ts-pool"), value(&s, "sandbox_warm_pool_starting", "ts-pool"));
     assert_eq!(state(), (2, 0));
     // Runs 0.9 s. Its checkout comes after `asked`, so until `asked` + 0.8 s (less a look's
     // length) it still runs and its deferral (REFILL_DEFER_MAX, 1 s from the checkout) holds,
     // however late this thread sees the checkout.
     let r = req("ts-pool", "await new Promise((r) => setTimeout(r, 900)); console.log('done');");
-    let hits = total("sandbox_warm_pool_hits");
+    let hits = total("sandbox_warm_pool_hits_total");
     std::thread::scope(|scope| {
         let asked = Instant::now();
         let run = scope.spawn(|| pooled(&s, &r));
         let deadline = Instant::now() + Duration::from_secs(30);
-        while total("sandbox_warm_pool_hits") == hits {
+        while total("sandbox_warm_pool_hits_total") == hits {
             assert!(Instant::now() < deadline, "no checkout: {}", metrics(&s));
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -334,11 +334,11 @@ fn a_refill_waits_for_the_execution_when_the_pool_has_another_ready() {
     // Two at once empty the pool: the one that takes the last member has its replacement
     // started at once, while both still run.
     let r = req("ts-pool", "await new Promise((r) => setTimeout(r, 1500)); console.log('done');");
-    let hits = total("sandbox_warm_pool_hits");
+    let hits = total("sandbox_warm_pool_hits_total");
     std::thread::scope(|scope| {
         let runs: Vec<_> = (0..2).map(|_| scope.spawn(|| pooled(&s, &r))).collect();
         let deadline = Instant::now() + Duration::from_secs(30);
-        while total("sandbox_warm_pool_hits") < hits + 2 {
+        while total("sandbox_warm_pool_hits_total") < hits + 2 {
             assert!(Instant::now() < deadline, "no two checkouts: {}", metrics(&s));
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -357,7 +357,7 @@ fn a_refill_waits_for_the_execution_when_the_pool_has_another_ready() {
 
 /// Issue 11: the refill is rate-capped, so a burst degrades to cold starts instead of starving
 /// the CPU: against a pool of 2 refilled at most once per 1.5 s, a burst of 6 runs (each one
-/// `ok`, those past the pool cold) while `sandbox_warm_pool_started` rises at most once per
+/// `ok`, those past the pool cold) while `sandbox_warm_pool_started_total` rises at most once per
 /// interval (every other pool is full, so each start is this pool's).
 #[test]
 fn a_burst_refills_the_pool_at_most_once_per_refill_interval() {
@@ -385,7 +385,7 @@ fn a_burst_refills_the_pool_at_most_once_per_refill_interval() {
         assert!(Instant::now() < deadline, "the pools never filled: {m}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let started = || gauge(&s, "sandbox_warm_pool_started", "py-pool-capped");
+    let started = || value(&s, "sandbox_warm_pool_started_total", "py-pool-capped");
     let before = started();
     let burst_at = Instant::now();
     let r = ExecutionRequest { profile: "py-pool-capped".into(), language: Some("python".into()), code: "print('ok')".into(), ..Default::default() };

@@ -222,12 +222,12 @@ fn a_template_with_a_second_thread_never_forks_and_its_executions_run_cold() {
         metrics.lines().find_map(|l| l.strip_prefix(&prefix)).unwrap_or_else(|| panic!("{metrics}")).trim().parse::<f64>().unwrap()
     };
     let code = "import threading; print(threading.active_count())";
-    let before = metric("sandbox_warm_cold_fallbacks");
+    let before = metric("sandbox_warm_cold_fallbacks_total");
     for _ in 0..3 {
         let r = exec(&s, &req("py-two-threads", code));
         assert_eq!((r.status.as_str(), r.stdout.as_str(), r.timing.warm), ("ok", "2\n", false), "{r:?}");
     }
-    assert_eq!(metric("sandbox_warm_cold_fallbacks") - before, 3.0, "each execution of the warm profile started cold");
+    assert_eq!(metric("sandbox_warm_cold_fallbacks_total") - before, 3.0, "each execution of the warm profile started cold");
     let r = warm(&s, &req("py-one-thread", code));
     assert_eq!((r.status.as_str(), r.stdout.as_str()), ("ok", "1\n"), "{r:?}");
     // The twin's template starts a thread after it said ready: its next fork is refused.
@@ -243,12 +243,12 @@ fn a_template_with_a_second_thread_never_forks_and_its_executions_run_cold() {
         assert!(Instant::now() < deadline, "the template did not start its thread");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (fallbacks, restarts) = (metric("sandbox_warm_cold_fallbacks"), metric("sandbox_warm_template_restarts"));
+    let (fallbacks, restarts) = (metric("sandbox_warm_cold_fallbacks_total"), metric("sandbox_warm_template_restarts_total"));
     let r = exec(&s, &req("py-one-thread", code));
     assert_eq!((r.status.as_str(), r.stdout.as_str(), r.timing.warm), ("ok", "1\n", false), "{r:?}");
-    assert_eq!(metric("sandbox_warm_cold_fallbacks") - fallbacks, 1.0);
+    assert_eq!(metric("sandbox_warm_cold_fallbacks_total") - fallbacks, 1.0);
     wait_warm(&s, "py-one-thread");
-    assert_eq!(metric("sandbox_warm_template_restarts") - restarts, 1.0, "a fresh template serves");
+    assert_eq!(metric("sandbox_warm_template_restarts_total") - restarts, 1.0, "a fresh template serves");
     // doctor (on a data directory of its own) names the reason.
     let data = tempfile::Builder::new().prefix("doctor-").tempdir_in(&env().dir).unwrap().keep();
     let out = Command::new(bin())
@@ -396,14 +396,14 @@ fn a_service_out_of_descriptors_answers_doctor_again_once_it_has_them() {
     assert_eq!(v["services"][0]["pid"], s.pid(), "{v}");
 }
 
-/// `sandbox_warm_cold_fallbacks` counts executions of warm profiles that started cold, not
+/// `sandbox_warm_cold_fallbacks_total` counts executions of warm profiles that started cold, not
 /// those of a profile that is not warm (they start cold by design).
 #[test]
 fn a_profile_that_is_not_warm_counts_no_cold_fallback() {
     let s = warm_server();
     let fallbacks = || {
         let metrics = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
-        let line = metrics.lines().find(|l| l.starts_with("sandbox_warm_cold_fallbacks ")).unwrap_or_else(|| panic!("{metrics}")).to_owned();
+        let line = metrics.lines().find(|l| l.starts_with("sandbox_warm_cold_fallbacks_total ")).unwrap_or_else(|| panic!("{metrics}")).to_owned();
         line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()
     };
     let before = fallbacks();
@@ -526,7 +526,7 @@ fn a_template_forks_at_most_max_forks_times_and_is_replaced() {
     );
     let fallbacks = |s: &Server| -> u64 {
         let metrics = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
-        let line = metrics.lines().find(|l| l.starts_with("sandbox_warm_cold_fallbacks ")).unwrap_or_else(|| panic!("{metrics}")).to_owned();
+        let line = metrics.lines().find(|l| l.starts_with("sandbox_warm_cold_fallbacks_total ")).unwrap_or_else(|| panic!("{metrics}")).to_owned();
         line.split(' ').nth(1).unwrap().parse().unwrap()
     };
     let templates = |s: &Server| -> Vec<i32> {
@@ -546,7 +546,7 @@ fn a_template_forks_at_most_max_forks_times_and_is_replaced() {
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let metrics = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
-        if metrics.contains("sandbox_warm_template_restarts 1") && templates(&s) != first {
+        if metrics.contains("sandbox_warm_template_restarts_total 1") && templates(&s) != first {
             break;
         }
         assert!(Instant::now() < deadline, "no replacement template: {metrics}");
@@ -575,7 +575,7 @@ fn an_idle_template_is_replaced_at_its_age_and_the_next_execution_runs_warm() {
     loop {
         let now = templates(&s);
         let metrics = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
-        if metrics.contains("sandbox_warm_template_restarts 1") && now.len() == first.len() && now.iter().filter(|p| !first.contains(p)).count() == 1 {
+        if metrics.contains("sandbox_warm_template_restarts_total 1") && now.len() == first.len() && now.iter().filter(|p| !first.contains(p)).count() == 1 {
             assert!(metrics.contains("sandbox_warm_template_ready{profile=\"py-aging\"} 1"), "{metrics}");
             break;
         }
@@ -650,8 +650,8 @@ fn killing_the_template_fails_nothing_and_sigterm_leaves_nothing_behind() {
     wait_warm(&s, "py-warm");
     let metrics = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
     assert!(metrics.contains("sandbox_warm_template_ready{profile=\"py-warm\"} 1"), "{metrics}");
-    assert!(!metrics.contains("sandbox_warm_template_restarts 0"), "{metrics}");
-    assert!(!metrics.contains("sandbox_warm_hits 0"), "{metrics}");
+    assert!(!metrics.contains("sandbox_warm_template_restarts_total 0"), "{metrics}");
+    assert!(!metrics.contains("sandbox_warm_hits_total 0"), "{metrics}");
     template_cgroups.extend(templates_below(server_pid).into_iter().flat_map(|p| cgroup_dirs_of(p, &["template-", "pool-"])));
     assert!(!template_cgroups.is_empty());
     // The children forked ahead waiting now: their sandboxes' cgroups must go too.
@@ -816,7 +816,7 @@ fn an_environment_reinstalled_under_a_running_service_is_the_one_its_executions_
     loop {
         let metrics = reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap();
         let ready = |p: &str| metrics.contains(&format!("sandbox_warm_template_ready{{profile=\"{p}\"}} 1"));
-        if metrics.contains("sandbox_warm_template_restarts 2") && ready(&profiles[0]) && ready(&profiles[2]) {
+        if metrics.contains("sandbox_warm_template_restarts_total 2") && ready(&profiles[0]) && ready(&profiles[2]) {
             break;
         }
         assert!(Instant::now() < deadline, "the templates were not replaced on the new installation: {metrics}");
