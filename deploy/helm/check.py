@@ -369,6 +369,29 @@ def main():
         want = 5 + 10 + (3600000 + 1000 + 5000) // 1000 + 10
         rep.check(f"grace period follows a 1-hour profile ({tgps} s)", [] if tgps == want else [f"terminationGracePeriodSeconds {tgps}, expected {want}"])
 
+    # /metrics needs a key with role metrics: the ServiceMonitor sends the one its Secret holds,
+    # and the service is told so (metrics_unauthenticated = false) unless the values open it.
+    for opened in (False, True):
+        extra = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.authorization.secretName=sb-metrics"]
+        extra += ["--set", "metrics.unauthenticated=true"] if opened else []
+        docs, err = render(a.helm, "privileged", KUBE_VERSIONS[-1], *extra)
+        name = f"ServiceMonitor sends the metrics key; metrics_unauthenticated = {str(opened).lower()}"
+        if docs is None:
+            rep.check(name, [err[-400:]])
+            continue
+        problems = []
+        endpoint = next(d for d in docs if d["kind"] == "ServiceMonitor")["spec"]["endpoints"][0]
+        if endpoint.get("authorization") != {"type": "Bearer", "credentials": {"name": "sb-metrics", "key": "metrics-key"}}:
+            problems.append(f"endpoint {endpoint}")
+        service = tomllib.loads(merged_config(docs)).get("service", {})
+        if service.get("metrics_unauthenticated") is not opened:
+            problems.append(f"[service] metrics_unauthenticated = {service.get('metrics_unauthenticated')!r}")
+        # The values' scraper key (profiles: []) runs nothing; a key without profiles runs any.
+        keys = {k["name"]: k for k in service.get("api_keys", [])}
+        if (keys.get("prometheus", {}).get("profiles"), keys.get("auditor", {}).get("profiles")) != ([], ["*"]):
+            problems.append(f"api_keys {keys}")
+        rep.check(name, problems)
+
     # The chart refuses values that would break a rule: helm template must fail, naming the value.
     refusals = [
         ("terminationGracePeriodSeconds below the longest timeout", "privileged", ["--set", "terminationGracePeriodSeconds=120"], "terminationGracePeriodSeconds 120 is below"),
@@ -380,6 +403,7 @@ def main():
         ("no PostgreSQL URL", "privileged", ["--set", "secret.auditUrl="], "secret.auditUrl"),
         ("a [service] table in sandbox.config", "privileged", ["--set-string", "sandbox.config=[service]\nqueue_max = 1\n"], "must not hold [service]"),
         ("sandbox.config that is not TOML", "privileged", ["--set-string", "sandbox.config=[profiles.x\n"], "not valid TOML"),
+        ("a ServiceMonitor without the metrics key", "privileged", ["--set", "metrics.serviceMonitor.authorization.secretName="], "metrics.serviceMonitor.authorization.secretName"),
         ("Kubernetes 1.32 (below the chart's kubeVersion)", "privileged", [], "kubeVersion"),
     ]
     for name, profile, extra, expect in refusals:

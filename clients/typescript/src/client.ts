@@ -257,6 +257,7 @@ export function decodeResult(value: unknown, status = 200): ExecutionResult {
 const STATUS_OF: Record<string, number> = {
   unauthorized: 401,
   forbidden_profile: 403,
+  forbidden: 403,
   profile_not_found: 404,
   not_found: 404,
   queue_full: 429,

@@ -218,6 +218,7 @@ export type ErrorCode =
   | 'internal_error'
   | 'unauthorized'
   | 'forbidden_profile'
+  | 'forbidden'
   | 'queue_full'
   | 'body_too_large'
   | 'not_found'

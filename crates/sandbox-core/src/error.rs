@@ -47,6 +47,9 @@ pub enum ErrorCode {
     Unauthorized,
     /// The API key may not use this profile (HTTP 403).
     ForbiddenProfile,
+    /// The API key lacks the role the route needs: `metrics` for `GET /metrics` when API keys
+    /// are configured (HTTP 403).
+    Forbidden,
     /// Every execution slot and queue place is taken; retry after the Retry-After seconds (HTTP 429).
     QueueFull,
     /// The request body is larger than the service accepts (HTTP 413).
@@ -93,6 +96,7 @@ impl ErrorCode {
             Self::InternalError => "internal_error",
             Self::Unauthorized => "unauthorized",
             Self::ForbiddenProfile => "forbidden_profile",
+            Self::Forbidden => "forbidden",
             Self::QueueFull => "queue_full",
             Self::BodyTooLarge => "body_too_large",
             Self::NotFound => "not_found",

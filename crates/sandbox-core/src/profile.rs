@@ -246,6 +246,13 @@ pub struct ServiceConfig {
     pub refusals_per_minute: u32,
     /// Refused requests one client address may cause in a burst before the per-minute rate applies.
     pub refusal_burst: u32,
+    /// Whether `GET /metrics` answers without an API key when keys are configured. By default
+    /// it needs the key of one with role `metrics` (`Authorization: Bearer <key>`; 401
+    /// `unauthorized` without a known key, 403 `forbidden` for a key without the role), since
+    /// it names the profiles and counts every caller's executions and refusals (HashiCorp
+    /// Vault's `unauthenticated_metrics_access` makes the same choice). Without keys (loopback
+    /// only) it always answers.
+    pub metrics_unauthenticated: bool,
 }
 
 impl Default for ServiceConfig {
@@ -261,6 +268,7 @@ impl Default for ServiceConfig {
             api_keys: Vec::new(),
             refusals_per_minute: 60,
             refusal_burst: 60,
+            metrics_unauthenticated: false,
         }
     }
 }
@@ -277,7 +285,10 @@ pub struct ApiKey {
     /// Profiles this key may use; `"*"` for all.
     #[serde(default = "all_profiles")]
     pub profiles: Vec<String>,
-    /// Extra rights: `audit` reads every caller's audit records (others see only their own).
+    /// Extra rights ([`ROLES`]): `audit` reads every caller's audit records (others see only
+    /// their own); `metrics` reads `GET /metrics` (see
+    /// [`ServiceConfig::metrics_unauthenticated`]). A scraper's key can have `profiles = []`
+    /// and run nothing.
     #[serde(default)]
     pub roles: Vec<String>,
     /// Executions this key may have running at once, over every node sharing the audit
@@ -287,6 +298,9 @@ pub struct ApiKey {
     #[serde(default)]
     pub max_concurrent: Option<u32>,
 }
+
+/// The roles an API key may have ([`ApiKey::roles`]); another name is a configuration error.
+pub const ROLES: [&str; 2] = ["audit", "metrics"];
 
 fn all_profiles() -> Vec<String> {
     vec!["*".into()]
@@ -850,6 +864,9 @@ impl Config {
             }
             if k.name.is_empty() {
                 return Err(err(format!("service.api_keys[{i}].name"), "must not be empty".into()));
+            }
+            if let Some(role) = k.roles.iter().find(|r| !ROLES.contains(&r.as_str())) {
+                return Err(err(format!("service.api_keys[{i}].roles"), format!("unknown role {role:?}: roles are {}", ROLES.join(", "))));
             }
         }
         for (name, e) in &self.environments {

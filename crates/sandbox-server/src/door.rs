@@ -1,6 +1,7 @@
 //! What every request passes before a handler runs, as tower middleware on the router (so any
 //! front door mounted behind it gets the same): the `Host`/`Origin` policy on every route but
-//! the health probes, then the API key on `/v1` and `/mcp`, both before any of the body is read.
+//! the health probes, then the API key on `/v1` and `/mcp` (and on `/metrics`, a key with role
+//! `metrics`, unless `[service] metrics_unauthenticated`), both before any of the body is read.
 //! A refusal here reads at most [`PRE_AUTH_BODY_MAX_BYTES`] of the body (so a small request's
 //! connection stays usable) and never waits for more; it is charged to the client's address
 //! ([`crate::refusals`]) and, for requests that ask to run code, audited as caller
@@ -50,6 +51,29 @@ pub(crate) async fn api_key(State(state): State<AppState>, mut request: Request,
     request.extensions_mut().insert(peer);
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// `GET /metrics`'s key: with API keys configured, that of one with role `metrics` (401
+/// `unauthorized` without a known key, 403 `forbidden` for a key without the role), unless
+/// `[service] metrics_unauthenticated`; without keys (loopback only), none. The exposition names
+/// every profile and counts every caller's executions and refusals, which a key that may only
+/// run code has no need to read.
+pub(crate) async fn metrics_key(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let service = &state.engine.config().service;
+    if !state.require_auth || service.metrics_unauthenticated {
+        return next.run(request).await;
+    }
+    match authenticate(request.headers(), &service.api_keys) {
+        None => {
+            let detail = "send the API key of one with role \"metrics\" as 'Authorization: Bearer <key>'".to_owned();
+            refuse_unread(&state, request, ErrorCode::Unauthorized, detail).await
+        }
+        Some(Caller::Key(k)) if !k.roles.iter().any(|r| r == "metrics") => {
+            let detail = format!("key {:?} does not have role \"metrics\", which reading the metrics needs", k.name);
+            refuse_unread(&state, request, ErrorCode::Forbidden, detail).await
+        }
+        Some(_) => next.run(request).await,
+    }
 }
 
 /// A refusal before authentication: charged, audited if the request asks to run code, and

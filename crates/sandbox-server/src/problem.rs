@@ -9,7 +9,7 @@ use sandbox_core::ErrorCode;
 pub fn status_of(code: ErrorCode) -> StatusCode {
     match code {
         ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
-        ErrorCode::ForbiddenProfile => StatusCode::FORBIDDEN,
+        ErrorCode::ForbiddenProfile | ErrorCode::Forbidden => StatusCode::FORBIDDEN,
         ErrorCode::ProfileNotFound | ErrorCode::NotFound => StatusCode::NOT_FOUND,
         ErrorCode::QueueFull | ErrorCode::RateLimited | ErrorCode::ConcurrencyLimited => StatusCode::TOO_MANY_REQUESTS,
         ErrorCode::HostNotAllowed => StatusCode::MISDIRECTED_REQUEST,
@@ -36,6 +36,7 @@ fn title(code: ErrorCode) -> &'static str {
     match code {
         ErrorCode::Unauthorized => "Missing or unknown API key",
         ErrorCode::ForbiddenProfile => "Profile not allowed for this key",
+        ErrorCode::Forbidden => "Not allowed for this key",
         ErrorCode::ProfileNotFound => "No such profile",
         ErrorCode::NotFound => "Not found",
         ErrorCode::QueueFull => "Too many executions",

@@ -48,7 +48,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(keyed)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(metrics).route_layer(middleware::from_fn_with_state(state.clone(), door::metrics_key)))
         .route("/openapi.json", get(openapi))
         .fallback(|| async { ProblemResponse(problem::new(ErrorCode::NotFound, "no such route".into(), None, None)) })
         .method_not_allowed_fallback(|| async {
@@ -486,8 +486,14 @@ async fn readyz(State(state): State<AppState>) -> Response {
     body.into_response()
 }
 
-/// Prometheus metrics, text exposition format.
-#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain"), (status = 403, body = Problem), (status = 421, body = Problem)))]
+/// Prometheus metrics, text exposition format. With API keys configured, only for a key with
+/// role `metrics` (`door::metrics_key`) unless `[service] metrics_unauthenticated`.
+#[utoipa::path(get, path = "/metrics", responses(
+    (status = 200, description = "Prometheus text format", content_type = "text/plain"),
+    (status = 401, description = "API keys are configured and no known key was sent (`unauthorized`; not with `[service] metrics_unauthenticated`)", body = Problem, content_type = "application/problem+json"),
+    (status = 403, description = "The key lacks role `metrics` (`forbidden`), or a browser page of an origin not allowed (`origin_not_allowed`)", body = Problem, content_type = "application/problem+json"),
+    (status = 421, description = "The Host is not one this service answers to (`host_not_allowed`)", body = Problem, content_type = "application/problem+json"),
+))]
 async fn metrics(State(state): State<AppState>) -> Response {
     let body = state.metrics.render(state.service.in_flight(), state.service.queued(), &state.engine);
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()

@@ -51,6 +51,11 @@ fn bad_configs_name_file_field_and_reason() {
     check("[runtime]\nuid_base = 0\n", "runtime.uid_base", "host root");
     check("[profiles.\"a b\"]\nlanguage = \"python\"\n", "profiles.a b", "letters");
     check("[profiles.p\nlanguage", "<syntax>", "line 1");
+    // A misspelt role would silently grant nothing (or not what was meant).
+    let key = "[[service.api_keys]]\nname = \"k\"\nsha256 = \"0c9165ea8a25209d04bfa8954b5d232f1915e1db4b6637fd0f21ee6d41b88659\"\n";
+    check(&format!("{key}roles = [\"metric\"]\n"), "service.api_keys[0].roles", "unknown role \"metric\": roles are audit, metrics");
+    let scraper = Config::parse(&format!("{key}profiles = []\nroles = [\"metrics\"]\n"), "scraper.toml").expect("a key with role metrics and no profile");
+    assert_eq!((scraper.service.api_keys[0].roles.as_slice(), scraper.service.metrics_unauthenticated), (&["metrics".to_owned()][..], false));
     // A template's child cannot get a TUN device of its own; a pool can (issue 11).
     let allowlist = "[profiles.p]\nlanguage = \"python\"\n[profiles.p.network]\nallow = [\"api.example.com:443\"]\n[profiles.p.warm]\n";
     check(&format!("{allowlist}mode = \"template\"\n"), "profiles.p.warm.mode", "an allowlist profile can keep a pool");

@@ -61,8 +61,11 @@ impl Mcp {
     }
 }
 
+/// The server's `/metrics`, read with the scraper's key (role `metrics`; ignored without keys).
 fn metrics(s: &Server) -> String {
-    reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap()
+    let r = reqwest::blocking::Client::new().get(format!("{}/metrics", s.url)).bearer_auth(super::http::KEY_METRICS).send().unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().unwrap()
 }
 
 fn rejected_count(metrics: &str, code: &str) -> u64 {

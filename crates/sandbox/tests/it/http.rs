@@ -12,6 +12,8 @@ use super::*;
 
 pub const KEY_ALL: &str = "test-key-all";
 pub const KEY_PY: &str = "test-key-py";
+/// A scraper's key: role `metrics`, no profile.
+pub const KEY_METRICS: &str = "test-key-metrics";
 pub const KEYS: &str = r#"
 [[service.api_keys]]
 name = "all"
@@ -20,6 +22,11 @@ sha256 = "31a65195ae16798d1e0d6d435b997168cc1cc4175b7f8a46c1484ed962f7c041"
 name = "py-only"
 sha256 = "8f8d178249f7491637671709aac7e001c228d082a50338b28484fc7d5408cf81"
 profiles = ["python-default"]
+[[service.api_keys]]
+name = "scraper"
+sha256 = "0c9165ea8a25209d04bfa8954b5d232f1915e1db4b6637fd0f21ee6d41b88659"
+profiles = []
+roles = ["metrics"]
 "#;
 
 /// A `sandbox serve` on a free loopback port, stopped (SIGTERM) on drop.

@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::net::{IpAddr, TcpStream};
 
-use super::http::{Server, KEYS, KEY_ALL, KEY_PY};
+use super::http::{Server, KEYS, KEY_ALL, KEY_METRICS, KEY_PY};
 use super::*;
 
 /// `host:port` of the server.
@@ -51,8 +51,11 @@ fn refusals(s: &Server) -> Vec<(String, String, Value)> {
     st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, serde_json::from_str(&r.get::<_, String>(2)?).unwrap()))).unwrap().map(Result::unwrap).collect()
 }
 
+/// The server's `/metrics`, read with the scraper's key (role `metrics`; ignored without keys).
 fn metrics(s: &Server) -> String {
-    reqwest::blocking::get(format!("{}/metrics", s.url)).unwrap().text().unwrap()
+    let r = reqwest::blocking::Client::new().get(format!("{}/metrics", s.url)).bearer_auth(KEY_METRICS).send().unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().unwrap()
 }
 
 #[track_caller]
@@ -188,6 +191,45 @@ fn refusals_are_rate_limited_per_address() {
     std::thread::sleep(Duration::from_millis(3100));
     assert_problem(post(&attacker, "wrong"), 401, "unauthorized");
     assert!(message(6).starts_with("send a valid API key"), "{}", message(6));
+}
+
+/// With API keys configured, `/metrics` (every profile's name, every caller's counts) answers
+/// only a key with role `metrics`: not an anonymous scan, not a key that may run code. The
+/// scraper's key runs nothing (`profiles = []`). `metrics_unauthenticated` opens it on purpose.
+#[test]
+fn metrics_need_a_key_with_the_metrics_role_when_keys_are_configured() {
+    let s = Server::start(KEYS);
+    let http = reqwest::blocking::Client::new();
+    let get = |key: Option<&str>| {
+        let r = http.get(format!("{}/metrics", s.url));
+        match key {
+            Some(k) => r.bearer_auth(k),
+            None => r,
+        }
+        .send()
+        .unwrap()
+    };
+    let h = assert_problem(get(None), 401, "unauthorized");
+    assert!(h.contains_key("www-authenticate"), "{h:?}");
+    assert_problem(get(Some("wrong")), 401, "unauthorized");
+    assert_problem(get(Some(KEY_ALL)), 403, "forbidden");
+    assert_problem(get(Some(KEY_PY)), 403, "forbidden");
+    let m = get(Some(KEY_METRICS));
+    assert_eq!(m.status(), 200);
+    let m = m.text().unwrap();
+    assert!(m.contains("sandbox_rejected_total{code=\"forbidden\"} 2"), "{m}");
+    assert!(m.contains("sandbox_rejected_total{code=\"unauthorized\"} 2"), "{m}");
+    // The scraper's key reads metrics and nothing else: it runs no code and reads no profile.
+    let run = serde_json::json!({"profile": "python-default", "code": "open('/workspace/ran', 'w')"});
+    let r = http.post(format!("{}/v1/executions", s.url)).bearer_auth(KEY_METRICS).json(&run).send().unwrap();
+    assert_problem(r, 403, "forbidden_profile");
+    let profiles: Value = http.get(format!("{}/v1/profiles", s.url)).bearer_auth(KEY_METRICS).send().unwrap().json().unwrap();
+    assert_eq!(profiles["profiles"].as_array().map(Vec::len), Some(0), "{profiles}");
+    // The twin: opened on purpose, it answers without a key.
+    let open = Server::start(&format!("{KEYS}\n[service]\nmetrics_unauthenticated = true\n"));
+    let r = reqwest::blocking::get(format!("{}/metrics", open.url)).unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().unwrap().contains("# TYPE sandbox_executions counter"));
 }
 
 // Finding 7: DNS rebinding against the HTTP API.

@@ -126,6 +126,10 @@ replaces the built-in of the same name; the built-ins are python-default and typ
 {{- if and (not .Values.secret.existingSecret) (not .Values.secret.apiKeys) (not .Values.insecureNoAuth) -}}
 {{- fail "secret.apiKeys: the pods listen on the pod network and need API keys (or insecureNoAuth: true, letting anyone who reaches the Service run code)" -}}
 {{- end -}}
+{{- $sm := .Values.metrics.serviceMonitor -}}
+{{- if and $sm.enabled (not .Values.metrics.unauthenticated) (not .Values.insecureNoAuth) (not ($sm.authorization).secretName) -}}
+{{- fail "metrics.serviceMonitor.authorization.secretName: with API keys /metrics answers only a key with roles [\"metrics\"]; name the Secret (and key) holding one, or set metrics.unauthenticated: true" -}}
+{{- end -}}
 {{- if lt (.Values.sandbox.maxConcurrency | int64) 1 -}}
 {{- fail "sandbox.maxConcurrency: set it (at least 1); 0 would count the node's cores, not the pod's CPU limit" -}}
 {{- end -}}
@@ -154,6 +158,7 @@ drain_delay_ms = {{ $s.drainDelayMs | int64 }}
 shutdown_grace_ms = {{ include "sandbox.shutdownGraceMs" . }}
 refusals_per_minute = {{ $s.refusalsPerMinute | int64 }}
 refusal_burst = {{ $s.refusalBurst | int64 }}
+metrics_unauthenticated = {{ .Values.metrics.unauthenticated | default false }}
 
 [runtime]
 uid_base = {{ include "sandbox.uidBase" . }}
@@ -180,7 +185,12 @@ retention_max_events = {{ $a.retentionMaxEvents | int64 }}
 [[service.api_keys]]
 name = {{ include "sandbox.tomlString" (required "secret.apiKeys[].name" $k.name) }}
 sha256 = {{ include "sandbox.tomlString" (required "secret.apiKeys[].sha256: printf %s KEY | sha256sum" $k.sha256) }}
-profiles = {{ $k.profiles | default (list "*") | toJson }}
+{{- /* profiles: [] is no profile (a scraper's key), not every profile: only a missing key means "*". */}}
+{{- if hasKey $k "profiles" }}
+profiles = {{ $k.profiles | default (list) | toJson }}
+{{- else }}
+profiles = ["*"]
+{{- end }}
 {{- with $k.roles }}
 roles = {{ toJson . }}
 {{- end }}
