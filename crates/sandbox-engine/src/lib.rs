@@ -720,6 +720,10 @@ impl Engine {
         let member_how = member.as_ref().map(|m| m.how);
         let mut run =
             supervise::run(&self.opts, &self.spare, recorded.clone(), &mut prepared, &admitted, received, output.clone(), self.abort.subscribe(), member).await;
+        // The pool member it took served it (else it ended unstarted: a miss, counted below).
+        if let (Some(pools), Some(WarmStart::Pool | WarmStart::Prefork), false) = (self.pools.get(), member_how, run.start_cold) {
+            pools.ran_in_member(&admitted.profile_name);
+        }
         if run.start_cold {
             // The pooled sandbox or template's child ended before its go byte was read (killed,
             // or its template gone): nothing of the execution ran there. It is torn down and the

@@ -79,7 +79,7 @@ pub struct PoolStatus {
     pub memory_bytes: u64,
     /// Why the last start failed, if it did (cleared by a successful start).
     pub error: Option<String>,
-    /// Executions that took one of its members, since start.
+    /// Executions that ran in one of its members, since start.
     pub hits: u64,
     /// Executions of its profile that found no member to take (or one that could not take
     /// them), since start: they forked from the template at their start (a template's pool) or
@@ -332,7 +332,10 @@ impl Pools {
 
     /// A live member for `a`, if its profile has one ready and the request can run in it (its
     /// environment sets no variable the interpreter reads only at start, see
-    /// [`crate::command::read_at_start`]). Counts a hit or a miss; wakes the filler. Members
+    /// [`crate::command::read_at_start`]). Counts a miss when there is none (a member taken is
+    /// counted once the execution ran in it, [`Pools::ran_in_member`], or ended unstarted,
+    /// [`Pools::ended_unstarted`]: so each count only grows, as the metrics' counters must);
+    /// wakes the filler. Members
     /// found dead or too old are destroyed on the way (blocks briefly for each: call it off the
     /// async workers).
     pub(crate) fn checkout(self: &Arc<Self>, a: &Admitted) -> Option<Member> {
@@ -370,22 +373,29 @@ impl Pools {
             }
         })();
         let hit = found.is_some();
-        if self.tally(&a.profile_name, |t| if hit { t.hits += 1 } else { t.misses += 1 }) {
+        if self.tally(&a.profile_name, |t| {
+            if !hit {
+                t.misses += 1
+            }
+        }) {
             self.wake.notify_all();
         }
         found
     }
 
-    /// Accounts for a member of `profile`'s pool that was checked out (a hit) but ended before
-    /// its execution started in it, or could not take its files: a miss and a discard (the
+    /// Accounts for a member of `profile`'s pool that was checked out but ended before its
+    /// execution started in it, or could not take its files: a miss and a discard (the
     /// execution starts otherwise; the engine counts a cold fallback if it starts cold).
     pub(crate) fn ended_unstarted(&self, profile: &str) {
         self.tally(profile, |t| {
-            // Saturating: the checkout counted the hit.
-            t.hits = t.hits.saturating_sub(1);
             t.misses += 1;
             t.discarded += 1;
         });
+    }
+
+    /// Accounts for an execution that ran in a member of `profile`'s pool it checked out: a hit.
+    pub(crate) fn ran_in_member(&self, profile: &str) {
+        self.tally(profile, |t| t.hits += 1);
     }
 
     /// Blocks until `profile`'s pool holds a ready member or `patience` passes (for
