@@ -208,7 +208,7 @@ impl Service {
     /// Authorization, admission and availability: the pure checks of [`Service::submit`].
     fn check(&self, caller: &Caller, request: &ExecutionRequest) -> Result<Admitted, Refusal> {
         let config = self.engine.config();
-        let allowed = || config.profiles.keys().map(String::as_str).filter(|p| caller.allows(p)).collect::<Vec<_>>().join(", ");
+        let allowed = || allowed_profiles(config, caller);
         if config.profiles.contains_key(&request.profile) && !caller.allows(&request.profile) {
             let message = format!("you may not use profile {:?}; profiles you may use: {}", request.profile, allowed());
             return Err(Refusal::new(ErrorCode::ForbiddenProfile, message, Some("profile".into())));
@@ -280,10 +280,19 @@ pub fn default_profile(config: &sandbox_core::Config, caller: &Caller, language:
         return Ok(preferred);
     }
     config.profiles.iter().find(|(n, p)| p.language == language && caller.allows(n)).map(|(n, _)| n.clone()).ok_or_else(|| {
-        let allowed = config.profiles.keys().filter(|p| caller.allows(p)).map(String::as_str).collect::<Vec<_>>().join(", ");
-        let message = format!("no profile given, and no {} profile you may use; profiles you may use: {allowed}", language.as_str());
+        let message = format!("no profile given, and no {} profile you may use; profiles you may use: {}", language.as_str(), allowed_profiles(config, caller));
         Refusal::new(ErrorCode::ProfileNotFound, message, Some("profile".into()))
     })
+}
+
+/// The profiles of `config` that `caller` may use, comma-separated, for refusals' messages;
+/// `none` for a key that may use none (a metrics scraper's).
+fn allowed_profiles(config: &sandbox_core::Config, caller: &Caller) -> String {
+    let names: Vec<&str> = config.profiles.keys().map(String::as_str).filter(|p| caller.allows(p)).collect();
+    match names.is_empty() {
+        true => "none".to_owned(),
+        false => names.join(", "),
+    }
 }
 
 /// The executions a service of `config` runs at once: `[service] max_concurrency`, or when it

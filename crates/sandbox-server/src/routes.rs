@@ -489,7 +489,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
 /// Prometheus metrics, text exposition format. With API keys configured, only for a key with
 /// role `metrics` (`door::metrics_key`) unless `[service] metrics_unauthenticated`.
 #[utoipa::path(get, path = "/metrics", responses(
-    (status = 200, description = "Prometheus text format", content_type = "text/plain"),
+    (status = 200, description = "OpenMetrics text (Prometheus reads it): counters (`_total` samples) and gauges", content_type = "application/openmetrics-text"),
     (status = 401, description = "API keys are configured and no known key was sent (`unauthorized`; not with `[service] metrics_unauthenticated`)", body = Problem, content_type = "application/problem+json"),
     (status = 403, description = "The key lacks role `metrics` (`forbidden`), or a browser page of an origin not allowed (`origin_not_allowed`)", body = Problem, content_type = "application/problem+json"),
     (status = 421, description = "The Host is not one this service answers to (`host_not_allowed`)", body = Problem, content_type = "application/problem+json"),

@@ -366,7 +366,7 @@ pub fn run(data_dir: &Path, config: &sandbox_core::Config, command: AuditCommand
                 log.store().prune(before, keep_last, now)?
             }
         };
-        outln!("pruned {} events (through #{})", report.events, report.through_seq);
+        outln!("pruned {} event{} (through #{})", report.events, if report.events == 1 { "" } else { "s" }, report.through_seq);
         return Ok(ExitCode::SUCCESS);
     }
     let mut store = log.store();

@@ -58,12 +58,12 @@ execution is ended and its sandbox removed first.")]
     /// Serve MCP (Model Context Protocol) on stdin/stdout: tools sandbox_execute_code and
     /// sandbox_list_profiles, for agents that spawn their tools (`{"command": "sandbox", "args": ["mcp"]}`).
     Mcp,
-    /// Read the audit log: list, show, export, verify.
+    /// Read the audit log: list, show, export, verify, prune.
     Audit {
         #[command(subcommand)]
         command: audit::AuditCommand,
     },
-    /// Package environments: list, install, verify, remove.
+    /// Package environments: list, install, verify, lock, gc, remove.
     Env {
         #[command(subcommand)]
         command: env::EnvCommand,
@@ -308,9 +308,10 @@ fn print_services(services: &[Result<status::ServiceStatus, String>]) {
             let detail = match &t.error {
                 Some(e) if t.state != "ready" => format!("{}: {e}", t.state),
                 _ => format!(
-                    "{}, {} forks, {} MiB peak memory, {} old",
+                    "{}, {} fork{}, {} MiB peak memory, {} old",
                     t.state,
                     t.forks,
+                    if t.forks == 1 { "" } else { "s" },
                     t.peak_memory_bytes >> 20,
                     humantime::format_duration(std::time::Duration::from_secs(t.age_ms / 1000))
                 ),

@@ -588,6 +588,12 @@ fn report(r: &sandbox_core::ExecutionResult, wrote_files: bool) {
         let names: Vec<String> = r.files.keys().map(|n| n.escape_debug().to_string()).collect();
         errln!("sandbox: {} output file(s) not written (use --out-dir): {}", names.len(), names.join(", "));
     }
+    if wrote_files {
+        // What the collection left out (a symlink, a cap): not returned, so not written either.
+        for f in &r.skipped_files {
+            errln!("sandbox: output file {} not written: not collected ({})", f.name.escape_debug(), f.reason.as_str());
+        }
+    }
 }
 
 #[cfg(test)]

@@ -161,13 +161,16 @@ fn out_dir_refuses_hidden_names_symlinks_and_overwrites_and_writes_as_its_owner(
     nix::unistd::chown(&out, Some(nix::unistd::Uid::from_raw(4242)), Some(nix::unistd::Gid::from_raw(4343))).unwrap();
     let code = "import os\nos.makedirs('.git'); open('.git/config','w').write('[core]\\nfsmonitor = evil')\n\
                 os.makedirs('link'); open('link/x','w').write('planted')\nos.makedirs('sub'); open('sub/new.txt','w').write('new')\n\
-                open('kept.txt','w').write('replaced')";
+                open('kept.txt','w').write('replaced')\nos.symlink('/etc/passwd', 'passwd-link')";
 
     let (status, stderr) = write_out(&out, code, &[]);
     assert_eq!(status, Some(0), "{stderr}");
     assert!(!out.join(".git").exists(), "a hidden directory was written");
     assert!(stderr.contains("output file .git/config not written: hidden name \".git\" refused"), "{stderr}");
     assert!(stderr.contains("output file link/x not written") && stderr.contains("ELOOP"), "{stderr}");
+    // A symlink in the workspace is never collected, so never written: named too.
+    assert!(stderr.contains("output file passwd-link not written: not collected (symlink)"), "{stderr}");
+    assert!(!out.join("passwd-link").exists());
     assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 1, "something was written through the symlink");
     assert!(stderr.contains("kept.txt exists (pass --overwrite to replace it)"), "{stderr}");
     assert_eq!(std::fs::read_to_string(out.join("kept.txt")).unwrap(), "victim");

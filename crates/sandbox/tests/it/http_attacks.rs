@@ -223,6 +223,8 @@ fn metrics_need_a_key_with_the_metrics_role_when_keys_are_configured() {
     let run = serde_json::json!({"profile": "python-default", "code": "open('/workspace/ran', 'w')"});
     let r = http.post(format!("{}/v1/executions", s.url)).bearer_auth(KEY_METRICS).json(&run).send().unwrap();
     assert_problem(r, 403, "forbidden_profile");
+    let p: Value = http.post(format!("{}/v1/executions", s.url)).bearer_auth(KEY_METRICS).json(&run).send().unwrap().json().unwrap();
+    assert!(p["detail"].as_str().is_some_and(|d| d.ends_with("profiles you may use: none")), "{p}");
     let profiles: Value = http.get(format!("{}/v1/profiles", s.url)).bearer_auth(KEY_METRICS).send().unwrap().json().unwrap();
     assert_eq!(profiles["profiles"].as_array().map(Vec::len), Some(0), "{profiles}");
     // The twin: opened on purpose, it answers without a key.
