@@ -590,8 +590,13 @@ fn report(r: &sandbox_core::ExecutionResult, wrote_files: bool) {
     }
     if wrote_files {
         // What the collection left out (a symlink, a cap): not returned, so not written either.
-        for f in &r.skipped_files {
+        // The first few by name; a program that made thousands gets a count, not a screenful.
+        const NAMED: usize = 20;
+        for f in r.skipped_files.iter().take(NAMED) {
             errln!("sandbox: output file {} not written: not collected ({})", f.name.escape_debug(), f.reason.as_str());
+        }
+        if r.skipped_files.len() > NAMED {
+            errln!("sandbox: {} more entries not collected (--json lists them in skippedFiles)", r.skipped_files.len() - NAMED);
         }
     }
 }

@@ -141,6 +141,22 @@ fn write_out(dir: &Path, code: &str, extra: &[&str]) -> (Option<i32>, String) {
     (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
+/// `--out-dir` names what the collection left out, the first 20 by name and then a count: a
+/// program that makes 50 symlinks gets 20 lines and "30 more", not 50 (nor 1,000) lines.
+#[test]
+fn out_dir_names_the_first_entries_left_out_and_counts_the_rest() {
+    let scratch = tempfile::Builder::new().prefix("outdir-").tempdir_in(&env().dir).unwrap().keep();
+    let out = scratch.join("out");
+    let code = "import os\nopen('kept.txt','w').write('x')\nfor i in range(50): os.symlink('/etc/passwd', f'l{i:02}')";
+    let (status, stderr) = write_out(&out, code, &[]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert_eq!(std::fs::read_to_string(out.join("kept.txt")).unwrap(), "x");
+    let named = stderr.lines().filter(|l| l.ends_with("not written: not collected (symlink)")).count();
+    assert_eq!(named, 20, "{stderr}");
+    assert!(stderr.contains("output file l00 not written") && !stderr.contains("output file l49 "), "{stderr}");
+    assert!(stderr.contains("sandbox: 30 more entries not collected (--json lists them in skippedFiles)"), "{stderr}");
+}
+
 /// Issue 12, finding 4: the program chooses the names of its output files, and the CLI writes
 /// them as root. It plants `.git/config` (a hidden name host tools run), `link/x` through a
 /// symlink the out dir already holds (pointing at a victim directory), and replaces an
