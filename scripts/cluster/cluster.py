@@ -150,12 +150,13 @@ def records(base, since_ms, caller):
 def audit_events(c):
     """Every event of the log, read from the database (what `sandbox audit export` reads).
 
-    psql's exit 2 (it could not connect, or the connection broke) is retried for up to 10 s,
-    each failure printed with psql's own message: the scenario tests the nodes, not this
-    reader's one connection (CI saw one such exit, its message not kept)."""
+    It connects where the nodes do, the bridge's address (net.sh says why not loopback). psql's
+    exit 2 (it could not connect, or the connection broke) is retried for up to 10 s, each
+    failure printed with psql's own message: the scenario tests the nodes, not this reader's
+    one connection."""
     deadline = time.monotonic() + 10
     while True:
-        p = subprocess.run(["psql", "-X", "-At", "-h", "127.0.0.1", "-p", "55432", "-U", "postgres", "-c",
+        p = subprocess.run(["psql", "-X", "-At", "-h", "10.77.0.1", "-p", "55432", "-U", "postgres", "-c",
                             "SELECT execution_id, kind FROM audit_events ORDER BY seq"], capture_output=True, text=True)
         if p.returncode == 0:
             return [{"executionId": line.split("|")[0], "kind": line.split("|")[1]} for line in p.stdout.splitlines() if line]

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The cluster test's network and processes, driven by scripts/cluster/cluster.py:
 #   up DIR            bridge sbxc-br (10.77.0.1/24), namespaces sbxc-n1..3 (10.77.0.11..13) on veths,
-#                     a PostgreSQL listening on the bridge, HAProxy on 127.0.0.1 in front of the nodes
+#                     a PostgreSQL and HAProxy (in front of the nodes) listening on the bridge's address
+#                     only: their ports are in the ephemeral range, where any loopback connection of
+#                     the host may hold 127.0.0.1:PORT at the moment they bind (CI once saw
+#                     PostgreSQL come up without 127.0.0.1, refusing the test's own reader); nothing
+#                     else can hold a port on the bridge's fresh address
 #   node-start DIR N  starts `sandbox serve` N in its namespace (pid in DIR/nN.pid, log DIR/nN.log)
 #   pg-stop DIR | pg-start DIR
 #   down DIR          stops everything and removes the namespaces, the bridge and DIR
@@ -35,14 +39,14 @@ case "$cmd" in
       ip -n "sbxc-n$n" link set lo up
       ip -n "sbxc-n$n" route add default via 10.77.0.1
     done
-    # PostgreSQL on loopback and the bridge, trusting the nodes' subnet.
+    # PostgreSQL on the bridge (see above), trusting its subnet (the nodes' and the host's there).
     mkdir -p "$dir/pg"
     chown postgres "$dir/pg"
     su postgres -s /bin/sh -c "'$pgbin/initdb' -D '$dir/pg/data' -A trust -U postgres" >"$dir/pg/initdb.log" 2>&1
     echo "host all all 10.77.0.0/24 trust" >>"$dir/pg/data/pg_hba.conf"
     cat >>"$dir/pg/data/postgresql.conf" <<CONF
 port = $pg_port
-listen_addresses = '127.0.0.1,10.77.0.1'
+listen_addresses = '10.77.0.1'
 unix_socket_directories = '$dir/pg'
 max_connections = 100
 CONF
@@ -66,7 +70,7 @@ defaults
     retry-on conn-failure 503
     option http-server-close
 frontend api
-    bind 127.0.0.1:$proxy_port
+    bind 10.77.0.1:$proxy_port
     default_backend nodes
 backend nodes
     balance leastconn
@@ -78,15 +82,16 @@ backend nodes
     server n3 10.77.0.13:8080
 CONF
     haproxy -D -f "$dir/haproxy.cfg" -p "$dir/haproxy.pid"
-    echo "pg=host=10.77.0.1 port=$pg_port user=postgres proxy=http://127.0.0.1:$proxy_port"
+    echo "pg=host=10.77.0.1 port=$pg_port user=postgres proxy=http://10.77.0.1:$proxy_port"
     ;;
   node-start)
     n="$3"
     mkdir -p "$dir/n$n"
     # nsenter enters only the network namespace (`ip netns exec` would remount /sys and hide the
-    # cgroup hierarchies).
+    # cgroup hierarchies). Requests through the balancer name its address in Host: a node answers
+    # to it as to its own (--allowed-host, as a deployment names its public host).
     nsenter --net="/run/netns/sbxc-n$n" "$SANDBOX_BIN" serve --config "$dir/config.toml" --data-dir "$dir/n$n" \
-      --listen "10.77.0.1$n:8080" --node-id "n$n" --no-warm >>"$dir/n$n.log" 2>&1 &
+      --listen "10.77.0.1$n:8080" --allowed-host "10.77.0.1:$proxy_port" --node-id "n$n" --no-warm >>"$dir/n$n.log" 2>&1 &
     echo $! >"$dir/n$n.pid"
     ;;
   pg-stop) pg_ctl -m fast -w stop ;;
