@@ -1,4 +1,4 @@
-//! Prometheus metrics (text exposition format): executions by profile and status, a duration
+//! Prometheus metrics (the OpenMetrics 1.0 text format, `prometheus_client`'s encoder): executions by profile and status, a duration
 //! histogram, rejections by code, refusals left out of the audit log by the rate limit, in-flight and queued gauges.
 //!
 //! Counts since the service's start are counters (`# TYPE ... counter`, named `..._total`, as
@@ -185,7 +185,7 @@ impl Metrics {
         self.unrecorded.get_or_create(&CodeLabels { code: code.into() }).inc();
     }
 
-    /// The text exposition, with the gauges set from `in_flight`, `queued` and warm templates'
+    /// The OpenMetrics text, with the gauges set from `in_flight`, `queued` and warm templates'
     /// and pools' state, and the counters advanced to `engine`'s counts (teardown failures, warm
     /// hits, cold fallbacks, template restarts, each pool's hits, misses, starts and discards).
     pub fn render(&self, in_flight: u32, queued: u32, engine: &sandbox_engine::Engine) -> String {

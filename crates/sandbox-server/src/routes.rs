@@ -486,7 +486,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
     body.into_response()
 }
 
-/// Prometheus metrics, text exposition format. With API keys configured, only for a key with
+/// Prometheus metrics in the OpenMetrics 1.0 text format. With API keys configured, only for a key with
 /// role `metrics` (`door::metrics_key`) unless `[service] metrics_unauthenticated`.
 #[utoipa::path(get, path = "/metrics", responses(
     (status = 200, description = "OpenMetrics text (Prometheus reads it): counters (`_total` samples) and gauges", content_type = "application/openmetrics-text"),

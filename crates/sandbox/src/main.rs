@@ -527,6 +527,8 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
                 Some(w) => outln!("  [FAIL] {name}: {w} ({landlock})"),
             }
         }
+        // One column for the profile names of both lists.
+        let width = templates.iter().map(|t| t.profile.len()).chain(pools.iter().map(|p| p.profile.len())).max().unwrap_or(0);
         if !templates.is_empty() {
             outln!("Warm templates (started, checked and stopped now, as `sandbox serve` would start them):");
             for t in &templates {
@@ -535,7 +537,7 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
                     Some(e) => format!("{}: {e}", t.state),
                     None => format!("{}, {} MiB peak memory", t.state, t.peak_memory_bytes >> 20),
                 };
-                outln!("  [{}] {:<16} {detail}", if ok { "ok" } else { "FAIL" }, t.profile);
+                outln!("  [{}] {:<width$}  {detail}", if ok { "ok" } else { "FAIL" }, t.profile);
             }
             if let Some(share) = &inotify {
                 outln!("  {}", inotify_line(share));
@@ -550,7 +552,7 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
                     None => format!("{} of {} ready, {} MiB peak memory", p.ready, p.size, p.memory_bytes >> 20),
                 };
                 let detail = if p.prefork { format!("{detail} (children forked from its template ahead)") } else { detail };
-                outln!("  [{}] {:<16} {detail}", if ok { "ok" } else { "FAIL" }, p.profile);
+                outln!("  [{}] {:<width$}  {detail}", if ok { "ok" } else { "FAIL" }, p.profile);
             }
         }
     }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use base64::Engine as _;
-use sandbox_core::wire::FileContent;
+use sandbox_core::wire::{FileContent, SkipReason};
 use sandbox_core::{Config, ErrorCode, ExecutionRequest, Status};
 use sandbox_engine::{Caller, Chunk, EarlySpare, NoHooks, Service, StreamKind};
 
@@ -422,6 +422,7 @@ fn run_remote(url: &str, request: ExecutionRequest, args: &RunArgs) -> anyhow::R
             } else {
                 let field = problem.field.as_deref().map(|f| format!(" ({f})")).unwrap_or_default();
                 errln!("sandbox: error[{}]{field}: {}", problem.code, problem.detail);
+                timeout_hint(problem.code.as_str());
             }
             Ok(ExitCode::from(u8::try_from(problem.code.exit_code()).unwrap_or(2)))
         }
@@ -560,7 +561,10 @@ fn report(r: &sandbox_core::ExecutionResult, wrote_files: bool) {
     if let Some(e) = &r.error {
         let field = e.field.as_deref().map(|f| format!(" ({f})")).unwrap_or_default();
         match r.status {
-            Status::Rejected | Status::InternalError => errln!("sandbox: error[{}]{field}: {}", e.kind, e.message),
+            Status::Rejected | Status::InternalError => {
+                errln!("sandbox: error[{}]{field}: {}", e.kind, e.message);
+                timeout_hint(&e.kind);
+            }
             // Never ran (a TypeScript syntax error): nothing was streamed, so show it here.
             _ if r.enforcement.is_none() && !r.stderr.is_empty() => errln!("{}", r.stderr.trim_end()),
             _ => {}
@@ -592,18 +596,45 @@ fn report(r: &sandbox_core::ExecutionResult, wrote_files: bool) {
         // What the collection left out (a symlink, a cap): not returned, so not written either.
         // The first few by name; a program that made thousands gets a count, not a screenful.
         const NAMED: usize = 20;
-        for f in r.skipped_files.iter().take(NAMED) {
+        // Past its 1,000 entries the list ends with one `list_cap` entry counting the rest in its
+        // name ("… and K more"): the count below adds those.
+        let (listed, past_cap) = match r.skipped_files.last() {
+            Some(f) if f.reason == SkipReason::ListCap => (&r.skipped_files[..r.skipped_files.len() - 1], list_cap_count(&f.name)),
+            _ => (&r.skipped_files[..], 0),
+        };
+        for f in listed.iter().take(NAMED) {
             errln!("sandbox: output file {} not written: not collected ({})", f.name.escape_debug(), f.reason.as_str());
         }
-        if r.skipped_files.len() > NAMED {
-            errln!("sandbox: {} more entries not collected (--json lists them in skippedFiles)", r.skipped_files.len() - NAMED);
+        let more = (listed.len() as u64 + past_cap).saturating_sub(NAMED as u64);
+        if more > 0 {
+            let listing = if past_cap > 0 { "the first 1,000 in skippedFiles" } else { "them in skippedFiles" };
+            errln!("sandbox: {more} more entries not collected (--json lists {listing})");
         }
     }
 }
 
+/// After an `invalid_timeout` refusal, whose message speaks of the wire's milliseconds (every
+/// door shares it): the CLI's `--timeout` also takes a unit.
+fn timeout_hint(code: &str) {
+    if code == ErrorCode::InvalidTimeout.as_str() {
+        errln!("sandbox: hint: --timeout also takes a unit: `20s`, `1m`, `500ms`");
+    }
+}
+
+/// The count in a `list_cap` entry's name, "… and K more" (0 if it does not parse).
+fn list_cap_count(name: &str) -> u64 {
+    name.trim_start_matches("… and ").trim_end_matches(" more").parse().unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::is_local_run;
+    use super::{is_local_run, list_cap_count};
+
+    #[test]
+    fn a_list_cap_entry_counts_the_rest_in_its_name() {
+        assert_eq!(list_cap_count("… and 4021 more"), 4021);
+        assert_eq!(list_cap_count("something else"), 0);
+    }
 
     fn local(args: &str) -> bool {
         is_local_run(&args.split(' ').map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>())

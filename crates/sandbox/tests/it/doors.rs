@@ -235,6 +235,10 @@ fn one_request_shape_on_every_door() {
     let r = run("python-default", "print(1)", &["--timeout", "20"]);
     assert_eq!((r.status, r.status(), &r.json["error"]["type"]), (2, "rejected", &json!("invalid_timeout")), "{r:?}");
     assert!(r.json["error"]["message"].as_str().unwrap().contains(HINT), "{r:?}");
+    // In text mode the CLI adds that its --timeout takes a unit.
+    let o = sandbox(&["run", "--timeout", "20", "-c", "print(1)"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains(HINT) && stderr.contains("sandbox: hint: --timeout also takes a unit: `20s`"), "{stderr}");
     for t in ["20000", "20s"] {
         let r = run("python-default", "print(1)", &["--timeout", t]);
         assert_eq!((r.status, r.status()), (0, "ok"), "--timeout {t}: {r:?}");

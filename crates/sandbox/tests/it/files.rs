@@ -142,7 +142,8 @@ fn write_out(dir: &Path, code: &str, extra: &[&str]) -> (Option<i32>, String) {
 }
 
 /// `--out-dir` names what the collection left out, the first 20 by name and then a count: a
-/// program that makes 50 symlinks gets 20 lines and "30 more", not 50 (nor 1,000) lines.
+/// program that makes 50 symlinks gets 20 lines and "30 more", not 50 (nor 1,000) lines; one
+/// that makes 1,234 gets the count of all the rest, past the skipped list's cap too.
 #[test]
 fn out_dir_names_the_first_entries_left_out_and_counts_the_rest() {
     let scratch = tempfile::Builder::new().prefix("outdir-").tempdir_in(&env().dir).unwrap().keep();
@@ -155,6 +156,14 @@ fn out_dir_names_the_first_entries_left_out_and_counts_the_rest() {
     assert_eq!(named, 20, "{stderr}");
     assert!(stderr.contains("output file l00 not written") && !stderr.contains("output file l49 "), "{stderr}");
     assert!(stderr.contains("sandbox: 30 more entries not collected (--json lists them in skippedFiles)"), "{stderr}");
+    // Past the skipped list's 1,000 entries, the rest are counted too: 1,234 symlinks are 20
+    // named and 1,214 more (the list's own "… and 234 more" entry is not one of them).
+    let out = scratch.join("out-many");
+    let code = "import os\nopen('kept.txt','w').write('x')\nfor i in range(1234): os.symlink('/etc/passwd', f'l{i:04}')";
+    let (status, stderr) = write_out(&out, code, &[]);
+    assert_eq!(status, Some(0), "{stderr}");
+    assert_eq!(stderr.lines().filter(|l| l.ends_with("not written: not collected (symlink)")).count(), 20, "{stderr}");
+    assert!(stderr.contains("sandbox: 1214 more entries not collected (--json lists the first 1,000 in skippedFiles)"), "{stderr}");
 }
 
 /// Issue 12, finding 4: the program chooses the names of its output files, and the CLI writes
