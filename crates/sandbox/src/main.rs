@@ -47,7 +47,8 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a program in a fresh sandbox; exits with its exit code (128+signal when killed).
-    #[command(after_help = "Exit codes: the program's own (128+signal when a signal ended it); before it runs, \
+    #[command(after_help = "Exit codes: the program's own (128+signal when a signal ended it), 124 when it reached its \
+timeout (as coreutils' `timeout`); before it runs, \
 2 for a rejected request, 3 when the host cannot run the profile (see `sandbox doctor`), 4 for an \
 internal error, 5 when the --server cannot be reached; 130 or 143 when interrupted (SIGINT, SIGTERM): the \
 execution is ended and its sandbox removed first.")]

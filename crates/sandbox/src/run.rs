@@ -145,7 +145,7 @@ fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
 pub const UNREACHABLE: u8 = 5;
 
 /// Runs one execution and maps its result to an exit code: the program's own, 128+signal when a
-/// signal ended it, 2 for a rejected request, 3 when the host cannot run it, 4 for an internal
+/// signal ended it, [`TIMEOUT_EXIT`] (124) at its timeout, 2 for a rejected request, 3 when the host cannot run it, 4 for an internal
 /// error, [`UNREACHABLE`] (5) when `--server` cannot be reached.
 /// `early`: the helper `main` forked ([`early_helper`]), used for a cold start without an
 /// allowlist network, else dropped (which kills it).
@@ -434,9 +434,14 @@ fn run_remote(url: &str, request: ExecutionRequest, args: &RunArgs) -> anyhow::R
     }
 }
 
+/// The exit status of a run that reached its timeout, whatever the program's (GNU coreutils'
+/// `timeout(1)` exits 124 when the command timed out).
+pub const TIMEOUT_EXIT: u8 = 124;
+
 /// Writes the result out (its files to `--out-dir`, each one that cannot be written said on
 /// stderr and skipped; then the JSON or the report) and returns the command's exit status: the
-/// program's exit code (128 + the signal that ended it), 1 when it has none (e.g. a TypeScript
+/// program's exit code (128 + the signal that ended it), [`TIMEOUT_EXIT`] when it reached its
+/// timeout, 1 when it has none (e.g. a TypeScript
 /// syntax error), or the error code's ([`ErrorCode::exit_code`]) for a rejected run or an
 /// internal error.
 /// Errors: the `--out-dir` directory cannot be created or opened (nothing else is written then).
@@ -465,6 +470,9 @@ fn finish_code(result: &sandbox_core::ExecutionResult, args: &RunArgs) -> anyhow
             let code = ErrorCode::parse(kind).unwrap_or(ErrorCode::InternalError);
             code.exit_code()
         }
+        // As coreutils' `timeout(1)`: a script tells a timeout from the program's own exit and
+        // from an interrupted `sandbox run` (130, 143); the program's code stays in the result.
+        Status::Timeout => TIMEOUT_EXIT.into(),
         _ => result.exit_code.unwrap_or(1),
     };
     Ok(u8::try_from(code.clamp(0, 255)).unwrap_or(1))

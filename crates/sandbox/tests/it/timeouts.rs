@@ -18,6 +18,9 @@ fn check_timeout(profile: &str, code: &str) -> Run {
     assert!(r.elapsed < timeout + slack(Duration::from_millis(1000 + 1000 + 500)), "{r:?}");
     assert!(!r.stdout().contains("BUG"), "{r:?}");
     assert_ne!(r.json["exitCode"], 0);
+    // The CLI exits 124 (coreutils' `timeout`), not the program's 143 or 137: a script tells it
+    // from an interrupted `sandbox run` (143) and from the program's own exit.
+    assert_eq!(r.status, 124, "{r:?}");
     assert_gone(r.json["executionId"].as_str().unwrap());
     r
 }
