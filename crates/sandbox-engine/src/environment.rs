@@ -286,6 +286,9 @@ impl Environments {
     /// run package code run in `sandbox`. `progress` receives one line per step and the
     /// installers' own output lines. Works offline once built: a run needs nothing but the
     /// directory.
+    /// Then it removes the other versions of `name` no run holds, unless the directory is
+    /// `[runtime] environments_dir` (perhaps shared with configurations declaring `name`
+    /// otherwise: those versions stay for `gc`).
     /// Errors: [`EnvError`]; a failed build leaves nothing but its `.build-` directory, which
     /// the next install removes.
     pub fn install(
@@ -521,8 +524,19 @@ impl Environments {
                 a.display()
             ));
         }
-        // The older versions of this name go, unless a run still uses one.
+        // The older versions of this name go, unless a run still uses one; but not from
+        // `[runtime] environments_dir`, which configurations declaring the name differently (or
+        // nodes on another build, whose built-in declaration differs) may share: there the other
+        // version may be theirs, current, and `sandbox env gc`, asked for, removes it.
         for old in self.versions(name).into_iter().filter(|p| p != target) {
+            if rt.environments_dir.is_some() {
+                progress(&format!(
+                    "kept the other version {} ([runtime] environments_dir may be shared with a configuration that declares it; \
+                     `sandbox env gc` removes it)",
+                    old.display()
+                ));
+                continue;
+            }
             match crate::base::remove_unless_held(&old) {
                 Ok(true) => progress(&format!("removed the older version {}", old.display())),
                 Ok(false) => progress(&format!("kept the older version {} (a run uses it; `sandbox env gc` removes it later)", old.display())),

@@ -472,3 +472,53 @@ fn an_npm_lock_with_a_tampered_integrity_fails_the_install_naming_the_package() 
     assert!(list.lines().any(|l| l.starts_with("tinyjs ") && l.contains("not installed")), "{list}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Two configurations sharing `[runtime] environments_dir` declare `tiny` differently: installing
+/// one keeps the other's version (it is that configuration's current one, and still verifies),
+/// `env gc` asked for by one removes the other's; a data directory's own `environments/` (no
+/// sharing setting) drops the older version at install, as before.
+#[test]
+fn an_install_keeps_another_configurations_version_in_a_shared_environments_dir() {
+    let (dir, a) = own_dir("env-shared-", "[environments.tiny]\npython = [\"idna==3.20\"]\n");
+    let b = dir.join("b.toml");
+    std::fs::write(&b, std::fs::read_to_string(&a).unwrap().replace("python = [\"idna==3.20\"]", "python = []")).unwrap();
+    let versions = |envs: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(envs)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("tiny-"))
+            .collect();
+        v.sort();
+        v
+    };
+    let envs = dir.join("environments");
+    let out = cli(&a, &["env", "install", "tiny"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let a_dir = envs.join(versions(&envs).pop().unwrap());
+    let out = cli(&b, &["env", "install", "tiny"]);
+    let err = text(&out.stderr);
+    assert!(out.status.success() && err.contains(&format!("kept the other version {}", a_dir.display())), "{err}");
+    assert_eq!(versions(&envs).len(), 2, "{:?}", versions(&envs));
+    let out = cli(&a, &["env", "install", "tiny"]);
+    assert!(text(&out.stderr).contains("installed already"), "{}", text(&out.stderr));
+    let out = cli(&a, &["env", "verify", "tiny"]);
+    assert!(out.status.success(), "a's version is whole after b's install: {}", text(&out.stderr));
+    // gc, asked for under b, removes a's.
+    let out = cli(&b, &["env", "gc"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!a_dir.exists() && versions(&envs).len() == 1, "{:?}", versions(&envs));
+
+    // A data directory's own environments: b's install removes a's older version.
+    let own = dir.join("own");
+    for (config, decl) in [("own-a.toml", "[environments.tiny]\npython = [\"idna==3.20\"]\n"), ("own-b.toml", "[environments.tiny]\npython = []\n")] {
+        std::fs::write(dir.join(config), decl).unwrap();
+        let out = Command::new(bin()).arg("--config").arg(dir.join(config)).arg("--data-dir").arg(&own).args(["env", "install", "tiny"]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        if config == "own-b.toml" {
+            assert!(text(&out.stderr).contains("removed the older version"), "{}", text(&out.stderr));
+        }
+    }
+    assert_eq!(versions(&own.join("environments")).len(), 1, "{:?}", versions(&own.join("environments")));
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -262,13 +262,22 @@ pub fn runtime_toml() -> String {
 }
 
 /// Installs the built-in environments into [`test_environments_dir`] once per test process
-/// (a no-op when an earlier run installed them).
+/// (a no-op when an earlier run installed them). When one was built (its declaration changed),
+/// `env gc` then removes the versions no declaration names: `env install` keeps them in a
+/// `[runtime] environments_dir`, and this directory outlives the runs.
 pub fn environments_installed() {
     static ONCE: OnceLock<()> = OnceLock::new();
     ONCE.get_or_init(|| {
+        let mut built = false;
         for name in ["python-analysis", "typescript-analysis"] {
             let out = sandbox(&["env", "install", name]).output().unwrap();
-            assert!(out.status.success(), "sandbox env install {name}: {}", String::from_utf8_lossy(&out.stderr));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "sandbox env install {name}: {stderr}");
+            built |= !stderr.contains("installed already");
+        }
+        if built {
+            let out = sandbox(&["env", "gc"]).output().unwrap();
+            assert!(out.status.success(), "sandbox env gc: {}", String::from_utf8_lossy(&out.stderr));
         }
     });
 }
