@@ -145,8 +145,9 @@ fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
 pub const UNREACHABLE: u8 = 5;
 
 /// Runs one execution and maps its result to an exit code: the program's own, 128+signal when a
-/// signal ended it, [`TIMEOUT_EXIT`] (124) at its timeout, 2 for a rejected request, 3 when the host cannot run it, 4 for an internal
-/// error, [`UNREACHABLE`] (5) when `--server` cannot be reached.
+/// signal ended it, [`TIMEOUT_EXIT`] (124) at its timeout, 2 for a rejected request, 3 when the
+/// host cannot run it, 4 for an internal error, [`UNREACHABLE`] (5) when `--server` cannot be
+/// reached.
 /// `early`: the helper `main` forked ([`early_helper`]), used for a cold start without an
 /// allowlist network, else dropped (which kills it).
 /// A cold local run with a local (SQLite) audit log does not return once its result is written:
@@ -441,9 +442,8 @@ pub const TIMEOUT_EXIT: u8 = 124;
 /// Writes the result out (its files to `--out-dir`, each one that cannot be written said on
 /// stderr and skipped; then the JSON or the report) and returns the command's exit status: the
 /// program's exit code (128 + the signal that ended it), [`TIMEOUT_EXIT`] when it reached its
-/// timeout, 1 when it has none (e.g. a TypeScript
-/// syntax error), or the error code's ([`ErrorCode::exit_code`]) for a rejected run or an
-/// internal error.
+/// timeout, 1 when it has none (e.g. a TypeScript syntax error), or the error code's
+/// ([`ErrorCode::exit_code`]) for a rejected run or an internal error.
 /// Errors: the `--out-dir` directory cannot be created or opened (nothing else is written then).
 fn finish(result: &sandbox_core::ExecutionResult, args: &RunArgs) -> anyhow::Result<ExitCode> {
     finish_code(result, args).map(ExitCode::from)
@@ -616,7 +616,8 @@ fn report(r: &sandbox_core::ExecutionResult, wrote_files: bool) {
         let more = (listed.len() as u64 + past_cap).saturating_sub(NAMED as u64);
         if more > 0 {
             let listing = if past_cap > 0 { "the first 1,000 in skippedFiles" } else { "them in skippedFiles" };
-            errln!("sandbox: {more} more entries not collected (--json lists {listing})");
+            let entries = if more == 1 { "entry" } else { "entries" };
+            errln!("sandbox: {more} more {entries} not collected (--json lists {listing})");
         }
     }
 }
