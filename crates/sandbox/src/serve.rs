@@ -61,6 +61,12 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     crate::subid::check(config.runtime.uid_base).map_err(|e| anyhow::anyhow!(e))?;
     let grace = Duration::from_millis(config.service.shutdown_grace_ms);
     let retention = (config.audit.retention_days, config.audit.retention_max_events);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // The signal handlers exist before anything is started that a signal must stop: a SIGTERM
+    // that came before (from the first poll of the shutdown future on) killed the process with
+    // its default action, leaving the warm templates and pooled sandboxes being started
+    // (cgroups, mounts, directories) for the next start on this data directory to sweep.
+    let mut signals = crate::run::signal_streams(&rt);
     let (engine, audit) = crate::audit::engine(config, data_dir.clone())?;
     if let Some(why) = engine.host().first_failure() {
         tracing::warn!(reason = %why, "this host cannot run sandboxes; /readyz will say so");
@@ -101,11 +107,10 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     let draining = state.draining.clone();
     tracing::info!(node_id = %retention_audit.node_id(), "node");
     let slots = state.service.slots();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let status_engine = engine.clone();
     // Kept until the templates are stopped, below.
     let mut status = None;
-    rt.block_on(async {
+    let served = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
         // `sandbox doctor` asks a running service for its templates and pools here.
@@ -135,7 +140,7 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
         // The peer address counts refusals per client.
         let app = sandbox_server::app(state).into_make_service_with_connect_info::<SocketAddr>();
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-            shutdown_signal().await;
+            crate::run::interruption(&mut signals).await;
             // Readiness goes first, so a balancer stops sending before the listener closes.
             draining.store(true, std::sync::atomic::Ordering::SeqCst);
             tracing::info!(drain_delay_ms = drain_delay.as_millis(), "shutting down: not ready");
@@ -160,20 +165,11 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
             () = deadline => {}
         }
         anyhow::Ok(())
-    })?;
+    });
     // Dropping the runtime drops the remaining executions; each tears its sandbox down.
-    // Templates go last, with nothing of theirs left behind.
+    // Templates go last, with nothing of theirs left behind (also when serving failed: the
+    // listener could not be bound, or the server broke).
     warm_engine.stop_warm();
     drop(status);
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
+    served.map(|()| ExitCode::SUCCESS)
 }

@@ -280,6 +280,26 @@ fn client_disconnect_ends_the_execution() {
     assert_eq!(s.executions_left(), Vec::<String>::new(), "the abandoned execution was torn down");
 }
 
+/// A SIGTERM the moment the service says where it listens (its warm templates and pooled
+/// sandboxes still starting) is a graceful shutdown: the service exits 0 with nothing of them
+/// left. Its handler used to be installed only when the server first polled its shutdown
+/// future, so a SIGTERM before that killed it outright and left a template's and a pooled
+/// sandbox's cgroups, mounts and directories (CI's host-leftovers check caught one).
+#[test]
+fn a_sigterm_right_after_the_start_stops_what_the_start_began() {
+    for _ in 0..5 {
+        let mut s = Server::start("");
+        let status = s.terminate();
+        assert!(status.success(), "killed rather than shut down: {status:?}");
+        let left: Vec<String> = std::fs::read_dir(s.data.join("executions"))
+            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        assert_eq!(left, Vec::<String>::new(), "left in the data directory");
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(!mountinfo.contains(&s.data.display().to_string()), "a mount of the service is still there");
+    }
+}
+
 #[test]
 fn graceful_shutdown_finishes_in_flight_then_ends_the_rest() {
     let mut s = Server::start("[service]\nshutdown_grace_ms = 2500\n");
