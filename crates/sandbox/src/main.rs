@@ -352,11 +352,37 @@ fn warm_self_test(
     if warm.is_empty() {
         return (Vec::new(), Vec::new());
     }
+    // Starting them may take minutes: a Ctrl-C (or SIGTERM) meanwhile stops and removes what
+    // started (cgroups, mounts, directories) before the command exits 130 (143), instead of
+    // leaving it for the next service start on this data directory to sweep. The streams exist
+    // before anything starts.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok();
+    let mut signals = rt.as_ref().and_then(run::signal_streams);
     let out = match engine.enable_warm() {
         Ok(true) => {
-            for name in &warm {
-                let _ = engine.wait_warm(name, std::time::Duration::from_secs(180));
-            }
+            std::thread::scope(|scope| {
+                let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
+                scope.spawn(|| {
+                    for name in &warm {
+                        let _ = engine.wait_warm(name, std::time::Duration::from_secs(180));
+                    }
+                    let _ = ready_tx.send(());
+                });
+                let interrupted = match &rt {
+                    Some(rt) => rt.block_on(async {
+                        tokio::select! {
+                            _ = ready_rx => None,
+                            sig = run::interruption(&mut signals) => Some(sig),
+                        }
+                    }),
+                    None => None,
+                };
+                if let Some(sig) = interrupted {
+                    errln!("sandbox: doctor interrupted: stopping the warm templates and pools it started");
+                    engine.stop_warm();
+                    std::process::exit(128 + sig);
+                }
+            });
             (engine.templates().map(|t| t.status()).unwrap_or_default(), engine.pools().map(|p| p.status()).unwrap_or_default())
         }
         Ok(false) => (Vec::new(), Vec::new()),

@@ -1294,3 +1294,45 @@ fn a_preload_that_cannot_be_imported_is_named_with_its_error() {
     let out = cli(&["run", "-p", "bad-preload", "-c", "print(1)"]);
     assert_eq!((out.status.success(), String::from_utf8_lossy(&out.stdout).as_ref()), (true, "1\n"), "{out:?}");
 }
+
+/// Ctrl-C (SIGINT) of `sandbox doctor` while the warm templates and pools it checks are still
+/// starting (which may take minutes): they are stopped and removed, no directory, mount or
+/// cgroup of theirs left, and doctor exits 130. It used to die at once (the default action)
+/// and leave them for the next service start on that data directory to sweep.
+#[test]
+fn an_interrupted_doctor_leaves_nothing_of_the_templates_and_pools_it_started() {
+    let data = tempfile::Builder::new().prefix("doctor-int-").tempdir_in(&env().dir).unwrap().keep();
+    let child = Command::new(bin())
+        .arg("--config")
+        .arg(&env().config)
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("doctor")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let executions = data.join("executions");
+    let listed = || -> Vec<String> {
+        std::fs::read_dir(&executions).map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default()
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !seen.iter().any(|n: &String| n.starts_with("template-")) {
+        assert!(Instant::now() < deadline, "doctor started no template");
+        seen.extend(listed());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Let the pools begin too.
+    std::thread::sleep(Duration::from_millis(300));
+    seen.extend(listed());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("doctor interrupted"), "{stderr}");
+    assert_eq!(listed(), Vec::<String>::new(), "left in the data directory");
+    for id in &seen {
+        assert_gone_from(&data, id);
+    }
+}
