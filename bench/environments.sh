@@ -32,7 +32,9 @@ SB=("$SANDBOX" --config "$CONFIG" --data-dir "$DATA_DIR")
 "${SB[@]}" env install python-analysis >/dev/null 2>&1
 "${SB[@]}" env install typescript-analysis >/dev/null 2>&1
 "${SB[@]}" env install python-3.13-analysis >/dev/null 2>&1
-SITE="$(ls -d "$ENVS"/python-analysis-*/python | head -1)"
+# The current version's directory (its spec hash, as `env list` prints it): `env install` keeps
+# other versions in a shared environments_dir.
+SITE="$ENVS/python-analysis-$("${SB[@]}" env list | awk '$1 == "python-analysis" && $2 == "installed" { print $4 }')/python"
 CSV="$(bash examples/data-analyst/fetch-data.sh)"
 
 "$PY" - "$N" "$PY" "$SITE" "$CSV" "$ROOT" "${SB[@]}" <<'PYEOF'

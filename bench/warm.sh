@@ -29,7 +29,9 @@ printf '[runtime]\nenvironments_dir = "%s"\n[service]\nmax_concurrency = 8\nqueu
 SB=("$SANDBOX" --config "$CONFIG")
 "${SB[@]}" --data-dir "$WORK/cold" env install python-analysis >/dev/null 2>&1
 "${SB[@]}" --data-dir "$WORK/cold" env install typescript-analysis >/dev/null 2>&1
-SITE="$(ls -d "$ENVS"/python-analysis-*/python | head -1)"
+# The current version's directory (its spec hash, as `env list` prints it): `env install` keeps
+# other versions in a shared environments_dir.
+SITE="$ENVS/python-analysis-$("${SB[@]}" --data-dir "$WORK/cold" env list | awk '$1 == "python-analysis" && $2 == "installed" { print $4 }')/python"
 CSV="$(bash examples/data-analyst/fetch-data.sh)"
 
 source "$ROOT/bench/servers.sh"

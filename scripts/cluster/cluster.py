@@ -156,7 +156,7 @@ def audit_events(c):
     one connection."""
     deadline = time.monotonic() + 10
     while True:
-        p = subprocess.run(["psql", "-X", "-At", "-h", "10.77.0.1", "-p", "55432", "-U", "postgres", "-c",
+        p = subprocess.run(["psql", "-X", "-At", "-h", "10.77.0.1", "-p", "25432", "-U", "postgres", "-c",
                             "SELECT execution_id, kind FROM audit_events ORDER BY seq"], capture_output=True, text=True)
         if p.returncode == 0:
             return [{"executionId": line.split("|")[0], "kind": line.split("|")[1]} for line in p.stdout.splitlines() if line]

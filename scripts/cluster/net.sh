@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The cluster test's network and processes, driven by scripts/cluster/cluster.py:
 #   up DIR            bridge sbxc-br (10.77.0.1/24), namespaces sbxc-n1..3 (10.77.0.11..13) on veths,
-#                     a PostgreSQL and HAProxy (in front of the nodes) listening on the bridge's address
-#                     only: their ports are in the ephemeral range, where any loopback connection of
-#                     the host may hold 127.0.0.1:PORT at the moment they bind (CI once saw
-#                     PostgreSQL come up without 127.0.0.1, refusing the test's own reader); nothing
-#                     else can hold a port on the bridge's fresh address
+#                     a PostgreSQL and HAProxy (in front of the nodes) listening on the bridge's
+#                     address only, on ports below Linux's ephemeral range (32768-60999): a port in
+#                     it may be held by any connection's local end when they bind (CI once saw
+#                     PostgreSQL, then on 55432, come up without 127.0.0.1, refusing the test's
+#                     reader), and connections from the host to the nodes take theirs on the
+#                     bridge's address too (pg-start binds again mid-test)
 #   node-start DIR N  starts `sandbox serve` N in its namespace (pid in DIR/nN.pid, log DIR/nN.log)
 #   pg-stop DIR | pg-start DIR
 #   down DIR          stops everything and removes the namespaces, the bridge and DIR
@@ -15,8 +16,8 @@ cmd="$1"
 dir="$2"
 pgbin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
 bridge=sbxc-br
-pg_port=55432
-proxy_port=58080
+pg_port=25432
+proxy_port=28080
 
 pg_ctl() { su postgres -s /bin/sh -c "'$pgbin/pg_ctl' -D '$dir/pg/data' -l '$dir/pg/server.log' $*" >/dev/null; }
 

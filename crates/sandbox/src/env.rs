@@ -40,7 +40,8 @@ pub enum EnvCommand {
     },
     /// Remove what no declared environment needs: older versions of each declared environment
     /// and bases no installed environment names. A version or base a running execution uses
-    /// is kept (and named). `install` removes the older versions of what it installs.
+    /// is kept (and named). `install` removes the older versions of what it installs, but not
+    /// under `[runtime] environments_dir` (configurations declaring a name differently may share it).
     Gc,
     /// Remove every installed version of an environment (its base, possibly shared, stays until
     /// `env gc`).

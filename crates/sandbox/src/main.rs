@@ -46,7 +46,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run a program in a fresh sandbox; exits with its exit code (128+signal when killed).
+    /// Run a program in a fresh sandbox; exits with its exit code (128+signal when killed, 124 at
+    /// its timeout).
     #[command(after_help = "Exit codes: the program's own (128+signal when a signal ended it), 124 when it reached its \
 timeout (as coreutils' `timeout`); before it runs, \
 2 for a rejected request, 3 when the host cannot run the profile (see `sandbox doctor`), 4 for an \
@@ -78,7 +79,8 @@ execution is ended and its sandbox removed first.")]
     },
     /// Check the host features the runtime needs and which profiles can run. Exits 0 when every
     /// built-in profile can run, 1 when one cannot (the report says why and how to fix it), 3
-    /// when the host cannot run sandboxes at all.
+    /// when the host cannot run sandboxes at all; 130 or 143 when interrupted (SIGINT, SIGTERM),
+    /// once the warm templates and pools it started are stopped and removed.
     Doctor {
         /// Print the report as JSON.
         #[arg(long)]
@@ -419,6 +421,12 @@ fn warm_self_test(
         }
     };
     engine.stop_warm();
+    // A signal that came once they were ready (the handlers stay): the same exit, now that
+    // they are stopped.
+    if let Some(sig) = rt.as_ref().and_then(|rt| rt.block_on(run::pending_interruption(&mut signals))) {
+        errln!("sandbox: doctor interrupted");
+        std::process::exit(128 + sig);
+    }
     out
 }
 

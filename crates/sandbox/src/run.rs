@@ -366,7 +366,7 @@ fn opened_or_exit(rt: &tokio::runtime::Runtime, signals: &mut Signals, audit: &s
 }
 
 /// A SIGTERM or SIGINT that `signals` received already, if any (never waits for one).
-async fn pending_interruption(signals: &mut Signals) -> Option<i32> {
+pub(crate) async fn pending_interruption(signals: &mut Signals) -> Option<i32> {
     // A signal reaches its stream only once the runtime's driver has run: let it.
     tokio::task::yield_now().await;
     tokio::select! {
@@ -626,7 +626,7 @@ fn report(r: &sandbox_core::ExecutionResult, wrote_files: bool) {
 /// door shares it): the CLI's `--timeout` also takes a unit.
 fn timeout_hint(code: &str) {
     if code == ErrorCode::InvalidTimeout.as_str() {
-        errln!("sandbox: hint: --timeout also takes a unit: `20s`, `1m`, `500ms`");
+        errln!("sandbox: hint: --timeout takes a unit (`20s`, `1m`, `500ms`); a bare number is milliseconds");
     }
 }
 

@@ -83,6 +83,12 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     if let Some(why) = engine.data_dir_unreachable() {
         anyhow::bail!("{why}");
     }
+    // A signal while the audit log opened and the self-test ran (which may take seconds): stop
+    // here, before anything is started or bound.
+    if let Some(sig) = rt.block_on(crate::run::pending_interruption(&mut signals)) {
+        tracing::info!(signal = sig, "shutting down before the start completed");
+        return Ok(ExitCode::SUCCESS);
+    }
     let engine = Arc::new(engine);
     // Every cold start takes a helper started ahead (its exec off the critical path).
     engine.keep_spare_helper();

@@ -238,7 +238,10 @@ fn one_request_shape_on_every_door() {
     // In text mode the CLI adds that its --timeout takes a unit.
     let o = sandbox(&["run", "--timeout", "20", "-c", "print(1)"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(stderr.contains(HINT) && stderr.contains("sandbox: hint: --timeout also takes a unit: `20s`"), "{stderr}");
+    assert!(
+        stderr.contains(HINT) && stderr.contains("sandbox: hint: --timeout takes a unit (`20s`, `1m`, `500ms`); a bare number is milliseconds"),
+        "{stderr}"
+    );
     for t in ["20000", "20s"] {
         let r = run("python-default", "print(1)", &["--timeout", t]);
         assert_eq!((r.status, r.status()), (0, "ok"), "--timeout {t}: {r:?}");

@@ -315,12 +315,8 @@ fn the_node_compile_cache_built_at_install_is_used_by_runs_and_read_only() {
     assert_eq!(r.status(), "ok", "{r:?}");
     assert_eq!(r.stdout(), "dir true\nwrite EROFS\nzod/index.js true\nlodash/lodash.js true\npapaparse/papaparse.js true\n", "{r:?}");
 
-    let installed = std::fs::read_dir(test_environments_dir())
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path().join("node-compile-cache"))
-        .find(|cache| cache.parent().unwrap().file_name().unwrap().to_string_lossy().starts_with("typescript-analysis-") && cache.is_dir())
-        .expect("an installed typescript-analysis has a node-compile-cache directory");
+    let installed = installed_dir("typescript-analysis").join("node-compile-cache");
+    assert!(installed.is_dir(), "an installed typescript-analysis has a node-compile-cache directory");
     let (mut dirs, mut links) = (Vec::new(), 0);
     for e in std::fs::read_dir(&installed).unwrap().filter_map(Result::ok) {
         let meta = std::fs::symlink_metadata(e.path()).unwrap();

@@ -26,13 +26,7 @@ pub(crate) fn dataset() -> PathBuf {
 /// The installed python-analysis site directory, for running the same code on the host.
 fn host_site() -> PathBuf {
     environments_installed();
-    let dir = std::fs::read_dir(test_environments_dir())
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("python-analysis-") && p.join("manifest.json").is_file())
-        .expect("python-analysis installed");
-    dir.join("python")
+    installed_dir("python-analysis").join("python")
 }
 
 /// Runs `script` with the host's python3 and the same packages, in a directory holding data.csv.

@@ -282,6 +282,21 @@ pub fn environments_installed() {
     });
 }
 
+/// The directory of `name`'s current version in [`test_environments_dir`] (its spec hash as
+/// `sandbox env list` prints it): other versions may be there, kept by `env install` in a
+/// shared directory.
+pub fn installed_dir(name: &str) -> PathBuf {
+    let out = sandbox(&["env", "list"]).output().unwrap();
+    let list = String::from_utf8_lossy(&out.stdout).into_owned();
+    let spec = list
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.first() == Some(&name) && f.get(1) == Some(&"installed"))
+        .and_then(|f| f.get(3).map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| panic!("{name} is not installed: {list}"));
+    Path::new(&test_environments_dir()).join(format!("{name}-{spec}"))
+}
+
 /// Installs the built-in `python-3.13-analysis` environment and its Debian trixie base into
 /// [`test_environments_dir`] once per test process (a no-op when an earlier run installed them;
 /// the base's .debs are cached in `[runtime] apt_cache_dir`, the wheels in uv's cache).

@@ -1297,10 +1297,12 @@ fn a_preload_that_cannot_be_imported_is_named_with_its_error() {
 
 /// Ctrl-C (SIGINT) of `sandbox doctor` while the warm templates and pools it checks are still
 /// starting (which may take minutes): they are stopped and removed, no directory, mount or
-/// cgroup of theirs left, and doctor exits 130. It used to die at once (the default action)
+/// cgroup of theirs left, and doctor exits 130 (also if they were ready by the signal). It used to die at once (the default action)
 /// and leave them for the next service start on that data directory to sweep.
 #[test]
 fn an_interrupted_doctor_leaves_nothing_of_the_templates_and_pools_it_started() {
+    // python-analysis's template is the one doctor starts.
+    environments_installed();
     let data = tempfile::Builder::new().prefix("doctor-int-").tempdir_in(&env().dir).unwrap().keep();
     let child = Command::new(bin())
         .arg("--config")
