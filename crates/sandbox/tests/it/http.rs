@@ -370,6 +370,10 @@ fn cli_server_mode_streams_and_maps_errors() {
     let out = sandbox(&["run", "--server", &s.url, "--api-key", KEY_ALL, "--file", &arg, "-c", "print(1)"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("error[invalid_file_name]"), "{out:?}");
+    // A timeout exits 124 through the service as locally (coreutils' `timeout`).
+    let out = sandbox(&["run", "--server", &s.url, "--api-key", KEY_ALL, "--timeout", "500ms", "-c", "import time\ntime.sleep(30)"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(124), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sandbox: timed out after"), "{out:?}");
 }
 
 #[test]
