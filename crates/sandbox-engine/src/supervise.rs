@@ -164,9 +164,10 @@ pub(crate) enum SuperviseError {
     /// The sandbox's set-up failed inside (the runtime's step and message, from its `Failed` event).
     #[error("sandbox set-up failed at {step}: {message}")]
     SetUp { step: String, message: String },
-    /// The service shut down, or `sandbox run` was interrupted (SIGINT, SIGTERM), while the
-    /// execution ran ([`crate::Engine::abort_all`]).
-    #[error("the service shut down (or `sandbox run` was interrupted) before the execution ended")]
+    /// The service shut down, or the CLI command running the execution (`sandbox run`, `env
+    /// install`, `env verify`) was interrupted (SIGINT, SIGTERM), while the execution ran
+    /// ([`crate::Engine::abort_all`]).
+    #[error("the service shut down (or the `sandbox` command running it was interrupted) before the execution ended")]
     ShutDown,
 }
 

@@ -59,7 +59,16 @@ fn declared<'a>(config: &'a Config, name: &str) -> anyhow::Result<&'a Environmen
 }
 
 /// Installs `name`, printing progress on stderr. Used by `env install` and `run --install`.
+/// A SIGINT or SIGTERM ends a sandboxed step that runs ([`crate::interrupt`]): the install then
+/// fails, leaves nothing half-built, and the process exits 128+signal before this returns.
 pub fn install(config: &Config, data_dir: &Path, name: &str) -> anyhow::Result<()> {
+    crate::interrupt::arm();
+    let installed = install_armed(config, data_dir, name);
+    crate::interrupt::exit_if_interrupted(installed.as_ref().err());
+    installed
+}
+
+fn install_armed(config: &Config, data_dir: &Path, name: &str) -> anyhow::Result<()> {
     let env = declared(config, name)?;
     let envs = Environments::for_runtime(&config.runtime, data_dir);
     let sandbox = EngineSandbox { config, data_dir };
@@ -85,7 +94,10 @@ impl BuildSandbox for EngineSandbox<'_> {
         config.profiles.insert(profile.clone(), step_profile(name, language, format!("builds environment {name}")));
         let builds = BTreeMap::from([(name.to_owned(), build.to_owned())]);
         let (engine, _audit) = crate::audit::engine_building(config, self.data_dir.to_owned(), builds).map_err(|e| format!("{e:#}"))?;
-        let service = std::sync::Arc::new(sandbox_engine::Service::new(std::sync::Arc::new(engine), 1, 0, std::sync::Arc::new(sandbox_engine::NoHooks)));
+        let engine = std::sync::Arc::new(engine);
+        // A signal from here on ends this step's sandbox (one that came before starts none).
+        let _running = crate::interrupt::running(&engine).map_err(|sig| format!("interrupted by {}", crate::run::signal_name(sig)))?;
+        let service = std::sync::Arc::new(sandbox_engine::Service::new(engine, 1, 0, std::sync::Arc::new(sandbox_engine::NoHooks)));
         let caller = sandbox_engine::Caller::local("cli:env-install");
         let request = ExecutionRequest {
             profile: profile.clone(),
@@ -329,13 +341,21 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
         config.profiles.insert(format!("env-verify-{}", language.as_str()), profile);
     }
     let (engine, _audit) = crate::audit::engine(config, data_dir.to_owned())?;
-    let service = std::sync::Arc::new(sandbox_engine::Service::new(std::sync::Arc::new(engine), 1, 0, std::sync::Arc::new(sandbox_engine::NoHooks)));
+    let engine = std::sync::Arc::new(engine);
+    // A SIGINT or SIGTERM ends the check's sandbox (torn down, recorded) and then the command,
+    // 128+signal ([`crate::interrupt`]).
+    crate::interrupt::arm();
+    let running = crate::interrupt::running(&engine);
+    let service = std::sync::Arc::new(sandbox_engine::Service::new(engine, 1, 0, std::sync::Arc::new(sandbox_engine::NoHooks)));
     let caller = sandbox_engine::Caller::local("cli:env-verify");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     // The worst failure decides the exit code: the sandbox not running the check at all, then
     // an import that failed.
     let mut exit = 0;
     for (language, code) in checks {
+        if running.is_err() || crate::interrupt::interrupted().is_some() {
+            break;
+        }
         let request = ExecutionRequest { profile: format!("env-verify-{}", language.as_str()), code, ..Default::default() };
         let profile = request.profile.clone();
         let r = match service.submit(&caller, request) {
@@ -353,5 +373,7 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
             errln!("{}: every package imports inside the sandbox ({} ms)", language.as_str(), r.timing.run_ms);
         }
     }
+    drop(running);
+    crate::interrupt::exit_if_interrupted(None);
     Ok(ExitCode::from(exit))
 }

@@ -6,6 +6,7 @@ mod out;
 mod audit;
 mod config;
 mod env;
+mod interrupt;
 mod mcp;
 mod outdir;
 mod run;

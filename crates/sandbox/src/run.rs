@@ -299,8 +299,9 @@ enum WarmStopped {
     Failed(anyhow::Error),
 }
 
-/// SIGTERM's and SIGINT's streams, made once (`None` if they could not be).
-pub(crate) type Signals = Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>;
+/// SIGTERM's and SIGINT's streams, made once ([`signal_streams`]). Either may be missing (it
+/// could not be made): that signal then acts as it would without us.
+pub(crate) type Signals = Option<(Option<tokio::signal::unix::Signal>, Option<tokio::signal::unix::Signal>)>;
 
 /// Starts `profile` warm as `how` asks and waits until it is ready; a profile that cannot start
 /// warm runs cold (said on stderr). Errors: [`WarmStopped`]; the caller stops what started.
@@ -340,13 +341,25 @@ fn warm_start(
     }
 }
 
-/// SIGTERM's and SIGINT's streams, from now on (`None` if they cannot be made).
+/// SIGTERM's and SIGINT's streams, from now on (`None` if neither can be made); the handling
+/// [`crate::interrupt`] did until now (a `run --install`'s install) is theirs from now on.
 pub(crate) fn signal_streams(rt: &tokio::runtime::Runtime) -> Signals {
+    let streams = signal_streams_unowned(rt);
+    if streams.is_some() {
+        crate::interrupt::hand_over();
+    }
+    streams
+}
+
+/// [`signal_streams`] without the hand-over. Each stream is kept if it was made: once tokio has
+/// taken a signal over it keeps its handler for the process's life, so a stream dropped because
+/// the other failed would leave that signal swallowed.
+pub(crate) fn signal_streams_unowned(rt: &tokio::runtime::Runtime) -> Signals {
     use tokio::signal::unix::{signal, SignalKind};
     let _runtime = rt.enter();
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
-        (Ok(term), Ok(int)) => Some((term, int)),
-        _ => None,
+    match (signal(SignalKind::terminate()).ok(), signal(SignalKind::interrupt()).ok()) {
+        (None, None) => None,
+        streams => Some(streams),
     }
 }
 
@@ -379,17 +392,25 @@ pub(crate) async fn pending_interruption(signals: &mut Signals) -> Option<i32> {
 /// The first SIGTERM or SIGINT `signals` (the streams of both) receive, as its number; never,
 /// without streams (they could not be made: the signals then act as they would).
 pub(crate) async fn interruption(signals: &mut Signals) -> i32 {
+    async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
     match signals {
         Some((term, int)) => tokio::select! {
-            _ = term.recv() => libc::SIGTERM,
-            _ = int.recv() => libc::SIGINT,
+            () = recv(term) => libc::SIGTERM,
+            () = recv(int) => libc::SIGINT,
         },
         None => std::future::pending().await,
     }
 }
 
 /// `SIGINT` or `SIGTERM`, the signals [`interruption`] reports.
-fn signal_name(sig: i32) -> &'static str {
+pub(crate) fn signal_name(sig: i32) -> &'static str {
     if sig == libc::SIGINT {
         "SIGINT"
     } else {

@@ -14,6 +14,6 @@ fn a_supervision_failure_names_its_step_then_its_cause() {
     check(SuperviseError::SpawnHelper { helper: "/x/sandbox".into(), source: io() }, &format!("spawning the helper /x/sandbox: {emfile}"));
     check(SuperviseError::SendSpec(io()), &format!("sending the spec: {emfile}"));
     check(SuperviseError::SetUp { step: "pivot_root".into(), message: "EINVAL".into() }, "sandbox set-up failed at pivot_root: EINVAL");
-    check(SuperviseError::ShutDown, "the service shut down (or `sandbox run` was interrupted) before the execution ended");
+    check(SuperviseError::ShutDown, "the service shut down (or the `sandbox` command running it was interrupted) before the execution ended");
     check(SuperviseError::OpenTree { path: "/d/code".into(), source: io() }, &format!("open_tree /d/code: {emfile}"));
 }

@@ -342,8 +342,6 @@ fn the_node_compile_cache_built_at_install_is_used_by_runs_and_read_only() {
 fn an_install_step_that_runs_package_code_runs_in_a_sandbox() {
     let (dir, config) = own_dir("env-hook-", "[environments.hooked]\npython = [\"matplotlib==0.0.1\"]\n");
     let marker = dir.join("written-by-the-package");
-    let wheels = dir.join("wheels");
-    std::fs::create_dir(&wheels).unwrap();
     let init = format!(
         "import os\ndef _try(f):\n    try:\n        return repr(f())\n    except Exception as e:\n        return type(e).__name__\n\
          wrote = _try(lambda: open({:?}, 'w').write('pwned'))\nshadow = _try(lambda: open('/etc/shadow').read()[:8])\n",
@@ -352,15 +350,7 @@ fn an_install_step_that_runs_package_code_runs_in_a_sandbox() {
     let font_manager = "import json, os, matplotlib\nd = os.environ['MPLCONFIGDIR']\nos.makedirs(d, exist_ok=True)\n\
                         json.dump({'wrote': matplotlib.wrote, 'shadow': matplotlib.shadow, 'uid': os.getuid()}, open(os.path.join(d, 'fontlist-v0.0.1.json'), 'w'))\n\
                         open(os.path.join(d, 'extra.json'), 'w').write('{}')\n";
-    // A wheel is a zip: the package, METADATA, WHEEL and RECORD.
-    let build = "import zipfile, sys\nwith zipfile.ZipFile(sys.argv[1] + '/matplotlib-0.0.1-py3-none-any.whl', 'w') as z:\n    \
-                 z.writestr('matplotlib/__init__.py', sys.argv[2])\n    z.writestr('matplotlib/font_manager.py', sys.argv[3])\n    \
-                 z.writestr('matplotlib-0.0.1.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: matplotlib\\nVersion: 0.0.1\\n')\n    \
-                 z.writestr('matplotlib-0.0.1.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n    \
-                 z.writestr('matplotlib-0.0.1.dist-info/RECORD', 'matplotlib/__init__.py,,\\nmatplotlib/font_manager.py,,\\nmatplotlib-0.0.1.dist-info/METADATA,,\\nmatplotlib-0.0.1.dist-info/WHEEL,,\\nmatplotlib-0.0.1.dist-info/RECORD,,\\n')\n";
-    let out = Command::new("python3").args(["-c", build]).arg(&wheels).arg(&init).arg(font_manager).output().unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-
+    let wheels = fake_matplotlib_wheel(&dir, &init, font_manager);
     let wheels = wheels.display().to_string();
     let out = cli_with(&config, &[("UV_FIND_LINKS", &wheels), ("UV_NO_INDEX", "1")], &["env", "install", "hooked"]);
     let err = text(&out.stderr);
@@ -379,6 +369,130 @@ fn an_install_step_that_runs_package_code_runs_in_a_sandbox() {
     assert_ne!(report["uid"], 0, "not root inside: {report}");
     assert!(!installed.join("mplconfig/extra.json").exists(), "only font lists are copied into the environment");
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A fake `matplotlib` 0.0.1 wheel in `dir/wheels` (returned) whose `__init__` and
+/// `font_manager` are the code given: what `env install`'s font-cache step imports in its sandbox.
+fn fake_matplotlib_wheel(dir: &Path, init: &str, font_manager: &str) -> PathBuf {
+    let wheels = dir.join("wheels");
+    std::fs::create_dir_all(&wheels).unwrap();
+    // A wheel is a zip: the package, METADATA, WHEEL and RECORD.
+    let build = "import zipfile, sys\nwith zipfile.ZipFile(sys.argv[1] + '/matplotlib-0.0.1-py3-none-any.whl', 'w') as z:\n    \
+                 z.writestr('matplotlib/__init__.py', sys.argv[2])\n    z.writestr('matplotlib/font_manager.py', sys.argv[3])\n    \
+                 z.writestr('matplotlib-0.0.1.dist-info/METADATA', 'Metadata-Version: 2.1\\nName: matplotlib\\nVersion: 0.0.1\\n')\n    \
+                 z.writestr('matplotlib-0.0.1.dist-info/WHEEL', 'Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n')\n    \
+                 z.writestr('matplotlib-0.0.1.dist-info/RECORD', 'matplotlib/__init__.py,,\\nmatplotlib/font_manager.py,,\\nmatplotlib-0.0.1.dist-info/METADATA,,\\nmatplotlib-0.0.1.dist-info/WHEEL,,\\nmatplotlib-0.0.1.dist-info/RECORD,,\\n')\n";
+    let out = Command::new("python3").args(["-c", build]).arg(&wheels).arg(init).arg(font_manager).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wheels
+}
+
+/// A SIGINT or SIGTERM to `env install` while a step that runs package code runs in its sandbox
+/// (matplotlib's font cache; here a fake one that sleeps): the sandbox is ended (killed, torn
+/// down, its record finished), the install fails leaving no build behind, and the command exits
+/// 128+signal. It used to die at once and leave the sandbox's cgroups, mounts and directory, and
+/// an unfinished record, for the next start's recovery.
+#[test]
+fn an_interrupted_install_ends_the_sandbox_of_its_step_and_leaves_nothing_behind() {
+    for (sig, code) in [(nix::sys::signal::Signal::SIGINT, 130), (nix::sys::signal::Signal::SIGTERM, 143)] {
+        let (dir, config) = own_dir("env-int-", "[environments.sleepy]\npython = [\"matplotlib==0.0.1\"]\n");
+        let data = dir.join("data");
+        let wheels = fake_matplotlib_wheel(&dir, "", "import time\nopen('/workspace/started', 'w').close()\ntime.sleep(100)\n");
+        let child = Command::new(bin())
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["env", "install", "sleepy"])
+            .env("UV_FIND_LINKS", &wheels)
+            .env("UV_NO_INDEX", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let id = started_execution(&data.join("executions"));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()), sig).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{sig}: {stderr}");
+        assert!(stderr.contains(&format!("interrupted by {sig}")) && stderr.contains(&id), "{sig}: {stderr}");
+        assert_gone_from(&data, &id);
+        let left: Vec<String> = std::fs::read_dir(dir.join("environments"))
+            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        // (`.lock-sleepy`, the install's lock file, stays as after any install.)
+        assert!(!left.iter().any(|n| n.starts_with("sleepy-") || n.starts_with(".build-sleepy")), "{sig}: no build and no install of sleepy: {left:?}");
+        // Its record is finished, not left for a recovery to mark.
+        let shown = Command::new(bin()).arg("--config").arg(&config).arg("--data-dir").arg(&data).args(["audit", "show", &id]).output().unwrap();
+        let shown = text(&shown.stdout);
+        assert!(shown.contains("internal_error") && shown.contains("cli:env-install"), "{sig}: {shown}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
+
+/// `run --install` and `env verify`: the handling of the signals during the install passes to
+/// the run once it runs (a SIGTERM while the program runs ends it as an interrupted `sandbox run`
+/// does, rather than exiting at once), and a SIGINT while `env verify`'s import check runs in
+/// its sandbox ends that sandbox (torn down, recorded) and the command with 130.
+#[test]
+fn an_interrupted_run_after_its_install_and_an_interrupted_verify_leave_nothing_behind() {
+    let (dir, config) = own_dir(
+        "env-vint-",
+        "[environments.slowimport]\npython = [\"matplotlib==0.0.1\"]\npython_imports = [\"matplotlib\"]\n\
+         [profiles.slowimport]\nlanguage = \"python\"\nenvironment = \"slowimport\"\n",
+    );
+    let data = dir.join("data");
+    // The install's font-cache step sets MPLCONFIGDIR to its workspace before it imports; the
+    // check's import is the one that sleeps.
+    let init = "import os, time\nif os.environ.get('MPLCONFIGDIR') != '/workspace/mplconfig':\n    \
+                open('/workspace/started', 'w').close()\n    time.sleep(100)\n";
+    let wheels = fake_matplotlib_wheel(
+        &dir,
+        init,
+        "import os\nd = os.environ['MPLCONFIGDIR']\nos.makedirs(d, exist_ok=True)\nopen(d + '/fontlist-v0.0.1.json', 'w').write('{}')\n",
+    );
+    let cli = |args: &[&str]| {
+        let mut c = Command::new(bin());
+        c.arg("--config").arg(&config).arg("--data-dir").arg(&data).args(args).env("UV_FIND_LINKS", &wheels).env("UV_NO_INDEX", "1");
+        c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+        c
+    };
+    let interrupted = |args: &[&str], sig: nix::sys::signal::Signal| {
+        let child = cli(args).spawn().unwrap();
+        let id = started_execution(&data.join("executions"));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()), sig).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_gone_from(&data, &id);
+        let shown = text(&cli(&["audit", "show", &id]).stdout(std::process::Stdio::piped()).output().unwrap().stdout);
+        (out.status.code(), text(&out.stderr), shown)
+    };
+    let code = "open('/workspace/started', 'w').close()\nimport time\ntime.sleep(100)\n";
+    let (status, stderr, shown) = interrupted(&["run", "--install", "-p", "slowimport", "-c", code], nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(status, Some(143), "{stderr}");
+    assert!(stderr.contains("slowimport installed") && stderr.contains("interrupted by SIGTERM: the execution was ended"), "{stderr}");
+    assert!(shown.contains("internal_error") && shown.contains("cli:"), "{shown}");
+
+    let (status, stderr, shown) = interrupted(&["env", "verify", "slowimport"], nix::sys::signal::Signal::SIGINT);
+    assert_eq!(status, Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted by SIGINT") && stderr.contains("internal_error in the sandbox"), "{stderr}");
+    assert!(shown.contains("internal_error") && shown.contains("cli:env-verify"), "{shown}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The id of the execution whose program made `/workspace/started` (its workspace is a mount
+/// under `executions`, the data directory's), waiting up to 120 s for one.
+fn started_execution(executions: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let started = std::fs::read_dir(executions)
+            .map(|d| d.filter_map(Result::ok).find(|e| e.path().join("workspace/started").exists()).map(|e| e.file_name().to_string_lossy().into_owned()))
+            .unwrap_or_default();
+        if let Some(id) = started {
+            return id;
+        }
+        assert!(Instant::now() < deadline, "no program started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Issue 12, finding 8: `sandbox env lock` writes a hash lock; a lock that disagrees with the
