@@ -69,10 +69,18 @@ export interface OutputFile extends WireOutputFile {
 
 /** A workspace entry that was not returned, and why. */
 export interface SkippedFile {
+  /** Workspace-relative name (lossy UTF-8 if the name was not UTF-8). */
   name: string;
-  /** `symlink`, `not_regular_file`, `too_large`, `count_cap`, `bytes_cap` or `non_utf8_name`. */
+  /**
+   * `symlink`, `not_regular_file`, `non_utf8_name`, `name_too_long`, `too_deep`, `count_cap`,
+   * `bytes_cap`, `entry_cap`, `unreadable`, `changed_while_reading`, or `list_cap`: the last
+   * entry of a list past 1,000, standing for the rest (`count`).
+   */
   reason: string;
+  /** Size in bytes, where known. */
   size?: number;
+  /** On the `list_cap` entry only: how many entries it stands for. */
+  count?: number;
 }
 
 /** CPU time and peak memory of the execution. */

@@ -177,6 +177,10 @@ pub struct SkippedFile {
     /// Size in bytes, where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
+    /// On the `list_cap` entry only: how many entries it stands for (those past the list's
+    /// 1,000, each skipped for its own reason; its name says the same in words).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
 }
 
 /// Why a workspace entry was not returned (`skippedFiles[].reason`).
@@ -203,7 +207,7 @@ pub enum SkipReason {
     Unreadable,
     /// Changed while it was read (its size or identity moved).
     ChangedWhileReading,
-    /// Stands for the entries past the list's cap (1,000), counted in its name.
+    /// Stands for the entries past the list's cap (1,000), counted in its `count`.
     ListCap,
 }
 

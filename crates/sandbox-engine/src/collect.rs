@@ -47,7 +47,8 @@ pub(crate) fn collect(workspace: &Path, inputs: &[(String, [u8; 32])], a: &Admit
     let mut w = Walk { a, inputs, files: BTreeMap::new(), skipped: Vec::new(), skipped_more: 0, total: 0, seen: 0 };
     w.dir(root, "", 0);
     if w.skipped_more > 0 {
-        w.skipped.push(SkippedFile { name: format!("… and {} more", w.skipped_more), reason: SkipReason::ListCap, size: None });
+        let name = format!("… and {} more", w.skipped_more);
+        w.skipped.push(SkippedFile { name, reason: SkipReason::ListCap, size: None, count: Some(w.skipped_more) });
     }
     Ok((w.files, w.skipped))
 }
@@ -55,7 +56,7 @@ pub(crate) fn collect(workspace: &Path, inputs: &[(String, [u8; 32])], a: &Admit
 impl Walk<'_> {
     fn skip(&mut self, name: String, reason: SkipReason, size: Option<u64>) {
         if self.skipped.len() < MAX_SKIPPED {
-            self.skipped.push(SkippedFile { name, reason, size });
+            self.skipped.push(SkippedFile { name, reason, size, count: None });
         } else {
             self.skipped_more += 1;
         }

@@ -23,7 +23,7 @@ fn full_result() -> ExecutionResult {
         signal: Some(9),
         signal_name: Some("SIGKILL".into()),
         files: BTreeMap::from([("a.txt".into(), OutputFile { base64: "YQ==".into(), size: 1, sha256: "ca97".into(), mime_type: "text/plain".into() })]),
-        skipped_files: vec![SkippedFile { name: "link".into(), reason: SkipReason::Symlink, size: Some(3) }],
+        skipped_files: vec![SkippedFile { name: "link".into(), reason: SkipReason::Symlink, size: Some(3), count: None }],
         return_data: Some(json!({"k": 1})),
         network: Some(sandbox_core::network::NetworkReport {
             allowed: vec![sandbox_core::network::AllowedConnection {

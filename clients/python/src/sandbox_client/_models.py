@@ -46,15 +46,22 @@ class OutputFile:
 
 @dataclass(frozen=True)
 class SkippedFile:
-    """A workspace entry that was not returned, and why (``symlink``, ``too_large``, ``count_cap``, ...)."""
+    """A workspace entry that was not returned, and why.
+
+    ``reason`` is ``symlink``, ``not_regular_file``, ``non_utf8_name``, ``name_too_long``,
+    ``too_deep``, ``count_cap``, ``bytes_cap``, ``entry_cap``, ``unreadable``,
+    ``changed_while_reading``, or ``list_cap``: the last entry of a list past 1,000, standing for
+    the rest, whose number is ``count``. ``size`` is in bytes, where known.
+    """
 
     name: str
     reason: str
     size: Optional[int] = None
+    count: Optional[int] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SkippedFile":
-        return cls(name=d["name"], reason=d["reason"], size=_opt_int(d.get("size")))
+        return cls(name=d["name"], reason=d["reason"], size=_opt_int(d.get("size")), count=_opt_int(d.get("count")))
 
 
 @dataclass(frozen=True)

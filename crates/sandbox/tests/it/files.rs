@@ -143,7 +143,8 @@ fn write_out(dir: &Path, code: &str, extra: &[&str]) -> (Option<i32>, String) {
 
 /// `--out-dir` names what the collection left out, the first 20 by name and then a count: a
 /// program that makes 50 symlinks gets 20 lines and "30 more", not 50 (nor 1,000) lines; one
-/// that makes 1,234 gets the count of all the rest, past the skipped list's cap too.
+/// that makes 1,234 gets the count of all the rest, past the skipped list's cap too, which the
+/// list's last entry carries as a number (`count`).
 #[test]
 fn out_dir_names_the_first_entries_left_out_and_counts_the_rest() {
     let scratch = tempfile::Builder::new().prefix("outdir-").tempdir_in(&env().dir).unwrap().keep();
@@ -164,6 +165,12 @@ fn out_dir_names_the_first_entries_left_out_and_counts_the_rest() {
     assert_eq!(status, Some(0), "{stderr}");
     assert_eq!(stderr.lines().filter(|l| l.ends_with("not written: not collected (symlink)")).count(), 20, "{stderr}");
     assert!(stderr.contains("sandbox: 1214 more entries not collected (--json lists the first 1,000 in skippedFiles)"), "{stderr}");
+    // On the wire: 1,000 entries, then the `list_cap` one with the rest's number in `count`.
+    let r = run("python-default", code, &[]);
+    let skipped = r.json["skippedFiles"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1001, "{r:?}");
+    assert_eq!(skipped[1000], serde_json::json!({ "name": "… and 234 more", "reason": "list_cap", "count": 234 }), "{r:?}");
+    assert!(skipped[..1000].iter().all(|s| s["reason"] == "symlink" && s.get("count").is_none()), "{r:?}");
 }
 
 /// Issue 12, finding 4: the program chooses the names of its output files, and the CLI writes
