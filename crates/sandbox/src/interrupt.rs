@@ -1,5 +1,6 @@
 //! SIGINT and SIGTERM for commands that run sandboxes among other work: `env install`'s steps
-//! that run package code (and `run --install`'s install), `env verify`'s import checks.
+//! that run package code (and `run --install`'s install), `env verify`'s import checks,
+//! `doctor`'s readiness self-test.
 //!
 //! Without this, a Ctrl-C there killed the command at once and left the sandbox that ran (its
 //! cgroups, mounts, directory and an unfinished audit record) for the next start's recovery to
@@ -18,8 +19,15 @@ use std::sync::{Arc, Mutex, Once};
 
 use sandbox_engine::Engine;
 
-/// Engines with an execution running now, each registered by a [`Running`] guard.
-static RUNNING: Mutex<Vec<Arc<Engine>>> = Mutex::new(Vec::new());
+/// What a signal waits for before the command exits: engines with an execution running now
+/// (each registered by a [`Running`] guard; their executions are ended at once), and holds
+/// ([`hold`]: short work that ends by itself and must not be cut short).
+struct Busy {
+    engines: Vec<Arc<Engine>>,
+    holds: usize,
+}
+
+static BUSY: Mutex<Busy> = Mutex::new(Busy { engines: Vec::new(), holds: 0 });
 /// The first signal received (0: none).
 static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
 /// Set by [`hand_over`]: the signals are another stream's to handle.
@@ -30,13 +38,17 @@ static ARMED: Once = Once::new();
 /// streams cannot be made (the signals then act as they would).
 pub fn arm() {
     ARMED.call_once(|| {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-        // Made here, before this returns: a signal from now on is handled.
-        let mut signals = crate::run::signal_streams_unowned(&rt);
-        if signals.is_none() {
-            return;
-        }
-        let _ = std::thread::Builder::new().name("signals".into()).spawn(move || {
+        // The streams are made on the thread that listens to them (were they made here and
+        // that thread not started, tokio's handler, which stays, would swallow the signals);
+        // this returns once they exist, so that a signal from then on is handled.
+        let (made, streams_made) = std::sync::mpsc::channel::<()>();
+        let spawned = std::thread::Builder::new().name("signals".into()).spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            let mut signals = crate::run::signal_streams_unowned(&rt);
+            let _ = made.send(());
+            if signals.is_none() {
+                return;
+            }
             rt.block_on(async {
                 loop {
                     let sig = crate::run::interruption(&mut signals).await;
@@ -46,6 +58,10 @@ pub fn arm() {
                 }
             })
         });
+        if spawned.is_ok() {
+            // An error: the thread ended without streams (the signals act as they would).
+            let _ = streams_made.recv();
+        }
     });
 }
 
@@ -56,13 +72,13 @@ fn received(sig: i32) {
         errln!("sandbox: interrupted again by {name}: exiting at once; the next start sweeps what this one left");
         std::process::exit(128 + sig);
     }
-    let running = RUNNING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if running.is_empty() {
+    let busy = BUSY.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if busy.engines.is_empty() && busy.holds == 0 {
         errln!("sandbox: interrupted by {name}");
         std::process::exit(128 + sig);
     }
-    errln!("sandbox: {name}: ending the sandbox that runs, then exiting");
-    for engine in running.iter() {
+    errln!("sandbox: {name}: ending what runs, then exiting");
+    for engine in &busy.engines {
         engine.abort_all();
     }
 }
@@ -88,7 +104,7 @@ pub fn exit_if_interrupted(failure: Option<&anyhow::Error>) {
         if let Some(e) = failure {
             errln!("sandbox: error: {e:#}");
         }
-        errln!("sandbox: interrupted by {}: the sandbox that ran was ended, torn down and recorded", crate::run::signal_name(sig));
+        errln!("sandbox: interrupted by {}: what ran was ended and removed", crate::run::signal_name(sig));
         std::process::exit(128 + sig);
     }
 }
@@ -97,13 +113,13 @@ pub fn exit_if_interrupted(failure: Option<&anyhow::Error>) {
 /// its executions ([`Engine::abort_all`], which also ends at once any started later).
 /// Errors: the signal already received, as its number (start nothing).
 pub fn running(engine: &Arc<Engine>) -> Result<Running, i32> {
-    let mut running = RUNNING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut busy = BUSY.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     // Checked under the lock the handler takes: a signal either came before (refused here) or
     // finds this engine registered.
     if let Some(sig) = interrupted() {
         return Err(sig);
     }
-    running.push(engine.clone());
+    busy.engines.push(engine.clone());
     Ok(Running(engine.clone()))
 }
 
@@ -112,9 +128,30 @@ pub struct Running(Arc<Engine>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let mut running = RUNNING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(i) = running.iter().position(|e| Arc::ptr_eq(e, &self.0)) {
-            running.swap_remove(i);
+        let mut busy = BUSY.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(i) = busy.engines.iter().position(|e| Arc::ptr_eq(e, &self.0)) {
+            busy.engines.swap_remove(i);
         }
+    }
+}
+
+/// Holds the exit a signal would make until the guard drops (the caller then calls
+/// [`exit_if_interrupted`]): for short work that makes host state and removes it itself, such
+/// as the readiness self-test's sandbox. Errors: the signal already received, as its number.
+pub fn hold() -> Result<Hold, i32> {
+    let mut busy = BUSY.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(sig) = interrupted() {
+        return Err(sig);
+    }
+    busy.holds += 1;
+    Ok(Hold(()))
+}
+
+/// A hold taken by [`hold`]; released on drop.
+pub struct Hold(());
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        BUSY.lock().unwrap_or_else(std::sync::PoisonError::into_inner).holds -= 1;
     }
 }

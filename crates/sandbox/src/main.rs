@@ -484,8 +484,14 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
     // Issue 12, finding 5: no local user may own the sandboxes' host ids.
     let subid = subid::check(config.runtime.uid_base);
     report.checks.push(sandbox_runtime::probe::Check { name: "subid", ok: subid.is_ok(), detail: subid.unwrap_or_else(|e| e) });
-    // The readiness self-test (as /readyz runs it): every kernel step of an execution, once.
-    let self_test = if report.first_failure().is_none() { engine.self_test() } else { Vec::new() };
+    // The readiness self-test (as /readyz runs it): every kernel step of an execution, once. A
+    // SIGINT or SIGTERM meanwhile waits for its sandbox's removal, then exits 128+signal.
+    crate::interrupt::arm();
+    let self_test = match crate::interrupt::hold() {
+        Ok(_hold) if report.first_failure().is_none() => engine.self_test(),
+        _ => Vec::new(),
+    };
+    crate::interrupt::exit_if_interrupted(None);
     let self_test_failure = sandbox_runtime::selftest::first_failure(&self_test);
     let mut runtimes = Vec::new();
     for (what, path) in [("python", &config.runtime.python), ("node", &config.runtime.node)] {
