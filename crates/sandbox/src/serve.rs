@@ -62,10 +62,10 @@ pub fn serve(mut config: Config, data_dir: PathBuf, args: ServeArgs) -> anyhow::
     let grace = Duration::from_millis(config.service.shutdown_grace_ms);
     let retention = (config.audit.retention_days, config.audit.retention_max_events);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    // The signal handlers exist before anything is started that a signal must stop: a SIGTERM
-    // that came before (from the first poll of the shutdown future on) killed the process with
-    // its default action, leaving the warm templates and pooled sandboxes being started
-    // (cgroups, mounts, directories) for the next start on this data directory to sweep.
+    // The signal handlers exist before anything is started that a signal must stop. They used
+    // to be made only when the server first polled its shutdown future: a SIGTERM before that
+    // killed the process with its default action, leaving the warm templates and pooled
+    // sandboxes being started (cgroups, mounts, directories) for the next start to sweep.
     let mut signals = crate::run::signal_streams(&rt);
     let (engine, audit) = crate::audit::engine(config, data_dir.clone())?;
     if let Some(why) = engine.host().first_failure() {
