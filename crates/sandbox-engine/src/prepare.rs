@@ -905,7 +905,35 @@ pub(crate) fn sweep(opts: &EngineOptions, layout: Option<&Layout>) -> Vec<String
         }
         swept.push(id);
     }
+    if let Some(layout) = layout {
+        sweep_selftests(layout, &opts.cgroup_parent);
+    }
     swept
+}
+
+/// Removes the cgroups of readiness self-tests (`selftest-<pid>-<n>` under `parent`,
+/// `sandbox_runtime::selftest::run`) whose process is gone: one killed mid-test (a second
+/// Ctrl-C of `sandbox doctor`, a SIGKILL) left its cgroup, which nothing else removes. A pid
+/// that runs again as another process keeps its cgroup until that one ends.
+fn sweep_selftests(layout: &Layout, parent: &str) {
+    let mut dead = std::collections::BTreeSet::new();
+    for dir in Cgroup::existing(layout, parent, "").dirs() {
+        let Ok(entries) = fs::read_dir(dir) else { continue };
+        for e in entries.filter_map(Result::ok) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name.strip_prefix("selftest-").and_then(|rest| rest.split('-').next()).and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|pid| sandbox_runtime::process::start_time(pid).is_none()) {
+                dead.insert(name);
+            }
+        }
+    }
+    for name in dead {
+        tracing::warn!(cgroup = %name, "removing the cgroup of a self-test whose process died");
+        let cg = Cgroup::existing(layout, parent, &name);
+        if let Err(e) = cg.kill_all(Duration::from_secs(5)).and_then(|()| cg.remove()) {
+            tracing::error!(cgroup = %name, error = %e, "cannot remove a leftover self-test cgroup");
+        }
+    }
 }
 
 /// The seccomp filter every sandbox loads (`sandbox_runtime::seccomp_program`, built with the

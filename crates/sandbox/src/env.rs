@@ -64,7 +64,10 @@ fn declared<'a>(config: &'a Config, name: &str) -> anyhow::Result<&'a Environmen
 pub fn install(config: &Config, data_dir: &Path, name: &str) -> anyhow::Result<()> {
     crate::interrupt::arm();
     let installed = install_armed(config, data_dir, name);
-    crate::interrupt::exit_if_interrupted(installed.as_ref().err());
+    match &installed {
+        Ok(()) => crate::interrupt::exit_if_interrupted(None, "the install had completed; nothing after it ran"),
+        Err(e) => crate::interrupt::exit_if_interrupted(Some(e), "the sandbox that ran was ended and removed; nothing was installed"),
+    }
     installed
 }
 
@@ -374,6 +377,6 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
         }
     }
     drop(running);
-    crate::interrupt::exit_if_interrupted(None);
+    crate::interrupt::exit_if_interrupted(None, "the check's sandbox was ended and removed");
     Ok(ExitCode::from(exit))
 }

@@ -5,33 +5,39 @@
 //! Without this, a Ctrl-C there killed the command at once and left the sandbox that ran (its
 //! cgroups, mounts, directory and an unfinished audit record) for the next start's recovery to
 //! sweep. Once [`arm`]ed, the first SIGINT or SIGTERM ends the sandboxes that run now (each is
-//! killed, torn down and recorded, as `sandbox run` ends its own) and the command exits
-//! 128+signal once the work it was in has unwound ([`exit_if_interrupted`]); with none
-//! running it exits at once, as the signal's default action would (a uv or npm child in the
-//! terminal's process group gets the Ctrl-C itself). A second signal exits at once.
+//! killed, torn down and recorded, as `sandbox run` ends its own), or waits for a [`hold`]'s
+//! short work to clean up after itself, and the command exits 128+signal once the work it was
+//! in has unwound ([`exit_if_interrupted`]). With nothing running it exits 128+signal at once,
+//! where the signal's default action would have ended it (a uv or npm child in the terminal's
+//! process group gets the Ctrl-C itself). A second signal exits at once.
 //!
-//! tokio keeps a signal's handler for the process's life once it took the signal over, so the
-//! streams are made once, on a thread of their own; a command that goes on to make its own
-//! streams (`sandbox run`) takes the handling over ([`hand_over`]).
+//! tokio keeps a signal's handler for the process's life once it took the signal over, and a
+//! stream made later does not see a signal that came before it. So the streams are made once,
+//! on a thread of their own, and a command that goes on to wait for the signals itself
+//! (`sandbox run` after `run --install`'s install, `doctor`'s warm check) takes them over from
+//! that thread ([`hand_over`]): from then on each is forwarded to it, and none falls between.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, Once};
 
 use sandbox_engine::Engine;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 /// What a signal waits for before the command exits: engines with an execution running now
 /// (each registered by a [`Running`] guard; their executions are ended at once), and holds
-/// ([`hold`]: short work that ends by itself and must not be cut short).
+/// ([`hold`]: short work that ends by itself and must not be cut short), by what they hold for.
 struct Busy {
     engines: Vec<Arc<Engine>>,
-    holds: usize,
+    holds: Vec<&'static str>,
 }
 
-static BUSY: Mutex<Busy> = Mutex::new(Busy { engines: Vec::new(), holds: 0 });
-/// The first signal received (0: none).
+static BUSY: Mutex<Busy> = Mutex::new(Busy { engines: Vec::new(), holds: Vec::new() });
+/// The first signal received while the handling was this module's (0: none).
 static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
-/// Set by [`hand_over`]: the signals are another stream's to handle.
-static HANDED_OVER: AtomicBool = AtomicBool::new(false);
+/// Where the signals go once handed over ([`hand_over`]); `None`: handled here.
+static FORWARD: Mutex<Option<UnboundedSender<i32>>> = Mutex::new(None);
+/// Whether the thread listens (its streams were made).
+static LISTENING: AtomicBool = AtomicBool::new(false);
 static ARMED: Once = Once::new();
 
 /// Makes the SIGINT and SIGTERM handling described above, once per process; a no-op if the
@@ -45,6 +51,7 @@ pub fn arm() {
         let spawned = std::thread::Builder::new().name("signals".into()).spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
             let mut signals = crate::run::signal_streams_unowned(&rt);
+            LISTENING.store(signals.is_some(), Ordering::SeqCst);
             let _ = made.send(());
             if signals.is_none() {
                 return;
@@ -52,7 +59,10 @@ pub fn arm() {
             rt.block_on(async {
                 loop {
                     let sig = crate::run::interruption(&mut signals).await;
-                    if !HANDED_OVER.load(Ordering::SeqCst) {
+                    // Handed over: forwarded, unless the taker has stopped listening (then
+                    // handled here, rather than swallowed).
+                    let forward = FORWARD.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+                    if forward.is_none_or(|to| to.send(sig).is_err()) {
                         received(sig);
                     }
                 }
@@ -65,31 +75,46 @@ pub fn arm() {
     });
 }
 
-/// What a signal does while armed (see the module's documentation).
+/// What a signal does while the handling is this module's (see the module's documentation).
 fn received(sig: i32) {
     let name = crate::run::signal_name(sig);
     if INTERRUPTED.swap(sig, Ordering::SeqCst) != 0 {
         errln!("sandbox: interrupted again by {name}: exiting at once; the next start sweeps what this one left");
         std::process::exit(128 + sig);
     }
-    let busy = BUSY.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if busy.engines.is_empty() && busy.holds == 0 {
+    // What runs, decided under the lock [`running`] and [`hold`] take (each checks for a signal
+    // there, so what registers after this sees it); acted on and said after it.
+    let (engines, holds) = {
+        let busy = BUSY.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        (busy.engines.clone(), busy.holds.clone())
+    };
+    if engines.is_empty() && holds.is_empty() {
         errln!("sandbox: interrupted by {name}");
         std::process::exit(128 + sig);
     }
-    errln!("sandbox: {name}: ending what runs, then exiting");
-    for engine in &busy.engines {
+    for engine in &engines {
         engine.abort_all();
+    }
+    if engines.is_empty() {
+        errln!("sandbox: {name}: exiting once {} ends", holds.join(" and "));
+    } else {
+        errln!("sandbox: {name}: ending the sandbox that runs, then exiting");
     }
 }
 
-/// From now on the signals are the caller's own streams' to handle (made before this call,
-/// so that none is lost between the two); the handling above stops.
-pub fn hand_over() {
-    HANDED_OVER.store(true, Ordering::SeqCst);
+/// Hands the signals over to the caller, from now on, if this module's thread listens: each is
+/// then sent on the returned channel (a signal that came before was handled here). `None`:
+/// nothing was armed; the caller makes its own streams.
+pub fn hand_over() -> Option<UnboundedReceiver<i32>> {
+    if !LISTENING.load(Ordering::SeqCst) {
+        return None;
+    }
+    let (to, from) = unbounded_channel();
+    *FORWARD.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(to);
+    Some(from)
 }
 
-/// The first SIGINT or SIGTERM received while armed, as its number.
+/// The first SIGINT or SIGTERM received while armed and not handed over, as its number.
 pub fn interrupted() -> Option<i32> {
     match INTERRUPTED.load(Ordering::SeqCst) {
         0 => None,
@@ -98,13 +123,14 @@ pub fn interrupted() -> Option<i32> {
 }
 
 /// Exits 128+signal if a signal was received while armed, after printing `failure` (the error
-/// the interrupted work ended with, naming the execution it ended) as `main` would have.
-pub fn exit_if_interrupted(failure: Option<&anyhow::Error>) {
+/// the interrupted work ended with, naming the execution it ended) as `main` would have, and
+/// `outcome` (what became of the work: "nothing was installed").
+pub fn exit_if_interrupted(failure: Option<&anyhow::Error>, outcome: &str) {
     if let Some(sig) = interrupted() {
         if let Some(e) = failure {
             errln!("sandbox: error: {e:#}");
         }
-        errln!("sandbox: interrupted by {}: what ran was ended and removed", crate::run::signal_name(sig));
+        errln!("sandbox: interrupted by {}: {outcome}", crate::run::signal_name(sig));
         std::process::exit(128 + sig);
     }
 }
@@ -137,21 +163,25 @@ impl Drop for Running {
 
 /// Holds the exit a signal would make until the guard drops (the caller then calls
 /// [`exit_if_interrupted`]): for short work that makes host state and removes it itself, such
-/// as the readiness self-test's sandbox. Errors: the signal already received, as its number.
-pub fn hold() -> Result<Hold, i32> {
+/// as the readiness self-test's sandbox. `what` names it ("the self-test") in the message a
+/// signal prints. Errors: the signal already received, as its number.
+pub fn hold(what: &'static str) -> Result<Hold, i32> {
     let mut busy = BUSY.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(sig) = interrupted() {
         return Err(sig);
     }
-    busy.holds += 1;
-    Ok(Hold(()))
+    busy.holds.push(what);
+    Ok(Hold(what))
 }
 
 /// A hold taken by [`hold`]; released on drop.
-pub struct Hold(());
+pub struct Hold(&'static str);
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        BUSY.lock().unwrap_or_else(std::sync::PoisonError::into_inner).holds -= 1;
+        let mut busy = BUSY.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(i) = busy.holds.iter().position(|w| *w == self.0) {
+            busy.holds.swap_remove(i);
+        }
     }
 }

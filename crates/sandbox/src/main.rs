@@ -487,11 +487,11 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
     // The readiness self-test (as /readyz runs it): every kernel step of an execution, once. A
     // SIGINT or SIGTERM meanwhile waits for its sandbox's removal, then exits 128+signal.
     crate::interrupt::arm();
-    let self_test = match crate::interrupt::hold() {
+    let self_test = match crate::interrupt::hold("the self-test") {
         Ok(_hold) if report.first_failure().is_none() => engine.self_test(),
         _ => Vec::new(),
     };
-    crate::interrupt::exit_if_interrupted(None);
+    crate::interrupt::exit_if_interrupted(None, "the self-test's sandbox was removed");
     let self_test_failure = sandbox_runtime::selftest::first_failure(&self_test);
     let mut runtimes = Vec::new();
     for (what, path) in [("python", &config.runtime.python), ("node", &config.runtime.node)] {

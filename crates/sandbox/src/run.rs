@@ -299,9 +299,18 @@ enum WarmStopped {
     Failed(anyhow::Error),
 }
 
-/// SIGTERM's and SIGINT's streams, made once ([`signal_streams`]). Either may be missing (it
-/// could not be made): that signal then acts as it would without us.
-pub(crate) type Signals = Option<(Option<tokio::signal::unix::Signal>, Option<tokio::signal::unix::Signal>)>;
+/// Where SIGTERM and SIGINT are received, once made ([`signal_streams`]); `None`: nowhere (the
+/// signals act as they would without us).
+pub(crate) type Signals = Option<SignalSource>;
+
+/// See [`Signals`].
+pub(crate) enum SignalSource {
+    /// tokio's streams of SIGTERM and SIGINT. Either may be missing (it could not be made): that
+    /// signal then acts as it would without us.
+    Streams(Option<tokio::signal::unix::Signal>, Option<tokio::signal::unix::Signal>),
+    /// The signals [`crate::interrupt`]'s thread, whose streams came first, forwards.
+    Forwarded(tokio::sync::mpsc::UnboundedReceiver<i32>),
+}
 
 /// Starts `profile` warm as `how` asks and waits until it is ready; a profile that cannot start
 /// warm runs cold (said on stderr). Errors: [`WarmStopped`]; the caller stops what started.
@@ -341,25 +350,25 @@ fn warm_start(
     }
 }
 
-/// SIGTERM's and SIGINT's streams, from now on (`None` if neither can be made); the handling
-/// [`crate::interrupt`] did until now (a `run --install`'s install) is theirs from now on.
+/// SIGTERM and SIGINT, received from now on (`None` if neither can be): the ones
+/// [`crate::interrupt`] forwards if it was armed (`run --install`'s install, `doctor`'s
+/// self-test), which then stops handling them itself, else new streams.
 pub(crate) fn signal_streams(rt: &tokio::runtime::Runtime) -> Signals {
-    let streams = signal_streams_unowned(rt);
-    if streams.is_some() {
-        crate::interrupt::hand_over();
+    match crate::interrupt::hand_over() {
+        Some(forwarded) => Some(SignalSource::Forwarded(forwarded)),
+        None => signal_streams_unowned(rt),
     }
-    streams
 }
 
-/// [`signal_streams`] without the hand-over. Each stream is kept if it was made: once tokio has
-/// taken a signal over it keeps its handler for the process's life, so a stream dropped because
-/// the other failed would leave that signal swallowed.
+/// New streams of SIGTERM and SIGINT, each kept if it was made: once tokio has taken a signal
+/// over it keeps its handler for the process's life, so a stream dropped because the other
+/// failed would leave that signal swallowed.
 pub(crate) fn signal_streams_unowned(rt: &tokio::runtime::Runtime) -> Signals {
     use tokio::signal::unix::{signal, SignalKind};
     let _runtime = rt.enter();
     match (signal(SignalKind::terminate()).ok(), signal(SignalKind::interrupt()).ok()) {
         (None, None) => None,
-        streams => Some(streams),
+        (term, int) => Some(SignalSource::Streams(term, int)),
     }
 }
 
@@ -401,9 +410,13 @@ pub(crate) async fn interruption(signals: &mut Signals) -> i32 {
         }
     }
     match signals {
-        Some((term, int)) => tokio::select! {
+        Some(SignalSource::Streams(term, int)) => tokio::select! {
             () = recv(term) => libc::SIGTERM,
             () = recv(int) => libc::SIGINT,
+        },
+        Some(SignalSource::Forwarded(from)) => match from.recv().await {
+            Some(sig) => sig,
+            None => std::future::pending().await,
         },
         None => std::future::pending().await,
     }
@@ -626,9 +639,10 @@ fn report(r: &sandbox_core::ExecutionResult, wrote_files: bool) {
         // The first few by name; a program that made thousands gets a count, not a screenful.
         const NAMED: usize = 20;
         // Past its 1,000 entries the list ends with one `list_cap` entry counting the rest (its
-        // `count`): the count below adds those.
+        // `count`; a `--server` of a version before it has only its name): the count below
+        // adds those.
         let (listed, past_cap) = match r.skipped_files.last() {
-            Some(f) if f.reason == SkipReason::ListCap => (&r.skipped_files[..r.skipped_files.len() - 1], f.count.unwrap_or(0)),
+            Some(f) if f.reason == SkipReason::ListCap => (&r.skipped_files[..r.skipped_files.len() - 1], f.count.unwrap_or_else(|| list_cap_count(&f.name))),
             _ => (&r.skipped_files[..], 0),
         };
         for f in listed.iter().take(NAMED) {
@@ -651,9 +665,21 @@ fn timeout_hint(code: &str) {
     }
 }
 
+/// The count in a `list_cap` entry's name, "… and K more" (0 if it does not parse): what a
+/// service of a version before `count` sends.
+fn list_cap_count(name: &str) -> u64 {
+    name.trim_start_matches("… and ").trim_end_matches(" more").parse().unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::is_local_run;
+    use super::{is_local_run, list_cap_count};
+
+    #[test]
+    fn a_list_cap_entry_of_an_older_service_counts_the_rest_in_its_name() {
+        assert_eq!(list_cap_count("… and 4021 more"), 4021);
+        assert_eq!(list_cap_count("something else"), 0);
+    }
 
     fn local(args: &str) -> bool {
         is_local_run(&args.split(' ').map(|a| a.as_bytes().to_vec()).collect::<Vec<_>>())

@@ -394,6 +394,7 @@ fn fake_matplotlib_wheel(dir: &Path, init: &str, font_manager: &str) -> PathBuf 
 /// an unfinished record, for the next start's recovery.
 #[test]
 fn an_interrupted_install_ends_the_sandbox_of_its_step_and_leaves_nothing_behind() {
+    use std::os::unix::process::CommandExt as _;
     for (sig, code) in [(nix::sys::signal::Signal::SIGINT, 130), (nix::sys::signal::Signal::SIGTERM, 143)] {
         let (dir, config) = own_dir("env-int-", "[environments.sleepy]\npython = [\"matplotlib==0.0.1\"]\n");
         let data = dir.join("data");
@@ -408,10 +409,15 @@ fn an_interrupted_install_ends_the_sandbox_of_its_step_and_leaves_nothing_behind
             .env("UV_NO_INDEX", "1")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
+            .process_group(0)
             .spawn()
             .unwrap();
         let id = started_execution(&data.join("executions"));
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()), sig).unwrap();
+        // SIGINT to the whole process group, as a terminal's Ctrl-C (the sandbox's helper gets
+        // it too); SIGTERM to the command alone, as a supervisor's.
+        let pid = i32::try_from(child.id()).unwrap();
+        let to = if sig == nix::sys::signal::Signal::SIGINT { -pid } else { pid };
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(to), sig).unwrap();
         let out = child.wait_with_output().unwrap();
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{sig}: {stderr}");
