@@ -391,6 +391,16 @@ impl Engine {
         prepare::sweep(&self.opts, self.host.cgroup.as_ref())
     }
 
+    /// Removes the cgroups of readiness self-tests whose process died before removing them (a
+    /// `doctor` or service killed mid-test): `selftest-<pid>-<n>` under the cgroup parent, of
+    /// any data directory. Apart from [`Engine::recover`] to keep a cold `sandbox run`'s start
+    /// from reading the cgroup parents; the commands that run self-tests call it.
+    pub fn recover_self_tests(&self) {
+        if let Some(layout) = self.host.cgroup.as_ref() {
+            prepare::sweep_selftests(layout, &self.opts.cgroup_parent);
+        }
+    }
+
     /// What the host offers (for `sandbox doctor`).
     pub fn host(&self) -> &HostReport {
         &self.host

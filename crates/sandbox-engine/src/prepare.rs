@@ -905,9 +905,6 @@ pub(crate) fn sweep(opts: &EngineOptions, layout: Option<&Layout>) -> Vec<String
         }
         swept.push(id);
     }
-    if let Some(layout) = layout {
-        sweep_selftests(layout, &opts.cgroup_parent);
-    }
     swept
 }
 
@@ -915,7 +912,7 @@ pub(crate) fn sweep(opts: &EngineOptions, layout: Option<&Layout>) -> Vec<String
 /// `sandbox_runtime::selftest::run`) whose process is gone: one killed mid-test (a second
 /// Ctrl-C of `sandbox doctor`, a SIGKILL) left its cgroup, which nothing else removes. A pid
 /// that runs again as another process keeps its cgroup until that one ends.
-fn sweep_selftests(layout: &Layout, parent: &str) {
+pub(crate) fn sweep_selftests(layout: &Layout, parent: &str) {
     let mut dead = std::collections::BTreeSet::new();
     for dir in Cgroup::existing(layout, parent, "").dirs() {
         let Ok(entries) = fs::read_dir(dir) else { continue };

@@ -47,6 +47,9 @@ pub fn engine_building(
     let audit = opening.log()?;
     let engine = Engine::probed(engine_options(config, data_dir, builds)?, audit.clone(), probe);
     recover_host(&engine);
+    // The commands that open the engine this way (serve, mcp, env, audit) are not on a cold
+    // run's path: they also sweep what a killed self-test left.
+    engine.recover_self_tests();
     Ok((engine, audit))
 }
 

@@ -480,6 +480,8 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
         environment_builds: Default::default(),
     };
     let engine = sandbox_engine::Engine::new(options, std::sync::Arc::new(sandbox_engine::NoRecorder));
+    // What an earlier doctor's self-test left, killed mid-test.
+    engine.recover_self_tests();
     let mut report = engine.host().clone();
     // Issue 12, finding 5: no local user may own the sandboxes' host ids.
     let subid = subid::check(config.runtime.uid_base);
