@@ -60,7 +60,7 @@ fn declared<'a>(config: &'a Config, name: &str) -> anyhow::Result<&'a Environmen
 
 /// Installs `name`, printing progress on stderr. Used by `env install` and `run --install`.
 /// A SIGINT or SIGTERM ends a sandboxed step that runs ([`crate::interrupt`]): the install then
-/// fails, leaves nothing half-built, and the process exits 128+signal before this returns.
+/// fails, leaves nothing half-built, and the process ends by the signal before this returns.
 pub fn install(config: &Config, data_dir: &Path, name: &str) -> anyhow::Result<()> {
     crate::interrupt::arm();
     let installed = install_armed(config, data_dir, name);
@@ -345,8 +345,8 @@ fn verify(config: Config, data_dir: &Path, name: &str) -> anyhow::Result<ExitCod
     }
     let (engine, _audit) = crate::audit::engine(config, data_dir.to_owned())?;
     let engine = std::sync::Arc::new(engine);
-    // A SIGINT or SIGTERM ends the check's sandbox (torn down, recorded) and then the command,
-    // 128+signal ([`crate::interrupt`]).
+    // A SIGINT or SIGTERM ends the check's sandbox (torn down, recorded), then the command by
+    // that signal ([`crate::interrupt`]).
     crate::interrupt::arm();
     let running = crate::interrupt::running(&engine);
     let service = std::sync::Arc::new(sandbox_engine::Service::new(engine, 1, 0, std::sync::Arc::new(sandbox_engine::NoHooks)));

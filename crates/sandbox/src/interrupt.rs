@@ -6,10 +6,11 @@
 //! cgroups, mounts, directory and an unfinished audit record) for the next start's recovery to
 //! sweep. Once [`arm`]ed, the first SIGINT or SIGTERM ends the sandboxes that run now (each is
 //! killed, torn down and recorded, as `sandbox run` ends its own), or waits for a [`hold`]'s
-//! short work to clean up after itself, and the command exits 128+signal once the work it was
-//! in has unwound ([`exit_if_interrupted`]). With nothing running it exits 128+signal at once,
-//! where the signal's default action would have ended it (a uv or npm child in the terminal's
-//! process group gets the Ctrl-C itself). A second signal exits at once.
+//! short work to clean up after itself, and the command ends by the signal once the work it was
+//! in has unwound ([`exit_if_interrupted`]). With nothing running it ends at once, where the
+//! signal's default action would have ended it (a uv or npm child in the terminal's process
+//! group gets the Ctrl-C itself). A second signal ends it at once. It ends by the signal itself
+//! ([`die`]), as every interrupted command does: a shell sees 128+signal and stops the script.
 //!
 //! tokio keeps a signal's handler for the process's life once it took the signal over, and a
 //! stream made later does not see a signal that came before it. So the streams are made once,
@@ -80,7 +81,7 @@ fn received(sig: i32) {
     let name = crate::run::signal_name(sig);
     if INTERRUPTED.swap(sig, Ordering::SeqCst) != 0 {
         errln!("sandbox: interrupted again by {name}: exiting at once; the next start sweeps what this one left");
-        std::process::exit(128 + sig);
+        die(sig);
     }
     // What runs, decided under the lock [`running`] and [`hold`] take (each checks for a signal
     // there, so what registers after this sees it); acted on and said after it.
@@ -90,7 +91,7 @@ fn received(sig: i32) {
     };
     if engines.is_empty() && holds.is_empty() {
         errln!("sandbox: interrupted by {name}");
-        std::process::exit(128 + sig);
+        die(sig);
     }
     for engine in &engines {
         engine.abort_all();
@@ -122,7 +123,7 @@ pub fn interrupted() -> Option<i32> {
     }
 }
 
-/// Exits 128+signal if a signal was received while armed, after printing `failure` (the error
+/// Ends the process by the signal ([`die`]) if one was received while armed, after printing `failure` (the error
 /// the interrupted work ended with, naming the execution it ended) as `main` would have, and
 /// `outcome` (what became of the work: "nothing was installed").
 pub fn exit_if_interrupted(failure: Option<&anyhow::Error>, outcome: &str) {
@@ -131,7 +132,32 @@ pub fn exit_if_interrupted(failure: Option<&anyhow::Error>, outcome: &str) {
             errln!("sandbox: error: {e:#}");
         }
         errln!("sandbox: interrupted by {}: {outcome}", crate::run::signal_name(sig));
-        std::process::exit(128 + sig);
+        die(sig);
+    }
+}
+
+/// Ends the process by `sig` now ([`sandbox_runtime::die_by_signal`]: a shell sees 128+`sig`
+/// and stops a script running the command, as after the signal's default action).
+pub fn die(sig: i32) -> ! {
+    sandbox_runtime::die_by_signal(sig)
+}
+
+/// The signal `main` ends the process by once the command returned ([`end_by`]); 0: none.
+static END_BY: AtomicI32 = AtomicI32::new(0);
+
+/// For a command interrupted by `sig` that returns after its clean-up, so that what it holds is
+/// dropped as usual: `main` then ends the process by the signal ([`ending`]). Returns
+/// 128+`sig`, the exit code should the signal not end it.
+pub fn end_by(sig: i32) -> std::process::ExitCode {
+    END_BY.store(sig, Ordering::SeqCst);
+    std::process::ExitCode::from(u8::try_from(128 + sig).unwrap_or(1))
+}
+
+/// `code`, unless a command asked to end by a signal ([`end_by`]): then the process ends by it.
+pub fn ending(code: std::process::ExitCode) -> std::process::ExitCode {
+    match END_BY.load(Ordering::SeqCst) {
+        0 => code,
+        sig => die(sig),
     }
 }
 

@@ -52,8 +52,8 @@ enum Command {
     #[command(after_help = "Exit codes: the program's own (128+signal when a signal ended it), 124 when it reached its \
 timeout (as coreutils' `timeout`); before it runs, \
 2 for a rejected request, 3 when the host cannot run the profile (see `sandbox doctor`), 4 for an \
-internal error, 5 when the --server cannot be reached; 130 or 143 when interrupted (SIGINT, SIGTERM): the \
-execution is ended and its sandbox removed first.")]
+internal error, 5 when the --server cannot be reached; interrupted (SIGINT, SIGTERM), it ends the execution \
+and removes its sandbox, then ends by that signal (a shell sees 130 or 143).")]
     Run(Box<run::RunArgs>),
     /// Serve the HTTP API (POST /v1/executions, GET /v1/profiles, /healthz, /readyz, /metrics, /openapi.json)
     /// and MCP over streamable HTTP at /mcp.
@@ -80,8 +80,9 @@ execution is ended and its sandbox removed first.")]
     },
     /// Check the host features the runtime needs and which profiles can run. Exits 0 when every
     /// built-in profile can run, 1 when one cannot (the report says why and how to fix it), 3
-    /// when the host cannot run sandboxes at all; 130 or 143 when interrupted (SIGINT, SIGTERM),
-    /// once the warm templates and pools it started are stopped and removed.
+    /// when the host cannot run sandboxes at all. Interrupted (SIGINT, SIGTERM), it stops and
+    /// removes the warm templates and pools it started, then ends by that signal (130 or 143 in
+    /// a shell).
     Doctor {
         /// Print the report as JSON.
         #[arg(long)]
@@ -129,7 +130,7 @@ fn main() -> ExitCode {
         // Colours only for a person watching: a redirected log gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    match dispatch(cli, early) {
+    let code = match dispatch(cli, early) {
         Ok(code) => code,
         // A reader that went away (`| head`) ends the output, not in an error. Only when it is
         // stdout's reader: an EPIPE of anything else (a database connection) is an error.
@@ -142,7 +143,9 @@ fn main() -> ExitCode {
             errln!("sandbox: error: {e:#}");
             ExitCode::from(2)
         }
-    }
+    };
+    // An interrupted command that returned after its clean-up ends by its signal.
+    interrupt::ending(code)
 }
 
 /// Whether standard output is a pipe or socket whose reader has gone: `poll` reports POLLERR
@@ -356,7 +359,7 @@ fn warm_self_test(
         return (Vec::new(), Vec::new());
     }
     // Starting them may take minutes: a Ctrl-C (or SIGTERM) meanwhile stops and removes what
-    // started (cgroups, mounts, directories) before the command exits 130 (143), instead of
+    // started (cgroups, mounts, directories) before the command ends by the signal, instead of
     // leaving it for the next service start on this data directory to sweep. The streams exist
     // before anything starts.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok();
@@ -383,7 +386,7 @@ fn warm_self_test(
                 if let Some(sig) = interrupted {
                     errln!("sandbox: doctor interrupted: stopping the warm templates and pools it started");
                     engine.stop_warm();
-                    std::process::exit(128 + sig);
+                    crate::interrupt::die(sig);
                 }
             });
             (engine.templates().map(|t| t.status()).unwrap_or_default(), engine.pools().map(|p| p.status()).unwrap_or_default())
@@ -426,7 +429,7 @@ fn warm_self_test(
     // they are stopped.
     if let Some(sig) = rt.as_ref().and_then(|rt| rt.block_on(run::pending_interruption(&mut signals))) {
         errln!("sandbox: doctor interrupted");
-        std::process::exit(128 + sig);
+        crate::interrupt::die(sig);
     }
     out
 }
@@ -487,7 +490,7 @@ fn doctor(config: &sandbox_core::Config, data_dir: &std::path::Path, json: bool)
     let subid = subid::check(config.runtime.uid_base);
     report.checks.push(sandbox_runtime::probe::Check { name: "subid", ok: subid.is_ok(), detail: subid.unwrap_or_else(|e| e) });
     // The readiness self-test (as /readyz runs it): every kernel step of an execution, once. A
-    // SIGINT or SIGTERM meanwhile waits for its sandbox's removal, then exits 128+signal.
+    // SIGINT or SIGTERM meanwhile waits for its sandbox's removal, then ends doctor by it.
     crate::interrupt::arm();
     let self_test = match crate::interrupt::hold("the self-test") {
         Ok(_hold) if report.first_failure().is_none() => engine.self_test(),

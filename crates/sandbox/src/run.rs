@@ -147,7 +147,8 @@ pub const UNREACHABLE: u8 = 5;
 /// Runs one execution and maps its result to an exit code: the program's own, 128+signal when a
 /// signal ended it, [`TIMEOUT_EXIT`] (124) at its timeout, 2 for a rejected request, 3 when the
 /// host cannot run it, 4 for an internal error, [`UNREACHABLE`] (5) when `--server` cannot be
-/// reached.
+/// reached. Interrupted (SIGINT, SIGTERM), once what ran is ended and removed, the code is
+/// 128+signal and `main` ends the process by the signal itself ([`crate::interrupt::end_by`]).
 /// `early`: the helper `main` forked ([`early_helper`]), used for a cold start without an
 /// allowlist network, else dropped (which kills it).
 /// A cold local run with a local (SQLite) audit log does not return once its result is written:
@@ -180,7 +181,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
     };
     let engine = std::sync::Arc::new(engine);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    // A Ctrl-C (SIGINT) or a SIGTERM ends what runs, and the command then exits 128+signal: a
+    // A Ctrl-C (SIGINT) or a SIGTERM ends what runs, and the command then ends by it: a
     // warm start is stopped and removed, an execution is ended as a service's shutdown ends it
     // (killed, torn down, recorded). Dying at once instead left their cgroups, mounts and
     // directories until the next run's recovery. The streams exist from the warm start on, or
@@ -199,7 +200,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
             return match stopped {
                 WarmStopped::Interrupted(sig) => {
                     errln!("sandbox: interrupted by {} during the warm start: it was stopped and removed; nothing ran", signal_name(sig));
-                    Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)))
+                    Ok(crate::interrupt::end_by(sig))
                 }
                 WarmStopped::Failed(e) => Err(unopened.unwrap_or(e)),
             };
@@ -220,7 +221,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
             return Ok(match rt.block_on(pending_interruption(&mut signals)) {
                 Some(sig) => {
                     errln!("sandbox: interrupted by {}", signal_name(sig));
-                    ExitCode::from(u8::try_from(128 + sig).unwrap_or(1))
+                    crate::interrupt::end_by(sig)
                 }
                 None => code,
             });
@@ -242,7 +243,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
                 // run's recovery sweeps what is left and marks the record interrupted.
                 let again = interruption(&mut signals).await;
                 errln!("sandbox: interrupted again by {}: exiting at once; the next run sweeps what this one left", signal_name(again));
-                std::process::exit(128 + again);
+                crate::interrupt::die(again);
             })
         };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Chunk>();
@@ -286,7 +287,7 @@ pub fn run(config: Config, data_dir: PathBuf, args: RunArgs, early: Option<Early
         0 => Ok(ExitCode::from(code)),
         sig => {
             errln!("sandbox: interrupted by {}: the execution was ended and its sandbox removed", signal_name(sig));
-            Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)))
+            Ok(crate::interrupt::end_by(sig))
         }
     }
 }
@@ -381,7 +382,7 @@ fn opened_or_exit(rt: &tokio::runtime::Runtime, signals: &mut Signals, audit: &s
             failure = tokio::task::spawn_blocking(move || audit.failure()) => failure.unwrap_or_else(|_| Some(anyhow::anyhow!("the audit log's opening thread panicked"))),
             sig = interruption(signals) => {
                 errln!("sandbox: interrupted by {} while the audit log opened: exiting at once", signal_name(sig));
-                std::process::exit(128 + sig)
+                crate::interrupt::die(sig)
             }
         }
     })

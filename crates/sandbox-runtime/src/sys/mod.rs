@@ -437,6 +437,31 @@ pub fn signals_default() -> io::Result<()> {
     Ok(())
 }
 
+/// Ends this process by `sig` (SIGINT, SIGTERM) with the signal's default action, after the
+/// caller's clean-up: how a program that handled the signal tells its parent it was interrupted.
+/// A shell then stops the script that ran it, as after the default action (a shell that sees an
+/// exit status instead takes the signal as handled and goes on), and its `$?` is 128+`sig`
+/// either way; CPython does the same after an uncaught KeyboardInterrupt. See "Proper handling
+/// of SIGINT/SIGQUIT", <https://www.cons.org/cracauer/sigint.html>. Standard output and error
+/// are flushed first. Falls back to `exit(128 + sig)` if the signal does not end the process.
+pub fn die_by_signal(sig: i32) -> ! {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: installs the default action, which runs no code of ours (the handler it replaces,
+    // tokio's, only wrote to a pipe).
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+    }
+    if let Ok(signal) = nix::sys::signal::Signal::try_from(sig) {
+        let mut set = nix::sys::signal::SigSet::empty();
+        set.add(signal);
+        let _ = set.thread_unblock();
+        let _ = nix::sys::signal::raise(signal);
+    }
+    std::process::exit(128 + sig)
+}
+
 /// Forks the helper ([`crate::helper_main`]) from this process without an exec: `sandbox run`'s
 /// helper started ahead, which so skips an exec, the loading and relocation of the binary and
 /// the Rust runtime's start (~1.2 ms of CPU per run on this machine kind). Only while this

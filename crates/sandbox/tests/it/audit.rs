@@ -546,7 +546,7 @@ fn a_cli_runs_program_starts_only_after_its_begin_is_in_the_log() {
 
 /// Ctrl-C while a `sandbox run`'s `begin` waits for the audit log (another writer holds it, as
 /// a busy or unanswering database would): the execution is ended without its program starting,
-/// and a second Ctrl-C ends the command at once (exit 130) instead of leaving it to wait for the
+/// and a second Ctrl-C ends the command at once (by the signal) instead of leaving it to wait for the
 /// log; the next run finds nothing of it left.
 #[test]
 fn a_second_signal_ends_a_cli_run_whose_begin_waits_for_the_log() {
@@ -575,7 +575,7 @@ fn a_second_signal_ends_a_cli_run_whose_begin_waits_for_the_log() {
     assert!(signalled.elapsed() < Duration::from_secs(5), "the second signal waited {:?}", signalled.elapsed());
     db.execute_batch("COMMIT").unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert_ended_by(out.status, nix::sys::signal::Signal::SIGINT, &stderr);
     assert!(stderr.contains("interrupted again by SIGINT"), "{stderr}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("RAN"), "the program ran: {out:?}");
     assert_eq!(run_in(&data, "python-default", "pass", &[])["status"], "ok");
@@ -585,7 +585,7 @@ fn a_second_signal_ends_a_cli_run_whose_begin_waits_for_the_log() {
 }
 
 /// Ctrl-C while a refusal is being recorded (here the log is held by another writer, so the
-/// `rejected` event waits): the refusal is still recorded and reported, and the command exits 130
+/// `rejected` event waits): the refusal is still recorded and reported, and the command ends by the signal
 /// as interrupted, not with the refusal's code. `--warm`, whose signal handling starts before the
 /// request is admitted (a cold run's starts after, and a signal before then ends it at once).
 #[test]
@@ -597,7 +597,7 @@ fn a_signal_while_a_refusal_is_recorded_exits_as_interrupted() {
     db.execute_batch("COMMIT").unwrap();
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert_ended_by(out.status, nix::sys::signal::Signal::SIGINT, &stderr);
     assert!(stderr.contains("no-such-profile") && stderr.contains("interrupted by SIGINT"), "{stderr}");
     let listed: Value = serde_json::from_slice(&cli(&data, &["audit", "list", "--json", "--status", "rejected"]).stdout).unwrap();
     assert_eq!(listed["records"].as_array().map(Vec::len), Some(1), "the refusal is recorded: {listed}");
@@ -829,7 +829,8 @@ fn a_power_loss_after_a_fresh_logs_first_run_leaves_a_usable_head() {
         }
     }
     let mount = |image: &Path, at: &Path| -> Mounted {
-        let out = Command::new("mount").arg("-o").arg("loop").arg(image).arg(at).output().unwrap();
+        // A journal commit every second (the default is 5): the wait below has room on a busy host.
+        let out = Command::new("mount").arg("-o").arg("loop,commit=1").arg(image).arg(at).output().unwrap();
         assert!(out.status.success(), "mount: {out:?}");
         Mounted(at.to_owned())
     };
@@ -845,7 +846,8 @@ fn a_power_loss_after_a_fresh_logs_first_run_leaves_a_usable_head() {
     std::fs::create_dir(&data).unwrap();
     std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     assert_eq!(run_in(&data, "python-default", "print(1)", &[])["status"], "ok");
-    // ext4 commits its journal every 5 s: the head file's creation and size are on the image.
+    // ext4 commits its journal every second here: the head file's creation and size are on the
+    // image.
     std::thread::sleep(Duration::from_secs(7));
     let shutdown = "import fcntl, os, struct, sys; fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.ioctl(fd, 0x8004587d, struct.pack('I', 2))";
     let out = Command::new("python3").args(["-c", shutdown]).arg(&at).output().unwrap();
@@ -885,7 +887,9 @@ fn a_run_on_an_existing_log_syncs_no_directory() {
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
-        let lines = std::fs::read_to_string(&trace).unwrap().lines().filter(|l| l.contains("sync")).map(str::to_owned).collect();
+        // A call another thread interrupts is two lines, "… <unfinished ...>" (with the file)
+        // and "<... fdatasync resumed>": only the first names what was synced.
+        let lines = std::fs::read_to_string(&trace).unwrap().lines().filter(|l| l.contains("sync") && !l.contains(" resumed>")).map(str::to_owned).collect();
         std::fs::remove_file(&trace).unwrap();
         lines
     };

@@ -444,6 +444,13 @@ pub fn assert_gone_from(data: &Path, id: &str) {
     }
 }
 
+/// Asserts that a `sandbox` command ended by `sig` itself, as every interrupted one does after
+/// its clean-up (a shell's `$?` is then 128+`sig`, and the shell stops a script running it).
+pub fn assert_ended_by(status: std::process::ExitStatus, sig: nix::sys::signal::Signal, context: &str) {
+    use std::os::unix::process::ExitStatusExt as _;
+    assert_eq!(status.signal(), Some(sig as i32), "{sig}: ended {status}, not by the signal: {context}");
+}
+
 /// The cgroup version the tests expect `enforcement.cgroup` to name: `SANDBOX_TEST_CGROUP` (the
 /// v2 guest stage sets `v2`), else `v1` (the CI host is hybrid: v1 runs for real).
 pub fn expected_cgroup_version() -> String {
