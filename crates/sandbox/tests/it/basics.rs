@@ -346,7 +346,7 @@ fn run_on_an_unreachable_server_exits_5() {
     }
     let help = sandbox(&["run", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&help.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(help.contains("4 for an internal error, 5 when the --server cannot be reached; 130 or 143 when interrupted"), "{help}");
+    assert!(help.contains("4 for an internal error, 5 when the --server cannot be reached; interrupted (SIGINT, SIGTERM), it ends the execution"), "{help}");
 }
 
 #[test]
