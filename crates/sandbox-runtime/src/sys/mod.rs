@@ -442,14 +442,14 @@ pub fn signals_default() -> io::Result<()> {
 /// A shell then stops the script that ran it, as after the default action (a shell that sees an
 /// exit status instead takes the signal as handled and goes on), and its `$?` is 128+`sig`
 /// either way; CPython does the same after an uncaught KeyboardInterrupt. See "Proper handling
-/// of SIGINT/SIGQUIT", <https://www.cons.org/cracauer/sigint.html>. Standard output and error
-/// are flushed first. Falls back to `exit(128 + sig)` if the signal does not end the process.
+/// of SIGINT/SIGQUIT", <https://www.cons.org/cracauer/sigint.html>. Nothing is flushed: the
+/// CLI's output flushes every write, and taking stdout's lock here could wait forever for a
+/// thread blocked on a full pipe (`std::process::exit` only tries it). Falls back to
+/// `exit(128 + sig)` if the signal does not end the process (pid 1 of a container, where the
+/// kernel drops a default-action signal the process sends itself).
 pub fn die_by_signal(sig: i32) -> ! {
-    use std::io::Write as _;
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().flush();
     // SAFETY: installs the default action, which runs no code of ours (the handler it replaces,
-    // tokio's, only wrote to a pipe).
+    // tokio's, only wrote to a pipe). From here on a second signal also ends the process.
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
     }

@@ -414,7 +414,8 @@ fn an_interrupted_install_ends_the_sandbox_of_its_step_and_leaves_nothing_behind
             .unwrap();
         let id = started_execution(&data.join("executions"));
         // SIGINT to the whole process group, as a terminal's Ctrl-C (the sandbox's helper gets
-        // it too); SIGTERM to the command alone, as a supervisor's.
+        // it too, and its death alone would end the execution); SIGTERM to the command alone,
+        // as a supervisor's: that one's end is the abort's (`Engine::abort_all`).
         let pid = i32::try_from(child.id()).unwrap();
         let to = if sig == nix::sys::signal::Signal::SIGINT { -pid } else { pid };
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(to), sig).unwrap();
@@ -439,7 +440,7 @@ fn an_interrupted_install_ends_the_sandbox_of_its_step_and_leaves_nothing_behind
 /// `run --install` and `env verify`: the handling of the signals during the install passes to
 /// the run once it runs (a SIGTERM while the program runs ends it as an interrupted `sandbox run`
 /// does, rather than exiting at once), and a SIGINT while `env verify`'s import check runs in
-/// its sandbox ends that sandbox (torn down, recorded) and the command with 130.
+/// its sandbox ends that sandbox (torn down, recorded), then the command by the signal.
 #[test]
 fn an_interrupted_run_after_its_install_and_an_interrupted_verify_leave_nothing_behind() {
     let (dir, config) = own_dir(
