@@ -36,5 +36,5 @@ pub use selftest::{selftest_main, SELFTEST_ARGV0};
 pub use sys::warm_ffi as warm_entry;
 pub use sys::{
     die_by_signal, dup_above, fork_helper, open_tree_clone, pidfd_open, pidfd_send_signal, pipe_reader, pipe_unread, recv_fd, recv_with_fds, sched_normal,
-    send_fds,
+    send_fds, signal_ignored,
 };

@@ -364,10 +364,18 @@ pub(crate) fn signal_streams(rt: &tokio::runtime::Runtime) -> Signals {
 /// New streams of SIGTERM and SIGINT, each kept if it was made: once tokio has taken a signal
 /// over it keeps its handler for the process's life, so a stream dropped because the other
 /// failed would leave that signal swallowed.
+///
+/// A SIGINT that this process was started with ignored stays ignored (no stream): a shell
+/// starts a background job (`cmd &`) without job control, and `nohup`-like wrappers start their
+/// command, with SIGINT ignored so that a terminal's Ctrl-C, sent to the whole foreground
+/// process group, does not end it (POSIX, Shell Command Language 2.9.3 "Asynchronous Lists";
+/// the convention of <https://www.cons.org/cracauer/sigint.html>, which CPython and Go's
+/// runtime follow). Such a command still ends cleanly on SIGTERM.
 pub(crate) fn signal_streams_unowned(rt: &tokio::runtime::Runtime) -> Signals {
     use tokio::signal::unix::{signal, SignalKind};
     let _runtime = rt.enter();
-    match (signal(SignalKind::terminate()).ok(), signal(SignalKind::interrupt()).ok()) {
+    let int = if sandbox_runtime::signal_ignored(libc::SIGINT) { None } else { signal(SignalKind::interrupt()).ok() };
+    match (signal(SignalKind::terminate()).ok(), int) {
         (None, None) => None,
         (term, int) => Some(SignalSource::Streams(term, int)),
     }

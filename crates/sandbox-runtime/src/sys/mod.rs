@@ -437,6 +437,17 @@ pub fn signals_default() -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `sig`'s disposition in this process is SIG_IGN now (false if `sig` is not a signal).
+/// Read before a handler is installed, it is the disposition the process was started with.
+pub fn signal_ignored(sig: i32) -> bool {
+    let mut old = std::mem::MaybeUninit::<libc::sigaction>::zeroed();
+    // SAFETY: a null new action only reads the current one into `old`, a valid, zeroed
+    // sigaction the kernel fills in when it succeeds.
+    let r = unsafe { libc::sigaction(sig, std::ptr::null(), old.as_mut_ptr()) };
+    // SAFETY: all-zero is a valid sigaction, and a successful call wrote a whole one.
+    r == 0 && unsafe { old.assume_init() }.sa_sigaction == libc::SIG_IGN
+}
+
 /// Ends this process by `sig` (SIGINT, SIGTERM) with the signal's default action, after the
 /// caller's clean-up: how a program that handled the signal tells its parent it was interrupted.
 /// A shell then stops the script that ran it, as after the default action (a shell that sees an

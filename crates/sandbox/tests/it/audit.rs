@@ -512,12 +512,7 @@ fn run_while_the_log_is_held(args: &[&str]) -> (PathBuf, rusqlite::Connection, s
     assert_eq!(run_in(&data, "python-default", "pass", &[])["status"], "ok", "a first run creates the log");
     let db = rusqlite::Connection::open(data.join("audit.db")).unwrap();
     db.execute_batch("BEGIN EXCLUSIVE").unwrap();
-    let child = Command::new(bin())
-        .arg("--config")
-        .arg(&env().config)
-        .arg("--data-dir")
-        .arg(&data)
-        .args(args)
+    let child = interruptible(Command::new(bin()).arg("--config").arg(&env().config).arg("--data-dir").arg(&data).args(args))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -399,19 +399,21 @@ fn an_interrupted_install_ends_the_sandbox_of_its_step_and_leaves_nothing_behind
         let (dir, config) = own_dir("env-int-", "[environments.sleepy]\npython = [\"matplotlib==0.0.1\"]\n");
         let data = dir.join("data");
         let wheels = fake_matplotlib_wheel(&dir, "", "import time\nopen('/workspace/started', 'w').close()\ntime.sleep(100)\n");
-        let child = Command::new(bin())
-            .arg("--config")
-            .arg(&config)
-            .arg("--data-dir")
-            .arg(&data)
-            .args(["env", "install", "sleepy"])
-            .env("UV_FIND_LINKS", &wheels)
-            .env("UV_NO_INDEX", "1")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .unwrap();
+        let child = interruptible(
+            Command::new(bin())
+                .arg("--config")
+                .arg(&config)
+                .arg("--data-dir")
+                .arg(&data)
+                .args(["env", "install", "sleepy"])
+                .env("UV_FIND_LINKS", &wheels)
+                .env("UV_NO_INDEX", "1"),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
         let id = started_execution(&data.join("executions"));
         // SIGINT to the whole process group, as a terminal's Ctrl-C (the sandbox's helper gets
         // it too, and its death alone would end the execution); SIGTERM to the command alone,
@@ -461,6 +463,7 @@ fn an_interrupted_run_after_its_install_and_an_interrupted_verify_leave_nothing_
     let cli = |args: &[&str]| {
         let mut c = Command::new(bin());
         c.arg("--config").arg(&config).arg("--data-dir").arg(&data).args(args).env("UV_FIND_LINKS", &wheels).env("UV_NO_INDEX", "1");
+        let mut c = interruptible(&c);
         c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
         c
     };

@@ -321,6 +321,35 @@ pub fn sandbox(args: &[&str]) -> Command {
     c
 }
 
+/// `cmd` (its program, arguments, environment and directory) run with SIGINT at its default
+/// action, as a terminal's foreground command has it (coreutils' `env --default-signal`). CI
+/// starts the suite as a shell's background job, which ignores SIGINT, and the CLI leaves a
+/// SIGINT it was started with ignored ignored: a test that sends SIGINT runs the CLI through
+/// this. The child's pid is the CLI's (`env` execs it).
+pub fn interruptible(cmd: &Command) -> Command {
+    with_sigint("--default-signal=INT", cmd)
+}
+
+/// `cmd` run with SIGINT ignored, as a shell without job control starts a background job.
+pub fn sigint_ignored(cmd: &Command) -> Command {
+    with_sigint("--ignore-signal=INT", cmd)
+}
+
+fn with_sigint(flag: &str, cmd: &Command) -> Command {
+    let mut c = Command::new("env");
+    c.arg(flag).arg("--").arg(cmd.get_program()).args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        c.current_dir(dir);
+    }
+    c
+}
+
 /// The result of `sandbox run --json <args>`, with the CLI's exit status and wall time.
 pub struct Run {
     pub json: Value,

@@ -41,7 +41,7 @@ fn an_interrupted_cli_run_ends_its_execution_and_leaves_nothing_behind() {
     for sig in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGTERM] {
         let mut args = vec!["run", "-c", "import time\nprint('started', flush=True)\ntime.sleep(60)"];
         args.extend(warm_flag());
-        let mut cli = sandbox(&args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let mut cli = interruptible(&sandbox(&args)).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
         // The program runs once its first line is streamed.
         let mut stdout = std::io::BufReader::new(cli.stdout.take().unwrap());
         let mut line = String::new();
@@ -60,6 +60,34 @@ fn an_interrupted_cli_run_ends_its_execution_and_leaves_nothing_behind() {
     }
 }
 
+/// A `sandbox run` started with SIGINT ignored, as a shell without job control starts a
+/// background job (`cmd &` in a script) and as CI starts this suite, leaves it ignored: a
+/// terminal's Ctrl-C, which reaches the whole foreground process group, does not end a
+/// background job, as it does not end a backgrounded `sleep`. It used to take SIGINT over and
+/// end its execution. A SIGTERM still ends it cleanly (the execution ended, nothing left).
+#[test]
+fn a_run_started_with_sigint_ignored_leaves_it_ignored() {
+    use std::io::BufRead as _;
+    let mut args = vec!["run", "-c", "import time\nprint('started', flush=True)\ntime.sleep(60)"];
+    args.extend(warm_flag());
+    let mut cli = sigint_ignored(&sandbox(&args)).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut stdout = std::io::BufReader::new(cli.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "started\n");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(cli.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(cli.try_wait().unwrap().is_none(), "a SIGINT ended a run that was started with it ignored");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = cli.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ended_by(out.status, nix::sys::signal::Signal::SIGTERM, &stderr);
+    assert!(stderr.contains("interrupted by SIGTERM") && !stderr.contains("SIGINT"), "{stderr}");
+    let id = stderr.split("(execution ").nth(1).and_then(|r| r.split(')').next()).unwrap_or_else(|| panic!("no execution id in {stderr}"));
+    assert_gone(id);
+}
+
 /// Ctrl-C (SIGINT) or a SIGTERM to `sandbox run --warm` while its template or pooled sandbox
 /// is still starting: the warm start is stopped and removed, the command says so and ends by
 /// the signal, nothing ran, and nothing of the warm start stays on the host (the command used
@@ -73,16 +101,18 @@ fn an_interrupted_warm_start_is_stopped_and_leaves_nothing_behind() {
     for sig in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGTERM] {
         let data = tempfile::Builder::new().prefix("warm-start-").tempdir_in(&env().dir).unwrap().keep();
         std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let cli = Command::new(bin())
-            .arg("--config")
-            .arg(&env().config)
-            .arg("--data-dir")
-            .arg(&data)
-            .args(["run", flag, "--profile", "python-analysis", "-c", "print('RAN')"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let cli = interruptible(Command::new(bin()).arg("--config").arg(&env().config).arg("--data-dir").arg(&data).args([
+            "run",
+            flag,
+            "--profile",
+            "python-analysis",
+            "-c",
+            "print('RAN')",
+        ]))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
         // The warm start has begun once its directory exists.
         let executions = data.join("executions");
         let entries = || -> Vec<String> {

@@ -1305,12 +1305,7 @@ fn an_interrupted_doctor_leaves_nothing_of_the_templates_and_pools_it_started() 
     // python-analysis's template is the one doctor starts.
     environments_installed();
     let data = tempfile::Builder::new().prefix("doctor-int-").tempdir_in(&env().dir).unwrap().keep();
-    let child = Command::new(bin())
-        .arg("--config")
-        .arg(&env().config)
-        .arg("--data-dir")
-        .arg(&data)
-        .arg("doctor")
+    let child = interruptible(Command::new(bin()).arg("--config").arg(&env().config).arg("--data-dir").arg(&data).arg("doctor"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
