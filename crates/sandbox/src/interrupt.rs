@@ -37,6 +37,9 @@ static BUSY: Mutex<Busy> = Mutex::new(Busy { engines: Vec::new(), holds: Vec::ne
 static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
 /// Where the signals go once handed over ([`hand_over`]); `None`: handled here.
 static FORWARD: Mutex<Option<UnboundedSender<i32>>> = Mutex::new(None);
+/// Whether a signal was forwarded to a taker ([`hand_over`]): one that comes after the taker
+/// stopped listening is then a second one.
+static FORWARDED: AtomicBool = AtomicBool::new(false);
 /// Whether the thread listens (its streams were made).
 static LISTENING: AtomicBool = AtomicBool::new(false);
 static ARMED: Once = Once::new();
@@ -63,8 +66,9 @@ pub fn arm() {
                     // Handed over: forwarded, unless the taker has stopped listening (then
                     // handled here, rather than swallowed).
                     let forward = FORWARD.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-                    if forward.is_none_or(|to| to.send(sig).is_err()) {
-                        received(sig);
+                    match forward.map(|to| to.send(sig)) {
+                        Some(Ok(())) => FORWARDED.store(true, Ordering::SeqCst),
+                        _ => received(sig),
                     }
                 }
             })
@@ -79,7 +83,7 @@ pub fn arm() {
 /// What a signal does while the handling is this module's (see the module's documentation).
 fn received(sig: i32) {
     let name = crate::run::signal_name(sig);
-    if INTERRUPTED.swap(sig, Ordering::SeqCst) != 0 {
+    if INTERRUPTED.swap(sig, Ordering::SeqCst) != 0 || FORWARDED.load(Ordering::SeqCst) {
         errln!("sandbox: interrupted again by {name}: exiting at once; the next start sweeps what this one left");
         die(sig);
     }
