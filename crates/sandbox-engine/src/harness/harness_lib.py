@@ -185,25 +185,43 @@ def finish(code, inherited):
 
 def finalize(inherited):
     """The part of the interpreter's finalization (CPython's `finalize_modules`) that reaches
-    the program's own objects, so a warm run ends as a cold one does: the modules the execution
-    added (its `__main__` or `main`, what it imported) leave `sys.modules` and their globals are
-    set to None (names starting with `_` first, as `_PyModule_Clear` does), then a collection
-    runs. So `__del__` methods run and a file left open at module level (`f = open("out.csv",
-    "w"); f.write(...)`) is flushed and closed: its last reference goes while its buffer and
-    file are intact (left to the cyclic collector instead, a buffered file in a cycle can be
-    closed before it is flushed, CPython's bpo-17852). Then any file object still open is
-    flushed. Objects from before the run (the template's, or a pooled sandbox's preloads) are
-    frozen (gc.freeze) and neither collected nor cleared, so a template's pages stay shared."""
-    import _io
-    import gc
+    the program's own objects, in its order, so a warm run ends as a cold one does:
 
-    namespaces = []
+    1. The modules the execution added (its `__main__` or `main`, what it imported) leave
+       `sys.modules`, and a collection runs. What only they kept alive is garbage, and its
+       finalizers (`__del__`, PEP 442) run before anything is cleared: a `__del__` still finds
+       the module globals it uses (`os.remove(self.path)`). Clearing the globals first, as this
+       did before, handed such a `__del__` None for `os` where a cold run gives the module.
+    2. The globals of those modules still alive (kept by something else) are set to None, names
+       starting with `_` first (`_PyModule_Clear`), and a collection runs again.
+
+    Every open file object is flushed before the first collection: the collector finalizes a
+    buffered file and its raw file in no set order, and the raw one closed first loses the
+    buffer (CPython's bpo-17852), which a module-level `f = open("out.csv", "w"); f.write(...)`
+    must not. Files still open after the collections are flushed once more (one a `__del__`
+    wrote to, one kept by a module of the template). Objects from before the run (the
+    template's, or a pooled sandbox's preloads) are frozen (gc.freeze): neither collected,
+    cleared nor flushed here, so a template's pages stay shared. Returns nothing; errors are
+    swallowed, as a normal exit's are."""
+    import gc
+    import weakref
+
+    flush_open_files()
+    left = []
     for name in [name for name, module in sys.modules.items() if inherited.get(name) is not module]:
-        namespace = getattr(sys.modules.pop(name), "__dict__", None)
-        if isinstance(namespace, dict):
-            namespaces.append(namespace)
+        module = sys.modules.pop(name)
+        if isinstance(module, type(sys)):
+            left.append(weakref.ref(module))
+    module = None
     namespace = None
     try:
+        gc.collect()
+        namespaces = []
+        for ref in left:
+            module = ref()
+            if module is not None:
+                namespaces.append(module.__dict__)
+        module = None
         while namespaces:
             namespace = namespaces.pop()
             for underscored in (True, False):
@@ -213,6 +231,15 @@ def finalize(inherited):
         gc.collect()
     except Exception:  # noqa: BLE001 - as at a normal exit, finalization errors change no status
         pass
+    flush_open_files()
+
+
+def flush_open_files():
+    """Flushes every open file object the collector tracks (not the frozen ones); a file that
+    cannot flush is left, as at a normal exit."""
+    import _io
+    import gc
+
     # Every file object derives from the C base class (io.IOBase, an ABC, derives from it too):
     # a plain subtype check, ~10x quicker than the ABC's over thousands of objects.
     for obj in gc.get_objects():
