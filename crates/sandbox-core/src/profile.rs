@@ -253,6 +253,14 @@ pub struct ServiceConfig {
     /// Vault's `unauthenticated_metrics_access` makes the same choice). Without keys (loopback
     /// only) it always answers.
     pub metrics_unauthenticated: bool,
+    /// MCP sessions (`/mcp`, streamable HTTP) open at once, over every caller. Past it, opening
+    /// one ends the session opened longest ago (a client then gets 404 for it and opens a new
+    /// one, as the MCP specification has it). Each holds ~70 kB and a task until it ends
+    /// (DELETE, or 5 min idle), so without a cap `initialize` requests alone filled memory.
+    pub mcp_sessions_max: u32,
+    /// MCP sessions one caller (an API key, or every caller without keys) may have open; past
+    /// it, opening one ends that caller's oldest, so that a caller cannot end another's.
+    pub mcp_sessions_per_caller: u32,
 }
 
 impl Default for ServiceConfig {
@@ -269,6 +277,8 @@ impl Default for ServiceConfig {
             refusals_per_minute: 60,
             refusal_burst: 60,
             metrics_unauthenticated: false,
+            mcp_sessions_max: 1024,
+            mcp_sessions_per_caller: 64,
         }
     }
 }
@@ -858,6 +868,9 @@ impl Config {
             return Err(err("service.listen".into(), format!("{:?} is not an IP:PORT address", svc.listen)));
         }
         check_range(svc.body_max_bytes, 1024, 1 << 34, "bytes").map_err(|m| err("service.body_max_bytes".into(), m))?;
+        check_range(u64::from(svc.mcp_sessions_max), 1, 1 << 20, "sessions").map_err(|m| err("service.mcp_sessions_max".into(), m))?;
+        check_range(u64::from(svc.mcp_sessions_per_caller), 1, u64::from(svc.mcp_sessions_max), "sessions (at most mcp_sessions_max)")
+            .map_err(|m| err("service.mcp_sessions_per_caller".into(), m))?;
         for (i, k) in svc.api_keys.iter().enumerate() {
             if k.sha256.len() != 64 || !k.sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
                 return Err(err(format!("service.api_keys[{i}].sha256"), "must be 64 lowercase hex digits (sha256 of the key)".into()));

@@ -33,6 +33,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 pub use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+pub use rmcp::transport::streamable_http_server::session::SessionManager;
 pub use rmcp::transport::streamable_http_server::StreamableHttpService;
 pub use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
@@ -479,8 +480,9 @@ impl HttpOptions {
 }
 
 /// The streamable HTTP service for `server` (a tower service; mount it at `/mcp` behind a layer
-/// that puts the caller's [`Principal`] into each request's extensions).
-pub fn http_service(server: McpServer, opts: &HttpOptions) -> StreamableHttpService<McpServer, LocalSessionManager> {
+/// that puts the caller's [`Principal`] into each request's extensions), keeping its sessions
+/// in `sessions` (the caller caps them: [`LocalSessionManager::close_session`] ends one).
+pub fn http_service(server: McpServer, opts: &HttpOptions, sessions: Arc<LocalSessionManager>) -> StreamableHttpService<McpServer, LocalSessionManager> {
     let config = rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
         .with_allowed_hosts(opts.allowed_hosts.clone())
         .with_allowed_origins(opts.allowed_origins.clone())
@@ -490,7 +492,7 @@ pub fn http_service(server: McpServer, opts: &HttpOptions) -> StreamableHttpServ
         // JSON body rather than an SSE event, which some clients cap at 1 MiB.
         .with_json_response(true)
         .with_cancellation_token(opts.shutdown.clone());
-    StreamableHttpService::new(move || Ok(server.clone()), Arc::new(LocalSessionManager::default()), config)
+    StreamableHttpService::new(move || Ok(server.clone()), sessions, config)
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use sandbox_engine::{Engine, Service};
 
 pub use auth::Caller;
 pub use door::PRE_AUTH_BODY_MAX_BYTES;
+pub use mcp::McpSessions;
 pub use metrics::{Metrics, ServerHooks};
 pub use origin::HostPolicy;
 pub use problem::status_of;
@@ -50,6 +51,9 @@ pub struct AppState {
     pub refusals: Arc<Refusals>,
     /// Settings of `/mcp`: body limit, shutdown token.
     pub mcp: sandbox_mcp::HttpOptions,
+    /// The sessions of `/mcp`, capped by `[service] mcp_sessions_max` and
+    /// `mcp_sessions_per_caller`.
+    pub mcp_sessions: Arc<McpSessions>,
     /// Set when the service is shutting down: `/readyz` answers 503 `shutting_down` from then
     /// on, so a load balancer stops sending new requests (which are still served meanwhile).
     pub draining: Arc<std::sync::atomic::AtomicBool>,
@@ -66,7 +70,8 @@ impl AppState {
         let metrics = Arc::new(Metrics::default());
         let hooks = Arc::new(ServerHooks { metrics: metrics.clone(), refusals: refusals.clone() });
         let service = Arc::new(Service::for_config(engine.clone(), hooks));
-        Self { engine, service, metrics, require_auth, audit, hosts: HostPolicy::default(), refusals, mcp, draining: Arc::default() }
+        let mcp_sessions = Arc::new(McpSessions::new(svc.mcp_sessions_max, svc.mcp_sessions_per_caller));
+        Self { engine, service, metrics, require_auth, audit, hosts: HostPolicy::default(), refusals, mcp, mcp_sessions, draining: Arc::default() }
     }
 }
 

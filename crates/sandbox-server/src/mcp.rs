@@ -10,7 +10,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use sandbox_core::ErrorCode;
-use sandbox_mcp::McpServer;
+use sandbox_mcp::{McpServer, SessionManager as _};
 
 use crate::auth::Caller;
 use crate::problem::{self, ProblemResponse};
@@ -25,53 +25,96 @@ pub(crate) fn router(state: &AppState) -> Router<AppState> {
     let mut opts = state.mcp.clone();
     opts.allowed_hosts.clone_from(&state.hosts.allowed_hosts);
     opts.allowed_origins.clone_from(&state.hosts.allowed_origins);
-    let service = sandbox_mcp::http_service(server, &opts);
-    let owners = Arc::new(SessionOwners::default());
+    let service = sandbox_mcp::http_service(server, &opts, state.mcp_sessions.manager.clone());
+    let sessions = state.mcp_sessions.clone();
     Router::new()
         .route_service("/mcp", service)
         .route_layer(middleware::from_fn(principal))
         .route_layer(middleware::from_fn(session_ended))
-        .route_layer(middleware::from_fn(move |request, next| owned_session(owners.clone(), request, next)))
+        .route_layer(middleware::from_fn(move |request, next| owned_session(sessions.clone(), request, next)))
 }
 
-/// The most sessions whose owner is remembered; past it the oldest is forgotten (its requests
-/// are then answered as for an unknown session).
-const SESSION_OWNERS_MAX: usize = 10_000;
+/// The MCP sessions of `/mcp`: rmcp's, and which caller opened each, oldest first. Open
+/// sessions are capped, in all (`[service] mcp_sessions_max`) and per caller
+/// (`mcp_sessions_per_caller`): a session opened past a cap ends the oldest (the caller's own
+/// first), in rmcp too. Each held ~70 kB and a task for 5 idle minutes or until its `DELETE`,
+/// and an attack review filled 2.7 GB with `initialize` requests alone in 40 s.
+pub struct McpSessions {
+    /// rmcp's sessions ([`sandbox_mcp::http_service`] serves from it).
+    pub manager: Arc<sandbox_mcp::LocalSessionManager>,
+    owners: std::sync::Mutex<std::collections::VecDeque<(String, String)>>,
+    max: usize,
+    per_caller: usize,
+}
 
-/// Which caller opened each MCP session (`Mcp-Session-Id`), oldest first.
-#[derive(Default)]
-struct SessionOwners(std::sync::Mutex<std::collections::VecDeque<(String, String)>>);
+impl McpSessions {
+    /// No sessions yet; at most `max` open, `per_caller` of them one caller's.
+    pub fn new(max: u32, per_caller: u32) -> Self {
+        let size = |n: u32| usize::try_from(n).unwrap_or(usize::MAX).max(1);
+        Self { manager: Arc::default(), owners: std::sync::Mutex::default(), max: size(max), per_caller: size(per_caller) }
+    }
+
+    /// Sessions open in rmcp now (the `sandbox_mcp_sessions` gauge).
+    pub async fn open(&self) -> usize {
+        self.manager.sessions.read().await.len()
+    }
+
+    /// Whether `id` is a session `who` opened.
+    fn owns(&self, id: &str, who: &str) -> bool {
+        self.owners.lock().expect("session owners lock").iter().any(|(s, owner)| s == id && owner == who)
+    }
+
+    /// Notes `id` as opened by `who` (once), and returns the sessions that must end for it:
+    /// `who`'s oldest past the per-caller cap, then the oldest of all past the total cap.
+    fn opened(&self, id: String, who: String) -> Vec<String> {
+        let mut owners = self.owners.lock().expect("session owners lock");
+        if owners.iter().any(|(s, _)| *s == id) {
+            return Vec::new();
+        }
+        let mut ended = Vec::new();
+        while owners.iter().filter(|(_, owner)| *owner == who).count() >= self.per_caller {
+            let Some(i) = owners.iter().position(|(_, owner)| *owner == who) else { break };
+            ended.extend(owners.remove(i).map(|(s, _)| s));
+        }
+        while owners.len() >= self.max {
+            ended.extend(owners.pop_front().map(|(s, _)| s));
+        }
+        owners.push_back((id, who));
+        ended
+    }
+
+    /// Forgets `id` (its `DELETE` ended it).
+    fn closed(&self, id: &str) {
+        self.owners.lock().expect("session owners lock").retain(|(s, _)| s != id);
+    }
+}
 
 /// A session belongs to the caller (the API key, or `anonymous`) whose `initialize` opened it:
 /// a request naming another caller's session (to post into it, stream from it or `DELETE` it)
 /// is answered 404 as for an unknown session, before rmcp sees it. Session ids are random but
 /// not secret (rmcp logs them at INFO): without this, any key holder who saw one could end or
 /// disturb another key's session (an attack review; resources and tools were always the
-/// requesting key's). The owner is taken from the response that first carries the session's id.
-async fn owned_session(owners: Arc<SessionOwners>, request: Request, next: Next) -> Response {
+/// requesting key's). The owner is taken from the response that first carries the session's
+/// id; the sessions that opening it ends past the caps ([`McpSessions`]) are ended in rmcp.
+async fn owned_session(sessions: Arc<McpSessions>, request: Request, next: Next) -> Response {
     let who = request.extensions().get::<Caller>().map(Caller::audit_name).unwrap_or_default();
     let named = request.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let delete = request.method() == axum::http::Method::DELETE;
-    if let Some(id) = &named {
-        let list = owners.0.lock().expect("session owners lock");
-        // Unknown here (never opened through this door, or forgotten past the cap): rmcp would
-        // not know it either, or must not serve it to whoever names it.
-        if !list.iter().any(|(s, owner)| s == id && *owner == who) {
-            drop(list);
-            return (axum::http::StatusCode::NOT_FOUND, "Session not found").into_response();
-        }
+    // Unknown here (never opened through this door, or ended past a cap): rmcp would not know
+    // it either, or must not serve it to whoever names it.
+    if named.as_deref().is_some_and(|id| !sessions.owns(id, &who)) {
+        return (axum::http::StatusCode::NOT_FOUND, "Session not found").into_response();
     }
     let response = next.run(request).await;
-    let given = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let mut list = owners.0.lock().expect("session owners lock");
-    if let Some(id) = given.filter(|id| !list.iter().any(|(s, _)| s == id)) {
-        if list.len() >= SESSION_OWNERS_MAX {
-            list.pop_front();
+    if let Some(id) = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+        for ended in sessions.opened(id.to_owned(), who) {
+            if let Err(e) = sessions.manager.close_session(&ended.into()).await {
+                tracing::warn!(error = %e, "could not end an MCP session past the cap");
+            }
         }
-        list.push_back((id, who));
     }
     if let (true, Some(id)) = (delete && response.status().is_success(), named) {
-        list.retain(|(s, _)| *s != id);
+        sessions.closed(&id);
     }
     response
 }

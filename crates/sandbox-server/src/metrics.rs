@@ -67,6 +67,7 @@ pub struct Metrics {
     duration: Histogram,
     in_flight: Gauge,
     queued: Gauge,
+    mcp_sessions: Gauge,
     warm_hits: Counter,
     warm_cold_fallbacks: Counter,
     teardown_failures: Counter,
@@ -105,6 +106,8 @@ impl Default for Metrics {
         registry.register("execution_duration_seconds", "Wall time of executions that ran", duration.clone());
         registry.register("in_flight", "Executions running now", in_flight.clone());
         registry.register("queued", "Requests waiting for an execution slot", queued.clone());
+        let mcp_sessions = Gauge::default();
+        registry.register("mcp_sessions", "MCP sessions open on /mcp (capped by [service] mcp_sessions_max)", mcp_sessions.clone());
         let (warm_hits, warm_cold_fallbacks, warm_restarts) = (Counter::default(), Counter::default(), Counter::default());
         registry.register("warm_hits", "Executions in a child their warm template forked for them (children forked ahead are pool hits)", warm_hits.clone());
         registry.register(
@@ -148,6 +151,7 @@ impl Default for Metrics {
             duration,
             in_flight,
             queued,
+            mcp_sessions,
             teardown_failures,
             warm_hits,
             warm_cold_fallbacks,
@@ -173,6 +177,11 @@ impl Metrics {
         self.executions.get_or_create(&ExecLabels { profile: profile.into(), status: status.into() }).inc();
         #[allow(clippy::cast_precision_loss)]
         self.duration.observe(duration_ms as f64 / 1000.0);
+    }
+
+    /// Sets the gauge of open MCP sessions (read at each scrape).
+    pub fn set_mcp_sessions(&self, open: usize) {
+        self.mcp_sessions.set(i64::try_from(open).unwrap_or(i64::MAX));
     }
 
     /// Counts one refused request.

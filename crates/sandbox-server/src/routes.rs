@@ -495,6 +495,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
     (status = 421, description = "The Host is not one this service answers to (`host_not_allowed`)", body = Problem, content_type = "application/problem+json"),
 ))]
 async fn metrics(State(state): State<AppState>) -> Response {
+    state.metrics.set_mcp_sessions(state.mcp_sessions.open().await);
     let body = state.metrics.render(state.service.in_flight(), state.service.queued(), &state.engine);
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()
 }

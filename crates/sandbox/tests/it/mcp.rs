@@ -351,3 +351,59 @@ fn another_keys_request_on_a_session_is_answered_as_for_an_unknown_one() {
     assert_eq!(as_key(KEY_ALL, reqwest::Method::DELETE, None), 200, "its owner ends it");
     assert_eq!(as_key(KEY_ALL, reqwest::Method::POST, Some(initialized)), 404, "ended");
 }
+
+/// Open MCP sessions are capped, per caller and in all: opening one past a cap ends the oldest
+/// (the caller's own first), in rmcp too, so that `initialize` requests alone cannot fill the
+/// service's memory (an attack review: ~66 kB per session, 2.7 GB in 40 s, none freed), and
+/// one key's flood does not end another key's sessions. The ended session is then unknown
+/// (404: a client opens a new one, as the MCP specification has it).
+#[test]
+fn mcp_sessions_are_capped_per_caller_and_in_all() {
+    use super::http::{KEYS, KEY_ALL, KEY_METRICS, KEY_PY};
+    let server = super::http::Server::start(&format!("[service]\nmcp_sessions_max = 6\nmcp_sessions_per_caller = 4\n{KEYS}"));
+    let url = format!("{}/mcp", server.url);
+    let http = reqwest::blocking::Client::new();
+    let open = |key: &str| -> String {
+        let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}}});
+        let r = http.post(&url).bearer_auth(key).header("accept", JSON_AND_SSE).json(&init).send().unwrap();
+        assert_eq!(r.status(), 200);
+        r.headers()["mcp-session-id"].to_str().unwrap().to_owned()
+    };
+    let list = |key: &str, session: &str| -> u16 {
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+        let r = http
+            .post(&url)
+            .bearer_auth(key)
+            .header("accept", JSON_AND_SSE)
+            .header("mcp-session-id", session)
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body)
+            .send()
+            .unwrap();
+        r.status().as_u16()
+    };
+    let gauge = || -> u64 {
+        let text = http.get(format!("{}/metrics", server.url)).bearer_auth(KEY_METRICS).send().unwrap().text().unwrap();
+        let line = text.lines().find(|l| l.starts_with("sandbox_mcp_sessions ")).unwrap_or_else(|| panic!("no gauge: {text}"));
+        line.split(' ').nth(1).unwrap().parse().unwrap()
+    };
+    let py: Vec<String> = (0..2).map(|_| open(KEY_PY)).collect();
+    // A flood of one key: its open sessions stay at its cap, the other key's live on.
+    let flood: Vec<String> = (0..40).map(|_| open(KEY_ALL)).collect();
+    assert_eq!(gauge(), 6, "open sessions: the py key's 2 and the flooding key's 4");
+    for s in &py {
+        assert_eq!(list(KEY_PY, s), 200, "another key's flood ended a session");
+    }
+    for s in &flood[..36] {
+        assert_eq!(list(KEY_ALL, s), 404, "a session past the cap still answers");
+    }
+    for s in &flood[36..] {
+        assert_eq!(list(KEY_ALL, s), 200);
+    }
+    // Past the total: the oldest of all (a py session) ends, as the per-caller cap allows it.
+    let more = open(KEY_PY);
+    assert_eq!(gauge(), 6);
+    assert_eq!(list(KEY_PY, &py[0]), 404, "the oldest session of all ended");
+    assert_eq!(list(KEY_PY, &more), 200);
+}
