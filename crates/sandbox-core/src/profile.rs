@@ -246,6 +246,13 @@ pub struct ServiceConfig {
     pub refusals_per_minute: u32,
     /// Refused requests one client address may cause in a burst before the per-minute rate applies.
     pub refusal_burst: u32,
+    /// Refusals before authentication (401 `unauthorized`, 421 `host_not_allowed`, 403
+    /// `origin_not_allowed`) all client addresses together may cause per minute, in bursts of
+    /// as many; past it they are answered 429 `rate_limited` and not written to the audit log
+    /// (counted in metrics), as past the per-address limit. Addresses are cheap to change (any
+    /// local user may bind all of 127.0.0.0/8; an IPv6 /48 holds 65,536 /64s), so the
+    /// per-address limit alone does not bound the audit log. 0 disables it.
+    pub unauthenticated_refusals_per_minute: u32,
     /// Whether `GET /metrics` answers without an API key when keys are configured. By default
     /// it needs the key of one with role `metrics` (`Authorization: Bearer <key>`; 401
     /// `unauthorized` without a known key, 403 `forbidden` for a key without the role), since
@@ -276,6 +283,7 @@ impl Default for ServiceConfig {
             api_keys: Vec::new(),
             refusals_per_minute: 60,
             refusal_burst: 60,
+            unauthenticated_refusals_per_minute: 600,
             metrics_unauthenticated: false,
             mcp_sessions_max: 1024,
             mcp_sessions_per_caller: 64,

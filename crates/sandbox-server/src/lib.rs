@@ -66,7 +66,7 @@ impl AppState {
         let svc = &engine.config().service;
         let require_auth = !svc.api_keys.is_empty();
         let mcp = sandbox_mcp::HttpOptions::new(usize::try_from(svc.body_max_bytes).unwrap_or(usize::MAX));
-        let refusals = Arc::new(Refusals::new(svc.refusals_per_minute, svc.refusal_burst));
+        let refusals = Arc::new(Refusals::new(svc.refusals_per_minute, svc.refusal_burst).with_unauthenticated(svc.unauthenticated_refusals_per_minute));
         let metrics = Arc::new(Metrics::default());
         let hooks = Arc::new(ServerHooks { metrics: metrics.clone(), refusals: refusals.clone() });
         let service = Arc::new(Service::for_config(engine.clone(), hooks));

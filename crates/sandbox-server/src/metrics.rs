@@ -41,7 +41,7 @@ pub struct ServerHooks {
 
 impl sandbox_engine::Hooks for ServerHooks {
     fn charge(&self, peer: std::net::IpAddr, code: sandbox_core::ErrorCode) -> sandbox_engine::service::Charge {
-        let charge = self.refusals.charge(crate::Peer(peer));
+        let charge = self.refusals.charge(crate::Peer(peer), code);
         if matches!(charge, sandbox_engine::service::Charge::Limited { .. }) {
             self.metrics.unrecorded(code.as_str());
         }

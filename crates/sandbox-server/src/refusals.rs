@@ -4,6 +4,14 @@
 //! `Retry-After`, without an audit record or a log line. Requests that pass are never charged,
 //! so a noisy neighbour behind the same address cannot stop a working client.
 //!
+//! Refusals made before a caller is known (401 `unauthorized`, 421 `host_not_allowed`, 403
+//! `origin_not_allowed`) are also charged to one budget shared by every address,
+//! `[service] unauthenticated_refusals_per_minute`: an address is cheap to change (any local
+//! user may bind all of 127.0.0.0/8, an IPv6 /48 holds 65,536 /64s), and an attack review
+//! recorded ~810 unauthenticated refusals per second (~2 GB of audit log an hour) by rotating
+//! them. Loopback addresses count as one. A key's refusals are not charged to it, so a flood
+//! of unauthenticated requests does not turn a client's 400 into 429.
+//!
 //! Refusals answered 429 are counted in `sandbox_refusals_unrecorded_total{code}`, and the
 //! next refusal that is recorded says in its audit message how many were left out since the
 //! one before, so the audit log still accounts for every refusal in total.
@@ -17,7 +25,7 @@ use axum::extract::ConnectInfo;
 use axum::http::Extensions;
 use axum::response::Response;
 use governor::clock::Clock;
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use sandbox_core::wire::Problem;
 pub use sandbox_engine::service::Charge;
 use sandbox_engine::service::{Audit, Refusal};
@@ -39,14 +47,21 @@ impl Peer {
     }
 
     /// The key the limit is kept under: the address, or its /64 for IPv6 (one host usually
-    /// holds a whole /64, so counting single addresses would be no limit).
+    /// holds a whole /64, so counting single addresses would be no limit), and one for every
+    /// loopback address (127.0.0.0/8 and ::1: any local user may bind any of them).
     fn bucket(self) -> IpAddr {
-        match self.0 {
+        let ip = match self.0 {
             IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
                 Some(v4) => IpAddr::V4(v4),
+                None if ip.is_loopback() => IpAddr::V4(Ipv4Addr::LOCALHOST),
                 None => IpAddr::V6(Ipv6Addr::from(u128::from(ip) & !u128::from(u64::MAX))),
             },
             v4 => v4,
+        };
+        if ip.is_loopback() {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        } else {
+            ip
         }
     }
 }
@@ -57,37 +72,54 @@ impl std::fmt::Display for Peer {
     }
 }
 
-/// The per-address limit of refusals.
+/// The limits of refusals: per address, and for refusals before authentication, in all.
 pub struct Refusals {
     limiter: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    unauthenticated: Option<DefaultDirectRateLimiter>,
     unrecorded: AtomicU64,
 }
 
 impl Refusals {
-    /// `per_minute` refusals per address sustained, after a burst of `burst` (0 for either: no limit).
+    /// `per_minute` refusals per address sustained, after a burst of `burst` (0 for either: no
+    /// limit); no limit in all.
     pub fn new(per_minute: u32, burst: u32) -> Self {
         let limiter =
             NonZeroU32::new(per_minute).zip(NonZeroU32::new(burst)).map(|(rate, burst)| RateLimiter::keyed(Quota::per_minute(rate).allow_burst(burst)));
-        Self { limiter, unrecorded: AtomicU64::new(0) }
+        Self { limiter, unauthenticated: None, unrecorded: AtomicU64::new(0) }
     }
 
-    /// Charges one refusal to `peer`'s address. A refusal to record carries the count of
-    /// those left out since the previous one (and the count restarts at 0).
-    pub fn charge(&self, peer: Peer) -> Charge {
-        let record = || Charge::Record { unrecorded_before: self.take_unrecorded() };
-        let Some(limiter) = &self.limiter else { return record() };
-        if limiter.len() > TRACKED_ADDRESSES_MAX {
-            // Addresses whose bucket has refilled carry no state worth keeping.
-            limiter.retain_recent();
-        }
-        match limiter.check_key(&peer.bucket()) {
-            Ok(()) => record(),
-            Err(not_until) => {
-                self.unrecorded.fetch_add(1, Ordering::Relaxed);
-                let wait = not_until.wait_time_from(limiter.clock().now());
-                Charge::Limited { retry_after_s: ceil_secs(wait).max(1) }
+    /// These limits, and at most `per_minute` refusals before authentication from all
+    /// addresses together, in bursts of as many (0: no such limit).
+    #[must_use]
+    pub fn with_unauthenticated(mut self, per_minute: u32) -> Self {
+        self.unauthenticated = NonZeroU32::new(per_minute).map(|rate| RateLimiter::direct(Quota::per_minute(rate)));
+        self
+    }
+
+    /// Charges one refusal of `code` to `peer`'s address, and, for a refusal before
+    /// authentication, to the budget of all addresses. A refusal to record carries the count
+    /// of those left out since the previous one (and the count restarts at 0).
+    pub fn charge(&self, peer: Peer, code: sandbox_core::ErrorCode) -> Charge {
+        use sandbox_core::ErrorCode::{HostNotAllowed, OriginNotAllowed, Unauthorized};
+        let limited = |wait: Duration| {
+            self.unrecorded.fetch_add(1, Ordering::Relaxed);
+            Charge::Limited { retry_after_s: ceil_secs(wait).max(1) }
+        };
+        if let Some(limiter) = &self.limiter {
+            if limiter.len() > TRACKED_ADDRESSES_MAX {
+                // Addresses whose bucket has refilled carry no state worth keeping.
+                limiter.retain_recent();
+            }
+            if let Err(not_until) = limiter.check_key(&peer.bucket()) {
+                return limited(not_until.wait_time_from(limiter.clock().now()));
             }
         }
+        if let (Some(all), true) = (&self.unauthenticated, matches!(code, Unauthorized | HostNotAllowed | OriginNotAllowed)) {
+            if let Err(not_until) = all.check() {
+                return limited(not_until.wait_time_from(all.clock().now()));
+            }
+        }
+        Charge::Record { unrecorded_before: self.take_unrecorded() }
     }
 
     /// Refusals (of any address) answered 429 and not recorded since the last call; the

@@ -179,18 +179,39 @@ fn refusals_are_rate_limited_per_address() {
     assert!(m.contains("sandbox_refusals_unrecorded_total{code=\"unauthorized\"} 20"), "{m}");
     assert!(m.contains("sandbox_rejected_total{code=\"rate_limited\"} 20"), "{m}");
     assert!(m.contains("sandbox_rejected_total{code=\"unauthorized\"} 5"), "{m}");
-    // The twins: a valid request from the same address still runs (only refusals count), and
-    // another address has its own budget.
+    // The twins: a valid request from the same address still runs (only refusals count); every
+    // loopback address is the same client (any local user may bind all of 127.0.0.0/8, and an
+    // attack review recorded ~810 refusals a second by rotating them). Another address's own
+    // budget: the unit tests (crates/sandbox-server/src/refusals/tests.rs).
     assert_eq!(post(&attacker, KEY_ALL).status(), 200);
-    assert_problem(post(&from("127.0.0.2"), "wrong"), 401, "unauthorized");
-    // The next recorded refusal counts those left out, so the log still accounts for them.
-    let message = |i: usize| refusals(&s)[i].2["error"]["message"].as_str().unwrap().to_owned();
-    assert!(message(5).starts_with("[20 earlier refusals were rate-limited and not recorded]"), "{}", message(5));
-    assert!(message(5).ends_with("from 127.0.0.2)"), "{}", message(5));
-    // Once the bucket refills (one every 3 s), the attacker's refusals are answered and recorded again.
+    assert_problem(post(&from("127.0.0.2"), "wrong"), 429, "rate_limited");
+    assert_problem(post(&from("127.20.3.4"), "wrong"), 429, "rate_limited");
+    // Once the bucket refills (one every 3 s), the attacker's refusals are answered and recorded
+    // again, the first saying how many were left out, so the log still accounts for them.
     std::thread::sleep(Duration::from_millis(3100));
     assert_problem(post(&attacker, "wrong"), 401, "unauthorized");
-    assert!(message(6).starts_with("send a valid API key"), "{}", message(6));
+    let message = refusals(&s)[5].2["error"]["message"].as_str().unwrap().to_owned();
+    assert!(message.starts_with("[22 earlier refusals were rate-limited and not recorded] send a valid API key"), "{message}");
+    assert!(message.ends_with("from 127.0.0.1)"), "{message}");
+}
+
+/// Refusals before authentication share one budget over every address
+/// (`unauthenticated_refusals_per_minute`): past it they are answered 429 and not recorded,
+/// whatever the address. A key's refusal does not use that budget: it is still answered (400)
+/// and recorded.
+#[test]
+fn unauthenticated_refusals_share_one_budget() {
+    let s = Server::start(&format!("{KEYS}\n[service]\nrefusals_per_minute = 600\nrefusal_burst = 600\nunauthenticated_refusals_per_minute = 3\n"));
+    let http = reqwest::blocking::Client::new();
+    let post = |key: &str, body: serde_json::Value| http.post(format!("{}/v1/executions", s.url)).bearer_auth(key).json(&body).send().unwrap();
+    let run = serde_json::json!({"profile": "python-default", "code": "print(1)"});
+    for _ in 0..3 {
+        assert_problem(post("wrong", run.clone()), 401, "unauthorized");
+    }
+    assert_problem(post("wrong", run.clone()), 429, "rate_limited");
+    assert_problem(post(KEY_ALL, serde_json::json!({"profile": "python-default"})), 400, "invalid_request");
+    assert_eq!(refusals(&s).len(), 4, "three unauthenticated refusals and the key's");
+    assert!(metrics(&s).contains("sandbox_refusals_unrecorded_total{code=\"unauthorized\"} 1"));
 }
 
 /// With API keys configured, `/metrics` (every profile's name, every caller's counts) answers
