@@ -224,6 +224,14 @@ pub struct ServiceConfig {
     pub queue_max: u32,
     /// Largest request body, in bytes (413 past it).
     pub body_max_bytes: u64,
+    /// Bytes of request bodies the service holds at once, over every request of `/v1` and
+    /// `/mcp`, in bytes (at least `body_max_bytes`). A request is charged its declared
+    /// `Content-Length` (`body_max_bytes` without one) before its body is read, until its
+    /// answer has been sent; one that does not fit is refused 429 `queue_full` with
+    /// `Retry-After` without reading it. Without it, connections each sending most of a large
+    /// body made the service buffer them all (an attack review: 1 GB from 10 connections,
+    /// past `queue_max`, which only counts requests whose body was read).
+    pub request_bodies_max_bytes: u64,
     /// On SIGTERM/SIGINT, how long in-flight executions may still run, in ms (counted after
     /// [`Self::drain_delay_ms`]).
     pub shutdown_grace_ms: u64,
@@ -277,6 +285,7 @@ impl Default for ServiceConfig {
             max_concurrency: 0,
             queue_max: 64,
             body_max_bytes: 128 << 20,
+            request_bodies_max_bytes: 512 << 20,
             shutdown_grace_ms: 30_000,
             drain_delay_ms: 0,
             node_id: None,
@@ -876,6 +885,8 @@ impl Config {
             return Err(err("service.listen".into(), format!("{:?} is not an IP:PORT address", svc.listen)));
         }
         check_range(svc.body_max_bytes, 1024, 1 << 34, "bytes").map_err(|m| err("service.body_max_bytes".into(), m))?;
+        check_range(svc.request_bodies_max_bytes, svc.body_max_bytes, 1 << 40, "bytes (at least body_max_bytes)")
+            .map_err(|m| err("service.request_bodies_max_bytes".into(), m))?;
         check_range(u64::from(svc.mcp_sessions_max), 1, 1 << 20, "sessions").map_err(|m| err("service.mcp_sessions_max".into(), m))?;
         check_range(u64::from(svc.mcp_sessions_per_caller), 1, u64::from(svc.mcp_sessions_max), "sessions (at most mcp_sessions_max)")
             .map_err(|m| err("service.mcp_sessions_per_caller".into(), m))?;

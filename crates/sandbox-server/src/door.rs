@@ -53,6 +53,96 @@ pub(crate) async fn api_key(State(state): State<AppState>, mut request: Request,
     next.run(request).await
 }
 
+/// Bytes of request bodies held at once (`[service] request_bodies_max_bytes`): each request
+/// with a body is charged its declared length before it is read, until its answer has been
+/// sent (the router's `body_budget` layer, after the API key).
+pub struct BodyBudget {
+    max: u64,
+    held: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl BodyBudget {
+    /// A budget of `max` bytes, none held.
+    pub fn new(max: u64) -> Self {
+        Self { max, held: std::sync::Arc::default() }
+    }
+
+    /// Bytes held now (the `sandbox_request_body_bytes` gauge).
+    pub fn held(&self) -> u64 {
+        self.held.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Holds `bytes` until the returned guard drops; `None` if they do not fit.
+    fn hold(&self, bytes: u64) -> Option<BodyHeld> {
+        use std::sync::atomic::Ordering;
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| held.checked_add(bytes).filter(|&n| n <= self.max))
+            .ok()
+            .map(|_| BodyHeld { bytes, held: self.held.clone() })
+    }
+}
+
+/// Bytes of a [`BodyBudget`], given back on drop.
+struct BodyHeld {
+    bytes: u64,
+    held: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Drop for BodyHeld {
+    fn drop(&mut self) {
+        self.held.fetch_sub(self.bytes, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// After the API key: a request with a body is charged its declared `Content-Length`
+/// (`body_max_bytes` without one; a larger declared one is refused 413 by the handler's limit
+/// and charged only that) to the [`BodyBudget`] before its body is read, and keeps it until its
+/// answer's body has been sent (a streamed answer's included), so the request's bytes, read,
+/// parsed and waiting in the queue, are counted while they exist. One that does not fit is
+/// refused 429 `queue_full` (`Retry-After`), charged and audited as its caller's, without
+/// reading its body. A key that may run no profile (`profiles = []`, a scraper's) is refused
+/// 403 `forbidden_profile` on `POST /v1/executions` the same way, before its body is read.
+pub(crate) async fn body_budget(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let caller = request.extensions().get::<Caller>().cloned();
+    let who = caller.as_ref().map_or_else(|| "unauthenticated".to_owned(), Caller::audit_name);
+    if request.method() == Method::POST && request.uri().path() == "/v1/executions" {
+        if let Some(Caller::Key(k)) = &caller {
+            if k.profiles.is_empty() {
+                let detail = format!("key {:?} may run no profile (its body was not read); profiles you may use: none", k.name);
+                return refuse_unread_as(&state, request, ErrorCode::ForbiddenProfile, detail, &who).await;
+            }
+        }
+    }
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let has_body = declared.map_or_else(|| request.headers().contains_key(header::TRANSFER_ENCODING), |n| n > 0);
+    if !has_body {
+        return next.run(request).await;
+    }
+    let body_max = state.engine.config().service.body_max_bytes;
+    let bytes = declared.unwrap_or(body_max).min(body_max);
+    let Some(held) = state.bodies.hold(bytes) else {
+        let detail = format!(
+            "the service holds {} bytes of request bodies and may hold {} ([service] request_bodies_max_bytes); retry later",
+            state.bodies.held(),
+            state.bodies.max
+        );
+        return refuse_unread_as(&state, request, ErrorCode::QueueFull, detail, &who).await;
+    };
+    let response = next.run(request).await;
+    if axum::body::HttpBody::size_hint(response.body()).exact().is_some() {
+        // A whole answer: the request is done with.
+        return response;
+    }
+    // A streamed answer (an execution's events): held until it has been sent, or dropped with
+    // its connection, since the execution runs meanwhile.
+    let (parts, body) = response.into_parts();
+    let body = Body::from_stream(futures_util::StreamExt::map(body.into_data_stream(), move |frame| {
+        let _held = &held;
+        frame
+    }));
+    Response::from_parts(parts, body)
+}
+
 /// `GET /metrics`'s key: with API keys configured, that of one with role `metrics` (401
 /// `unauthorized` without a known key, 403 `forbidden` for a key without the role), unless
 /// `[service] metrics_unauthenticated`; without keys (loopback only), none. The exposition names
@@ -79,13 +169,19 @@ pub(crate) async fn metrics_key(State(state): State<AppState>, request: Request,
 /// A refusal before authentication: charged, audited if the request asks to run code, and
 /// answered after reading at most a few KiB of the body.
 async fn refuse_unread(state: &AppState, request: Request, code: ErrorCode, detail: String) -> Response {
+    refuse_unread_as(state, request, code, detail, "unauthenticated").await
+}
+
+/// A refusal before the body is read, of `caller` (its audit name): charged, audited if the
+/// request asks to run code, and answered after reading at most a few KiB of the body.
+async fn refuse_unread_as(state: &AppState, request: Request, code: ErrorCode, detail: String, caller: &str) -> Response {
     let peer = Peer::of(request.extensions());
     let (parts, body) = request.into_parts();
     let runs_code = parts.method == Method::POST && matches!(parts.uri.path(), "/v1/executions" | "/mcp");
     // The record says where the request went and from where; the body is never looked at.
     let path: String = parts.uri.path().chars().take(128).collect();
     let message = format!("{detail} ({} {path} from {peer})", parts.method);
-    let audit = runs_code.then_some(Audit { caller: "unauthenticated", request: None, message: &message });
+    let audit = runs_code.then_some(Audit { caller, request: None, message: &message });
     let mut response = refuse(state, peer, audit, problem::new(code, detail, None, None));
     let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if !drain(declared, body).await {

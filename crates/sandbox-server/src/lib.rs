@@ -22,7 +22,7 @@ use sandbox_core::wire::Problem;
 use sandbox_engine::{Engine, Service};
 
 pub use auth::Caller;
-pub use door::PRE_AUTH_BODY_MAX_BYTES;
+pub use door::{BodyBudget, PRE_AUTH_BODY_MAX_BYTES};
 pub use mcp::McpSessions;
 pub use metrics::{Metrics, ServerHooks};
 pub use origin::HostPolicy;
@@ -51,6 +51,8 @@ pub struct AppState {
     pub refusals: Arc<Refusals>,
     /// Settings of `/mcp`: body limit, shutdown token.
     pub mcp: sandbox_mcp::HttpOptions,
+    /// Bytes of request bodies held at once (`[service] request_bodies_max_bytes`).
+    pub bodies: Arc<door::BodyBudget>,
     /// The sessions of `/mcp`, capped by `[service] mcp_sessions_max` and
     /// `mcp_sessions_per_caller`.
     pub mcp_sessions: Arc<McpSessions>,
@@ -71,7 +73,8 @@ impl AppState {
         let hooks = Arc::new(ServerHooks { metrics: metrics.clone(), refusals: refusals.clone() });
         let service = Arc::new(Service::for_config(engine.clone(), hooks));
         let mcp_sessions = Arc::new(McpSessions::new(svc.mcp_sessions_max, svc.mcp_sessions_per_caller));
-        Self { engine, service, metrics, require_auth, audit, hosts: HostPolicy::default(), refusals, mcp, mcp_sessions, draining: Arc::default() }
+        let bodies = Arc::new(door::BodyBudget::new(svc.request_bodies_max_bytes));
+        Self { engine, service, metrics, require_auth, audit, hosts: HostPolicy::default(), refusals, mcp, bodies, mcp_sessions, draining: Arc::default() }
     }
 }
 

@@ -68,6 +68,7 @@ pub struct Metrics {
     in_flight: Gauge,
     queued: Gauge,
     mcp_sessions: Gauge,
+    request_body_bytes: Gauge,
     warm_hits: Counter,
     warm_cold_fallbacks: Counter,
     teardown_failures: Counter,
@@ -108,6 +109,12 @@ impl Default for Metrics {
         registry.register("queued", "Requests waiting for an execution slot", queued.clone());
         let mcp_sessions = Gauge::default();
         registry.register("mcp_sessions", "MCP sessions open on /mcp (capped by [service] mcp_sessions_max)", mcp_sessions.clone());
+        let request_body_bytes = Gauge::default();
+        registry.register(
+            "request_body_bytes",
+            "Bytes of request bodies held now, read or to be read, until their answers are sent (capped by [service] request_bodies_max_bytes)",
+            request_body_bytes.clone(),
+        );
         let (warm_hits, warm_cold_fallbacks, warm_restarts) = (Counter::default(), Counter::default(), Counter::default());
         registry.register("warm_hits", "Executions in a child their warm template forked for them (children forked ahead are pool hits)", warm_hits.clone());
         registry.register(
@@ -152,6 +159,7 @@ impl Default for Metrics {
             in_flight,
             queued,
             mcp_sessions,
+            request_body_bytes,
             teardown_failures,
             warm_hits,
             warm_cold_fallbacks,
@@ -179,9 +187,10 @@ impl Metrics {
         self.duration.observe(duration_ms as f64 / 1000.0);
     }
 
-    /// Sets the gauge of open MCP sessions (read at each scrape).
-    pub fn set_mcp_sessions(&self, open: usize) {
-        self.mcp_sessions.set(i64::try_from(open).unwrap_or(i64::MAX));
+    /// Sets the gauges of open MCP sessions and of request body bytes held (read at each scrape).
+    pub fn set_door(&self, mcp_sessions: usize, request_body_bytes: u64) {
+        self.mcp_sessions.set(i64::try_from(mcp_sessions).unwrap_or(i64::MAX));
+        self.request_body_bytes.set(i64::try_from(request_body_bytes).unwrap_or(i64::MAX));
     }
 
     /// Counts one refused request.

@@ -43,6 +43,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/profiles", get(list_profiles))
         .route("/v1/profiles/{name}", get(get_profile))
         .merge(crate::mcp::router(&state))
+        // Inner to the key: the body budget knows the caller.
+        .route_layer(middleware::from_fn_with_state(state.clone(), door::body_budget))
         .route_layer(middleware::from_fn_with_state(state.clone(), door::api_key));
     Router::new()
         .merge(keyed)
@@ -495,7 +497,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
     (status = 421, description = "The Host is not one this service answers to (`host_not_allowed`)", body = Problem, content_type = "application/problem+json"),
 ))]
 async fn metrics(State(state): State<AppState>) -> Response {
-    state.metrics.set_mcp_sessions(state.mcp_sessions.open().await);
+    state.metrics.set_door(state.mcp_sessions.open().await, state.bodies.held());
     let body = state.metrics.render(state.service.in_flight(), state.service.queued(), &state.engine);
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body).into_response()
 }

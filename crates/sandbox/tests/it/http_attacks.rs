@@ -347,3 +347,63 @@ fn anonymous_caller_reads_only_anonymous_records() {
     let mine = page["records"][0]["executionId"].as_str().unwrap();
     assert_eq!(http.get(format!("{}/v1/executions/{mine}", s.url)).send().unwrap().status(), 200);
 }
+
+/// Request bodies held at once are capped (`request_bodies_max_bytes`): connections that each
+/// send most of a large body made the service buffer them all, past `queue_max`, which only
+/// counts requests whose body was read (an attack review: 1 GB from 10 connections, with a key
+/// that may run nothing). A request is charged its declared length before its body is read; one
+/// that does not fit is refused 429 `queue_full` without reading it, and the budget comes back
+/// when the holders go. A key that may run no profile is refused before its body is read.
+#[test]
+fn request_bodies_held_at_once_are_capped() {
+    let s = Server::start(&format!("{KEYS}\n[service]\nbody_max_bytes = 1048576\nrequest_bodies_max_bytes = 2097152\n"));
+    let held = |s: &Server| -> u64 {
+        let m = metrics(s);
+        let line = m.lines().find(|l| l.starts_with("sandbox_request_body_bytes ")).unwrap_or_else(|| panic!("{m}"));
+        line.split(' ').nth(1).unwrap().parse().unwrap()
+    };
+    let head = |key: &str, len: usize| {
+        format!(
+            "POST /v1/executions HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {len}",
+            authority(&s)
+        )
+    };
+    // Two connections each declare 1 MiB and send part of it.
+    let holders: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut c = TcpStream::connect(authority(&s)).unwrap();
+            c.write_all(format!("{}\r\n\r\n", head(KEY_ALL, 1 << 20)).as_bytes()).unwrap();
+            c.write_all(&[b' '; 64 << 10]).unwrap();
+            c
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while held(&s) < 2 << 20 {
+        assert!(Instant::now() < deadline, "the two bodies were not charged: {}", held(&s));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A third request does not fit: refused at once, without its body being read.
+    let run = br#"{"profile": "python-default", "code": "print(1)"}"#;
+    let (status, body) = raw(&s, &head(KEY_ALL, 1 << 20), b"");
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("queue_full") && body.contains("request_bodies_max_bytes"), "{body}");
+    assert_eq!(raw(&s, &head(KEY_ALL, run.len()), run).0, 429, "not even a small one");
+    // The holders go: the budget comes back, and the small request runs.
+    drop(holders);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while held(&s) > 0 {
+        assert!(Instant::now() < deadline, "the budget did not come back: {}", held(&s));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, body) = raw(&s, &head(KEY_ALL, run.len()), run);
+    assert_eq!(status, 200, "{body}");
+    // The scraper's key (`profiles = []`): refused before its declared 1 MiB is sent.
+    let (status, body) = raw(&s, &head(KEY_METRICS, 1 << 20), b"");
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("forbidden_profile"), "{body}");
+    // Each refusal is recorded as its caller's (the holders' cut bodies too, as invalid).
+    let recorded: Vec<(String, String)> =
+        refusals(&s).into_iter().map(|(caller, _, body)| (caller, body["error"]["type"].as_str().unwrap_or_default().to_owned())).collect();
+    let count = |caller: &str, kind: &str| recorded.iter().filter(|(c, k)| c == caller && k == kind).count();
+    assert_eq!((count("key:all", "queue_full"), count("key:scraper", "forbidden_profile")), (2, 1), "{recorded:?}");
+}
