@@ -67,7 +67,9 @@ def run(mode):
         name = "__main__" if mode == "script" else "main"
         module = type(sys)(name)
         module.__file__ = PATH
-        module.__builtins__ = __builtins__
+        # The builtins module, as `__main__` has it (a template imports this file as a module,
+        # whose `__builtins__` is the module's dict).
+        module.__builtins__ = sys.modules["builtins"]
         sys.modules[name] = module
         exec(code, module.__dict__)
         if mode != "function":

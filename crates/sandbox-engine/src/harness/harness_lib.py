@@ -51,8 +51,15 @@ def fail(exc, side, kind=None):
         sys.stdout.flush()
     except Exception:
         pass
-    sys.stderr.write(text)
-    sys.stderr.flush()
+    # As the interpreter prints an uncaught exception: nothing when sys.stderr is None, and a
+    # stream that fails to take it loses it (the report below still goes out).
+    stream = getattr(sys, "stderr", None)
+    if stream is not None:
+        try:
+            stream.write(text)
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
     try:
         message = str(exc)
     except Exception:  # noqa: BLE001 - an exception whose __str__ itself fails
@@ -145,24 +152,96 @@ def report(result, side):
 
 
 def exit_status(code):
-    """The exit status the interpreter gives an uncaught SystemExit (Python's handle_system_exit)."""
+    """The exit status the interpreter gives an uncaught SystemExit (CPython 3.11's
+    `handle_system_exit`): None 0; an int its low byte, or 255 past a C long (its conversion
+    fails: -1); anything else is printed on sys.stderr, as str() with a newline (on fd 2 when
+    sys.stderr is None; the newline on fd 2 when sys.stderr fails to take it), and gives 1."""
     if code is None:
         return 0
     if isinstance(code, int):
-        return code & 0xFF
+        return code & 0xFF if -(1 << 63) <= code < (1 << 63) else 255
+    stream = getattr(sys, "stderr", None)
+    if stream is None:
+        try:
+            fd2(f"{code}\n")
+        except Exception:  # noqa: BLE001 - an unprintable message is dropped
+            pass
+        return 1
     try:
-        sys.stderr.write(f"{code}\n")
+        stream.write(str(code))
     except Exception:  # noqa: BLE001 - as the interpreter does, an unprintable message is dropped
         pass
+    try:
+        stream.write("\n")
+    except Exception:  # noqa: BLE001 - PySys_WriteStderr falls back to the C stderr
+        fd2("\n")
     return 1
 
 
-def finish(code, inherited):
-    """What a normal interpreter exit does that a program can observe, in its order (non-daemon
-    threads joined, atexit handlers, the program's objects finalized, stdio flushed), then
-    _exit: in a template's child the interpreter's own teardown would touch, and so copy, every
-    object inherited from the template (~50 MB, ~100 ms for pandas); in a pooled sandbox it
-    would tear down every preloaded module (~3 ms for the standard library alone)."""
+def fd2(text):
+    """Writes `text` to fd 2 as it is (the C stderr the interpreter falls back to)."""
+    import os
+
+    try:
+        os.write(2, text.encode("utf-8", "backslashreplace"))
+    except OSError:
+        pass
+
+
+def flush_std_files():
+    """CPython's `flush_std_files`: flushes sys.stdout, then sys.stderr (each unless None or
+    closed). A stdout that fails is reported as an unraisable exception ("Exception ignored
+    in: ..."), a stderr that fails is not; either makes the exit status 120. Returns whether
+    both flushed."""
+    ok = True
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name, None)
+        try:
+            if stream is None or stream.closed:
+                continue
+        except Exception:  # noqa: BLE001 - a stream without `closed` is flushed as it is
+            pass
+        try:
+            stream.flush()
+        except Exception as exc:  # noqa: BLE001
+            ok = False
+            if name == "stdout":
+                unraisable(exc, stream)
+    return ok
+
+
+def unraisable(exc, obj):
+    """Reports `exc`, raised by `obj`'s finalization, as the interpreter's default
+    `sys.unraisablehook` does: "Exception ignored in: <repr>" and the exception, on sys.stderr."""
+    try:
+        what = repr(obj)
+    except Exception:  # noqa: BLE001
+        what = "<object repr() failed>"
+    try:
+        detail = str(exc)
+    except Exception:  # noqa: BLE001
+        detail = "<exception str() failed>"
+    # traceback.format_exception_only's form, without importing anything (imports may fail
+    # this late: sys.meta_path is None).
+    name = type(exc).__qualname__ if type(exc).__module__ in ("builtins", "__main__") else f"{type(exc).__module__}.{type(exc).__qualname__}"
+    text = f"Exception ignored in: {what}\n{name}: {detail}\n" if detail else f"Exception ignored in: {what}\n{name}\n"
+    stream = getattr(sys, "stderr", None)
+    try:
+        stream.write(text)
+        stream.flush()
+    except Exception:  # noqa: BLE001 - the interpreter falls back to the C stderr
+        fd2(text)
+
+
+def finish(code, inherited, builtins_at_start):
+    """What a normal interpreter exit does that a program can observe, in CPython 3.11's order
+    (`Py_FinalizeEx`), then _exit: in a template's child the interpreter's own teardown would
+    touch, and so copy, every object inherited from the template (~50 MB, ~100 ms for pandas); in
+    a pooled sandbox it would tear down every preloaded module (~3 ms for the standard library
+    alone). Non-daemon threads joined; atexit handlers; sys.stdout and sys.stderr flushed; a
+    collection while every module is intact; the run's modules finalized (`finalize`); the
+    standard streams flushed again. A flush of sys.stdout or sys.stderr that failed makes the
+    status 120, as `Py_RunMain` does."""
     import os
 
     try:
@@ -172,27 +251,34 @@ def finish(code, inherited):
     except Exception:  # noqa: BLE001 - a thread that fails to join does not change the status
         pass
     import atexit
+    import gc
 
     atexit._run_exitfuncs()
-    finalize(inherited)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - a closed or broken stream, as at a normal exit
-            pass
-    os._exit(code)
+    flushed = flush_std_files()
+    if gc.isenabled():
+        gc.collect()
+    finalize(inherited, builtins_at_start)
+    flushed = flush_std_files() and flushed
+    os._exit(code if flushed else 120)
 
 
-def finalize(inherited):
-    """The part of the interpreter's finalization (CPython's `finalize_modules`) that reaches
-    the program's own objects, in its order, so a warm run ends as a cold one does:
+def finalize(inherited, builtins_at_start):
+    """The part of the interpreter's finalization (CPython 3.11's `finalize_modules`) that
+    reaches the program's own objects, in its order, so a warm run ends as a cold one does:
 
-    1. The modules the execution added (its `__main__` or `main`, what it imported) leave
-       `sys.modules`, and a collection runs. What only they kept alive is garbage, and its
-       finalizers (`__del__`, PEP 442) run before anything is cleared: a `__del__` still finds
-       the module globals it uses (`os.remove(self.path)`). Clearing the globals first, as this
-       did before, handed such a `__del__` None for `os` where a cold run gives the module.
-    2. The globals of those modules still alive (kept by something else) are set to None, names
+    1. `sys` is emptied as `finalize_modules_delete_special` does: `path`, `argv`, `meta_path`,
+       `path_hooks`, `path_importer_cache` and the like become None (an import in a `__del__`
+       fails as it does cold), and sys.stdin, sys.stdout and sys.stderr are set back to
+       `sys.__stdin__` and the others (a `__del__` prints to the real stdout, and a file the
+       program made its stdout is closed when nothing else holds it).
+    2. The modules the execution added (its `__main__` or `main`, what it imported) leave
+       `sys.modules`, the builtins are set back to what they were before the run
+       (`finalize_restore_builtins`), and a collection runs. What only those modules kept alive
+       is garbage, and its finalizers (`__del__`, PEP 442) run before anything is cleared: a
+       `__del__` still finds the module globals it uses (`os.remove(self.path)`). Clearing the
+       globals first, as this did before, handed such a `__del__` None for `os` where a cold
+       run gives the module.
+    3. The globals of those modules still alive (kept by something else) are set to None, names
        starting with `_` first (`_PyModule_Clear`), and a collection runs again.
 
     Every open file object is flushed before the first collection: the collector finalizes a
@@ -201,12 +287,23 @@ def finalize(inherited):
     must not. Files still open after the collections are flushed once more (one a `__del__`
     wrote to, one kept by a module of the template). Objects from before the run (the
     template's, or a pooled sandbox's preloads) are frozen (gc.freeze): neither collected,
-    cleared nor flushed here, so a template's pages stay shared. Returns nothing; errors are
-    swallowed, as a normal exit's are."""
+    cleared nor flushed here, so a template's pages stay shared; objects the program attached to
+    them are not finalized (a cold exit would, clearing those modules too). Returns nothing;
+    errors are swallowed, as a normal exit's are."""
+    import builtins
     import gc
     import weakref
 
     flush_open_files()
+    try:
+        builtins.__dict__["_"] = None
+        for name in ("path", "argv", "ps1", "ps2", "last_type", "last_value", "last_traceback",
+                     "path_hooks", "path_importer_cache", "meta_path", "__interactivehook__"):
+            setattr(sys, name, None)
+        for name in ("stdin", "stdout", "stderr"):
+            setattr(sys, name, getattr(sys, f"__{name}__", None))
+    except Exception:  # noqa: BLE001
+        pass
     left = []
     for name in [name for name, module in sys.modules.items() if inherited.get(name) is not module]:
         module = sys.modules.pop(name)
@@ -215,6 +312,10 @@ def finalize(inherited):
     module = None
     namespace = None
     try:
+        current = dict(builtins.__dict__)
+        builtins.__dict__.clear()
+        builtins.__dict__.update(builtins_at_start)
+        current = None
         gc.collect()
         namespaces = []
         for ref in left:
@@ -255,19 +356,29 @@ def run_and_exit(mode, run, inherited=None):
     a pooled sandbox) and ends it as a normal interpreter exit would, through `finish`: never
     returns. `inherited`: the modules that are not the run's ({name: module}; default: those
     loaded now)."""
+    import builtins
+
     if inherited is None:
         inherited = dict(sys.modules)
+    # What the interpreter restores at its exit (its copy is taken at its start).
+    builtins_at_start = dict(builtins.__dict__)
+    # tempfile's directory is chosen at its first use, from TMPDIR and the like: one a template
+    # or a pooled sandbox chose while it waited is not the run's.
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile.tempdir = None
     try:
         run(mode)
         code = 0
     except SystemExit as e:
         code = exit_status(e.code)
     except BaseException:  # noqa: BLE001 - what the interpreter would print for an escape from run
-        import traceback
+        if getattr(sys, "stderr", None) is not None:
+            import traceback
 
-        traceback.print_exc()
+            traceback.print_exc()
         code = 1
-    finish(code, inherited)
+    finish(code, inherited, builtins_at_start)
 
 
 # Kept alive for the program's life: the kernel shows /proc/self/environ from this block.

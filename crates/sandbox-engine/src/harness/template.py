@@ -198,7 +198,28 @@ def child(fds, lib, harness, ahead):
         sys.path_importer_cache.pop(entry, None)
     # The side channel must not reach children the program starts.
     os.set_inheritable(4, False)
+    fresh_stdin()
     harness.lib().run_and_exit(run["mode"], harness.run, INHERITED)
+
+
+def fresh_stdin():
+    """sys.stdin (and sys.__stdin__) made again over the execution's fd 0, as the interpreter
+    makes it at its start (CPython's `create_stdio`): the template's was made over the
+    template's own stdin, and what it learnt of it stays cached (`seekable()` True over the
+    execution's pipe, so a library that seeks failed with ESPIPE where a cold run reads)."""
+    old = sys.__stdin__
+    if old is None:
+        return
+    try:
+        buffer = io.open(0, "rb", -1, None, None, None, False)
+        buffer.raw.name = "<stdin>"
+        stream = io.TextIOWrapper(buffer, old.encoding, old.errors, "\n", False, False)
+        stream.mode = "r"
+    except (OSError, ValueError, AttributeError):
+        return
+    if sys.stdin is old:
+        sys.stdin = stream
+    sys.__stdin__ = stream
 
 
 # MADV_POPULATE_WRITE (Linux 5.14): fault pages in writable, copying those shared copy-on-write.

@@ -139,6 +139,58 @@ fn objects_left_at_exit_are_finalized_as_a_normal_exit_does() {
     assert_eq!(r.file_bytes("in-a-module.txt").as_deref(), Some(&b"also flushed"[..]), "{r:?}");
 }
 
+/// The exit statuses and the stderr of an ending program are the interpreter's in every mode
+/// (a warm run emulates its exit; a differential review found each of these differing): a
+/// `sys.exit` past a C long is 255, not its low byte (a failure read as success); a stdout whose
+/// flush fails at exit is reported and makes the status 120 (`Py_RunMain`); `sys.exit("bye")`
+/// with `sys.stderr` None still prints on fd 2; an uncaught exception with `sys.stderr` None
+/// prints nothing (the harness's own traceback went to stdout) and is still reported.
+#[test]
+fn exit_statuses_and_stderr_at_exit_are_the_interpreters() {
+    let r = run("python-default", "import sys\nsys.exit(2**64)", &[]);
+    assert_eq!((r.status(), r.json["exitCode"].as_i64()), ("error", Some(255)), "{r:?}");
+    let r = run("python-default", "import sys\nsys.stdout = open('/dev/full', 'w')\nprint('x')", &[]);
+    assert_eq!(r.json["exitCode"].as_i64(), Some(120), "{r:?}");
+    let stderr = r.stderr_of_program();
+    assert!(
+        stderr.contains("Exception ignored in: <_io.TextIOWrapper name='/dev/full'") && stderr.contains("OSError: [Errno 28] No space left on device"),
+        "{r:?}"
+    );
+    let r = run("python-default", "import sys\nsys.stderr = None\nsys.exit('bye')", &[]);
+    assert_eq!((r.json["exitCode"].as_i64(), r.stderr_of_program()), (Some(1), "bye\n"), "{r:?}");
+    let r = run("python-default", "import sys\nsys.stderr = None\nraise ValueError('x')", &[]);
+    assert_eq!((r.json["exitCode"].as_i64(), r.stdout(), r.stderr_of_program()), (Some(1), "", ""), "{r:?}");
+    assert_eq!(r.json["error"]["type"], "ValueError", "{r:?}");
+}
+
+/// What the program's module and its standard streams are is the interpreter's in every mode:
+/// `__builtins__` is the builtins module (a template's child had a dict), stdin over a pipe is
+/// not seekable (a template's child had its template's answer cached, and a library that seeks
+/// failed with ESPIPE), and `tempfile` picks its directory from the run's TMPDIR (a template
+/// had picked /tmp while warming up, and the file was lost as an output).
+#[test]
+fn the_programs_module_stdin_and_tempdir_are_the_interpreters() {
+    let input = scratch_file("input.txt", b"twelve bytes");
+    let code = "import sys, tempfile\nprint(__builtins__.len([1, 2]), sys.stdin.seekable(), sys.stdin.buffer.seekable(), len(sys.stdin.read()))\n\
+                fd, path = tempfile.mkstemp(suffix='.txt')\nprint(path.startswith('/workspace/'))";
+    let r = run("python-default", code, &["--stdin", input.to_str().unwrap(), "--env", "TMPDIR=/workspace"]);
+    assert_eq!((r.status(), r.stdout()), ("ok", "2 False False 12\nTrue\n"), "{r:?}");
+}
+
+/// The program's modules are finalized in the interpreter's order in every mode: by the time
+/// an object of `__main__` is finalized, `sys.argv` and `sys.meta_path` are None (an import
+/// fails), `sys.stdout` is the real stdout again (the program's file got only its own line),
+/// and builtins the program added are gone.
+#[test]
+fn modules_are_finalized_in_the_interpreters_order() {
+    let code = "import sys, builtins\nbuiltins.added = 1\nsys.stdout = open('out.txt', 'w')\nprint('to the file')\n\
+                class D:\n    def __del__(self):\n        print('del', sys.argv, 'added' in dir(builtins))\n        \
+                try:\n            import colorsys\n        except ImportError as e:\n            print('import:', e)\nd = D()\n";
+    let r = run("python-default", code, &[]);
+    assert_eq!((r.status(), r.stdout()), ("ok", "del None False\nimport: sys.meta_path is None, Python is likely shutting down\n"), "{r:?}");
+    assert_eq!(r.file_bytes("out.txt").as_deref(), Some(&b"to the file\n"[..]), "{r:?}");
+}
+
 /// Input files import from the workspace, after the standard library and the environment: an
 /// input named json.py does not replace the json module. (A warm child keeps the template's
 /// import caches for the read-only directories and gets fresh ones for /code and /workspace.)
