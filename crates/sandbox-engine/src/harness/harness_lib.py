@@ -290,9 +290,9 @@ def finalize(inherited, builtins_at_start):
     cleared nor flushed here, so a template's pages stay shared; objects the program attached to
     them are not finalized (a cold exit would, clearing those modules too). Returns nothing;
     errors are swallowed, as a normal exit's are."""
+    import _weakref  # the C module: `weakref` is not loaded in a pooled sandbox (~0.6 ms)
     import builtins
     import gc
-    import weakref
 
     flush_open_files()
     try:
@@ -308,7 +308,7 @@ def finalize(inherited, builtins_at_start):
     for name in [name for name, module in sys.modules.items() if inherited.get(name) is not module]:
         module = sys.modules.pop(name)
         if isinstance(module, type(sys)):
-            left.append(weakref.ref(module))
+            left.append(_weakref.ref(module))
     module = None
     namespace = None
     try:
