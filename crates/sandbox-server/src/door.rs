@@ -143,6 +143,18 @@ pub(crate) async fn body_budget(State(state): State<AppState>, request: Request,
     Response::from_parts(parts, body)
 }
 
+/// Longest a request's body may send nothing (each frame restarts it): one that stalls longer
+/// fails, its request ends, and what it held of the [`BodyBudget`] comes back. Without it, a
+/// connection that declared a large body and sent none held its share of the budget for as
+/// long as it stayed open (an attack review held all of it with four such connections). As
+/// nginx's `client_body_timeout` (60 s by default).
+pub const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Wraps every request body in [`BODY_IDLE_TIMEOUT`] (`tower_http`'s `TimeoutBody`).
+pub(crate) async fn body_idle_timeout(request: Request, next: Next) -> Response {
+    next.run(request.map(|body| Body::new(tower_http::timeout::TimeoutBody::new(BODY_IDLE_TIMEOUT, body)))).await
+}
+
 /// `GET /metrics`'s key: with API keys configured, that of one with role `metrics` (401
 /// `unauthorized` without a known key, 403 `forbidden` for a key without the role), unless
 /// `[service] metrics_unauthenticated`; without keys (loopback only), none. The exposition names

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -32,6 +32,7 @@ pub(crate) fn router(state: &AppState) -> Router<AppState> {
         .route_layer(middleware::from_fn(principal))
         .route_layer(middleware::from_fn(session_ended))
         .route_layer(middleware::from_fn(move |request, next| owned_session(sessions.clone(), request, next)))
+        .route_layer(middleware::from_fn_with_state(state.clone(), |State(state): State<AppState>, request, next| json_values_capped(state, request, next)))
 }
 
 /// The MCP sessions of `/mcp`: rmcp's, and which caller opened each, oldest first. Open
@@ -83,6 +84,27 @@ impl McpSessions {
         ended
     }
 
+    /// Before a request that may open a session: with rmcp holding `max` sessions or more,
+    /// ends those no caller was noted for. rmcp makes a session before its answer carries the
+    /// id, so a client that leaves in between leaves one nobody counted or can reach (an attack
+    /// review held 34,000 that way, 3.9 GB, until their 5 idle minutes). At the cap, an
+    /// `initialize` answering right now may lose its session too; its client opens another.
+    async fn make_room(&self) {
+        let orphans: Vec<_> = {
+            let sessions = self.manager.sessions.read().await;
+            if sessions.len() < self.max {
+                return;
+            }
+            let owners = self.owners.lock().expect("session owners lock");
+            sessions.keys().filter(|id| !owners.iter().any(|(s, _)| s.as_str() == id.as_ref())).cloned().collect()
+        };
+        for id in orphans {
+            if let Err(e) = self.manager.close_session(&id).await {
+                tracing::warn!(error = %e, "could not end an MCP session past the cap");
+            }
+        }
+    }
+
     /// Forgets `id` (its `DELETE` ended it).
     fn closed(&self, id: &str) {
         self.owners.lock().expect("session owners lock").retain(|(s, _)| s != id);
@@ -105,6 +127,9 @@ async fn owned_session(sessions: Arc<McpSessions>, request: Request, next: Next)
     if named.as_deref().is_some_and(|id| !sessions.owns(id, &who)) {
         return (axum::http::StatusCode::NOT_FOUND, "Session not found").into_response();
     }
+    if named.is_none() && request.method() == axum::http::Method::POST {
+        sessions.make_room().await;
+    }
     let response = next.run(request).await;
     if let Some(id) = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
         for ended in sessions.opened(id.to_owned(), who) {
@@ -117,6 +142,62 @@ async fn owned_session(sessions: Arc<McpSessions>, request: Request, next: Next)
         sessions.closed(&id);
     }
     response
+}
+
+/// Most JSON values (objects, arrays and the members and elements in them) one `/mcp` request
+/// body may hold. rmcp parses a body into a `serde_json::Value` tree before it looks at the
+/// session or the method, at ~100-250 bytes of memory per value: an 8 MiB array of zeros took
+/// 1 GB, with a key that may run nothing (an attack review). A tool call's code and files are
+/// strings, one value each; this leaves room for thousands of files.
+pub const MCP_JSON_VALUES_MAX: usize = 100_000;
+
+/// Refuses a `POST /mcp` whose body holds more than [`MCP_JSON_VALUES_MAX`] JSON values (413
+/// `body_too_large`, charged and audited as its caller's) before rmcp parses it; the body is
+/// read here (within `body_max_bytes`, and the door's body budget) and handed on as it is.
+async fn json_values_capped(state: AppState, request: Request, next: Next) -> Response {
+    if request.method() != axum::http::Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let max = usize::try_from(state.engine.config().service.body_max_bytes).unwrap_or(usize::MAX);
+    let Ok(bytes) = axum::body::to_bytes(body, max).await else {
+        // Over the limit, or the body could not be read: rmcp answers an empty one as it does.
+        return next.run(Request::from_parts(parts, axum::body::Body::empty())).await;
+    };
+    let values = json_values(&bytes);
+    if values > MCP_JSON_VALUES_MAX {
+        let who = parts.extensions.get::<Caller>().map(Caller::audit_name).unwrap_or_default();
+        let peer = Peer::of(&parts.extensions);
+        let detail = format!("the message holds more than {MCP_JSON_VALUES_MAX} JSON values");
+        let message = format!("{detail} (POST /mcp from {peer})");
+        let audit = Some(sandbox_engine::service::Audit { caller: &who, request: None, message: &message });
+        return crate::refusals::refuse(&state, peer, audit, problem::new(ErrorCode::BodyTooLarge, detail, None, None));
+    }
+    next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await
+}
+
+/// The JSON values in `text` counted cheaply, without parsing: each `{`, `[` and `,` outside
+/// strings (an element or member after the first adds a `,`; every container opens once), so
+/// at least the values a parser would make, less one per non-empty container.
+fn json_values(text: &[u8]) -> usize {
+    let (mut count, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in text {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b'{' | b'[' | b',' => count += 1,
+                _ => {}
+            }
+        }
+    }
+    count
 }
 
 /// A session `DELETE` that ended the session answers 200, as the MCP SDKs expect: rmcp
@@ -144,4 +225,17 @@ async fn principal(mut request: Request, next: Next) -> Response {
     let peer = Peer::of(request.extensions());
     request.extensions_mut().insert(caller.submitter(Some(peer.0)));
     next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_values;
+
+    #[test]
+    fn json_values_count_containers_and_separators_outside_strings() {
+        assert_eq!(json_values(br#"{"a": [0, 0, 0], "b": "x,[{"}"#), 5);
+        assert_eq!(json_values(br#""a \" , [ still a string""#), 0);
+        assert_eq!(json_values(br#"["\\", 1]"#), 2);
+        assert_eq!(json_values(&[b"[".as_slice(), &b"0,".repeat(1000), b"0]"].concat()), 1001);
+    }
 }

@@ -43,6 +43,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/profiles", get(list_profiles))
         .route("/v1/profiles/{name}", get(get_profile))
         .merge(crate::mcp::router(&state))
+        .route_layer(middleware::from_fn(door::body_idle_timeout))
         // Inner to the key: the body budget knows the caller.
         .route_layer(middleware::from_fn_with_state(state.clone(), door::body_budget))
         .route_layer(middleware::from_fn_with_state(state.clone(), door::api_key));

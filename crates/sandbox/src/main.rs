@@ -121,7 +121,9 @@ fn main() -> ExitCode {
     // `run` reports failures in its own words (and the result); a server logs its work.
     let default_level = match cli.command {
         Command::Run(_) | Command::Env { .. } => "off",
-        Command::Serve(_) => "info",
+        // rmcp logs every session it opens and the whole `initialize` (a client's capabilities, any
+        // size) at INFO: a log flood for one request each (an attack review).
+        Command::Serve(_) => "info,rmcp=warn",
         _ => "warn",
     };
     tracing_subscriber::fmt()

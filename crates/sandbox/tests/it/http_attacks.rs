@@ -407,3 +407,34 @@ fn request_bodies_held_at_once_are_capped() {
     let count = |caller: &str, kind: &str| recorded.iter().filter(|(c, k)| c == caller && k == kind).count();
     assert_eq!((count("key:all", "queue_full"), count("key:scraper", "forbidden_profile")), (2, 1), "{recorded:?}");
 }
+
+/// A body that sends nothing for 30 s fails (`door::BODY_IDLE_TIMEOUT`), so what its request
+/// held of the body budget comes back while its connection stays open: four connections that
+/// declared large bodies and sent nothing held the whole budget for as long as they stayed
+/// (an attack review).
+#[test]
+fn a_stalled_body_gives_its_budget_back() {
+    let s = Server::start(&format!("{KEYS}\n[service]\nbody_max_bytes = 1048576\nrequest_bodies_max_bytes = 2097152\n"));
+    let held = || -> u64 {
+        let m = metrics(&s);
+        m.lines().find_map(|l| l.strip_prefix("sandbox_request_body_bytes ")).unwrap_or_else(|| panic!("{m}")).parse().unwrap()
+    };
+    let mut c = TcpStream::connect(authority(&s)).unwrap();
+    let head = format!(
+        "POST /v1/executions HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {KEY_ALL}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        authority(&s),
+        1 << 20
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while held() != 1 << 20 {
+        assert!(Instant::now() < deadline, "the body was not charged: {}", held());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let deadline = Instant::now() + Duration::from_secs(45);
+    while held() != 0 {
+        assert!(Instant::now() < deadline, "the stalled body still holds {} bytes", held());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(c);
+}

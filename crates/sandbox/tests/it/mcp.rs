@@ -407,3 +407,45 @@ fn mcp_sessions_are_capped_per_caller_and_in_all() {
     assert_eq!(list(KEY_PY, &py[0]), 404, "the oldest session of all ended");
     assert_eq!(list(KEY_PY, &more), 200);
 }
+
+/// A `/mcp` body of many small JSON values is refused before rmcp parses it (413
+/// `body_too_large`): rmcp builds a value tree at ~100-250 bytes per value, and an 8 MiB array
+/// of zeros took 1 GB (an attack review, with a key that may run nothing). And a client that
+/// leaves before its `initialize` is answered leaves no session past the cap: rmcp made it
+/// before the answer carried its id, so nobody counted it (34,000 were held that way).
+#[test]
+fn mcp_bodies_of_many_values_and_abandoned_initializes_are_bounded() {
+    use super::http::{KEYS, KEY_METRICS};
+    use std::io::Write as _;
+    let server = super::http::Server::start(&format!("[service]\nmcp_sessions_max = 4\nmcp_sessions_per_caller = 4\n{KEYS}"));
+    let url = format!("{}/mcp", server.url);
+    let http = reqwest::blocking::Client::new();
+    let zeros = format!(r#"{{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {{"x": [{}0]}}}}"#, "0,".repeat(200_000));
+    let r = http.post(&url).bearer_auth(KEY_METRICS).header("accept", JSON_AND_SSE).header("content-type", "application/json").body(zeros).send().unwrap();
+    assert_eq!(r.status(), 413);
+    assert!(r.text().unwrap().contains("body_too_large"));
+    let gauge = || -> u64 {
+        let text = http.get(format!("{}/metrics", server.url)).bearer_auth(KEY_METRICS).send().unwrap().text().unwrap();
+        text.lines().find_map(|l| l.strip_prefix("sandbox_mcp_sessions ")).unwrap().parse().unwrap()
+    };
+    let init = r#"{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "it", "version": "1"}}}"#;
+    let authority = server.url.trim_start_matches("http://").to_owned();
+    for i in 0..300 {
+        let mut c = std::net::TcpStream::connect(&authority).unwrap();
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {KEY_METRICS}\r\nAccept: {JSON_AND_SSE}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            init.len()
+        );
+        c.write_all(head.as_bytes()).unwrap();
+        c.write_all(init.as_bytes()).unwrap();
+        // Gone before the answer: at once, or a little later.
+        if i % 2 == 1 {
+            std::thread::sleep(std::time::Duration::from_micros(500));
+        }
+        let _ = c.shutdown(std::net::Shutdown::Both);
+    }
+    // One that stays opens a session; those nobody could reach are gone by then.
+    let r = http.post(&url).bearer_auth(KEY_METRICS).header("accept", JSON_AND_SSE).header("content-type", "application/json").body(init).send().unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(gauge() <= 4, "open sessions past the cap: {}", gauge());
+}
