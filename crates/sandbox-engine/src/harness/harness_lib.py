@@ -323,13 +323,16 @@ def finalize(inherited, builtins_at_start):
             if module is not None:
                 namespaces.append(module.__dict__)
         module = None
-        while namespaces:
-            namespace = namespaces.pop()
-            for underscored in (True, False):
-                for key in [k for k in namespace if isinstance(k, str) and k.startswith("_") == underscored and k != "__builtins__"]:
-                    namespace[key] = None
-        namespace = None
-        gc.collect()
+        # Usually none are left (nothing else held them): then no second pass over the run's
+        # objects (a few ms after a data-analysis job).
+        if namespaces:
+            while namespaces:
+                namespace = namespaces.pop()
+                for underscored in (True, False):
+                    for key in [k for k in namespace if isinstance(k, str) and k.startswith("_") == underscored and k != "__builtins__"]:
+                        namespace[key] = None
+            namespace = None
+            gc.collect()
     except Exception:  # noqa: BLE001 - as at a normal exit, finalization errors change no status
         pass
     flush_open_files()
