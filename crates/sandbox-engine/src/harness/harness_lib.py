@@ -223,7 +223,7 @@ def unraisable(exc, obj):
         detail = "<exception str() failed>"
     # traceback.format_exception_only's form, without importing anything (imports may fail
     # this late: sys.meta_path is None).
-    name = type(exc).__qualname__ if type(exc).__module__ in ("builtins", "__main__") else f"{type(exc).__module__}.{type(exc).__qualname__}"
+    name = qualified(type(exc))
     text = f"Exception ignored in: {what}\n{name}: {detail}\n" if detail else f"Exception ignored in: {what}\n{name}\n"
     stream = getattr(sys, "stderr", None)
     try:
@@ -325,13 +325,14 @@ def finalize(inherited, builtins_at_start):
         module = None
         # Usually none are left (nothing else held them): then no second pass over the run's
         # objects (a few ms after a data-analysis job).
-        if namespaces:
-            while namespaces:
-                namespace = namespaces.pop()
-                for underscored in (True, False):
-                    for key in [k for k in namespace if isinstance(k, str) and k.startswith("_") == underscored and k != "__builtins__"]:
-                        namespace[key] = None
-            namespace = None
+        survivors = bool(namespaces)
+        while namespaces:
+            namespace = namespaces.pop()
+            for underscored in (True, False):
+                for key in [k for k in namespace if isinstance(k, str) and k.startswith("_") == underscored and k != "__builtins__"]:
+                    namespace[key] = None
+        namespace = None
+        if survivors:
             gc.collect()
     except Exception:  # noqa: BLE001 - as at a normal exit, finalization errors change no status
         pass

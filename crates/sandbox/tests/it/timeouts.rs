@@ -30,6 +30,18 @@ fn busy_loop_times_out() {
     check_timeout("py-small", "while True: pass");
 }
 
+/// `cli` (a `sandbox run` of a program that prints `started` and sleeps) spawned with its
+/// output piped, once its program runs (its first line streamed).
+fn spawned_and_started(mut cli: Command) -> std::process::Child {
+    use std::io::BufRead as _;
+    let mut cli = cli.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut stdout = std::io::BufReader::new(cli.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "started\n");
+    cli
+}
+
 /// Ctrl-C (SIGINT) or a SIGTERM to `sandbox run` while its program runs: the execution is ended
 /// as a service's shutdown ends it (killed, torn down, recorded as `internal_error`), the command
 /// says so and ends by the signal (a shell sees 128+signal, and a script running it stops), and
@@ -37,16 +49,10 @@ fn busy_loop_times_out() {
 /// to die at once and leave them for the next run's recovery).
 #[test]
 fn an_interrupted_cli_run_ends_its_execution_and_leaves_nothing_behind() {
-    use std::io::BufRead as _;
     for sig in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGTERM] {
         let mut args = vec!["run", "-c", "import time\nprint('started', flush=True)\ntime.sleep(60)"];
         args.extend(warm_flag());
-        let mut cli = interruptible(&sandbox(&args)).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-        // The program runs once its first line is streamed.
-        let mut stdout = std::io::BufReader::new(cli.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert_eq!(line, "started\n");
+        let cli = spawned_and_started(interruptible(&sandbox(&args)));
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(i32::try_from(cli.id()).unwrap()), sig).unwrap();
         let out = cli.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -67,14 +73,9 @@ fn an_interrupted_cli_run_ends_its_execution_and_leaves_nothing_behind() {
 /// end its execution. A SIGTERM still ends it cleanly (the execution ended, nothing left).
 #[test]
 fn a_run_started_with_sigint_ignored_leaves_it_ignored() {
-    use std::io::BufRead as _;
     let mut args = vec!["run", "-c", "import time\nprint('started', flush=True)\ntime.sleep(60)"];
     args.extend(warm_flag());
-    let mut cli = sigint_ignored(&sandbox(&args)).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    let mut stdout = std::io::BufReader::new(cli.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line, "started\n");
+    let mut cli = spawned_and_started(sigint_ignored(&sandbox(&args)));
     let pid = nix::unistd::Pid::from_raw(i32::try_from(cli.id()).unwrap());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     std::thread::sleep(Duration::from_millis(500));
